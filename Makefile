@@ -1,0 +1,145 @@
+# phos: concurrent checkpoint and restore of NVIDIA GPU processes.
+#
+#   make              build everything
+#   make check        run the TAP tests under prove
+#   make SANITIZE=1   build (and check) with ASan and UBSan, in build-san/
+#   make deps         install build dependencies and build CRIU (root)
+#   make install      install under $(DESTDIR)$(PREFIX)
+#   make gpu-bundle   self-contained folder for a GPU machine
+#   make check-gpu    run the GPU suite from that folder (on the GPU machine)
+
+PREFIX    ?= /usr/local
+DESTDIR   ?=
+CUDA_HOME ?= /usr/local/cuda
+NVCC      ?= $(CUDA_HOME)/bin/nvcc
+PROVE     ?= prove
+CC        ?= cc
+
+ifeq ($(SANITIZE),1)
+BUILD     ?= build-san
+SAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+else
+BUILD     ?= build
+SAN_FLAGS :=
+endif
+
+CRIU_PREFIX := deps/criu
+CRIU        := $(CRIU_PREFIX)/sbin/criu
+BUNDLE      ?= gpu-bundle
+
+CFLAGS   ?= -O2 -g
+CPPFLAGS += -D_GNU_SOURCE -I$(CUDA_HOME)/include -Itests
+XCFLAGS  := -std=c11 -Wall -Wextra -Werror $(SAN_FLAGS)
+XLDFLAGS := $(SAN_FLAGS)
+HAVE_NVCC := $(shell test -x $(NVCC) && echo 1)
+# Hopper machine code, plus PTX for anything newer.
+NVCC_ARCH := -gencode=arch=compute_90,code=sm_90 -gencode=arch=compute_90,code=compute_90
+
+.PHONY: all check deps install gpu-bundle check-gpu clean
+.DELETE_ON_ERROR:
+
+all: simcuda tests
+
+# ---- tests/simcuda: the software CUDA driver --------------------------------
+
+SIMCUDA_SRC := $(wildcard tests/simcuda/*.c)
+SIMCUDA_OBJ := $(SIMCUDA_SRC:tests/simcuda/%.c=$(BUILD)/simcuda/obj/%.o)
+SIMCUDA_LIB := $(BUILD)/simcuda/libcuda.so.1
+
+.PHONY: simcuda
+simcuda: $(SIMCUDA_LIB) $(BUILD)/simcuda/libcuda.so
+
+$(BUILD)/simcuda/obj/%.o: tests/simcuda/%.c $(wildcard tests/simcuda/*.h)
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) $(XCFLAGS) $(CFLAGS) -fPIC -fvisibility=hidden -c -o $@ $<
+
+$(BUILD)/simcuda/stubs.c: $(SIMCUDA_OBJ) mk/gen-simcuda-stubs.sh
+	CC="$(CC)" mk/gen-simcuda-stubs.sh $(CUDA_HOME)/include/cuda.h $(SIMCUDA_OBJ) > $@
+
+$(BUILD)/simcuda/stubs.o: $(BUILD)/simcuda/stubs.c
+	$(CC) $(XCFLAGS) $(CFLAGS) -fPIC -fvisibility=hidden -c -o $@ $<
+
+$(SIMCUDA_LIB): $(SIMCUDA_OBJ) $(BUILD)/simcuda/stubs.o
+	$(CC) $(XLDFLAGS) $(LDFLAGS) -shared -Wl,-soname,libcuda.so.1 -Wl,-z,defs -o $@ $^ -lpthread -ldl
+
+$(BUILD)/simcuda/libcuda.so: $(SIMCUDA_LIB)
+	ln -sf libcuda.so.1 $@
+
+# ---- kernels for the simcuda tests, built by nvcc -----------------------------
+
+KERNEL_SRC := $(wildcard tests/kernels/*.cu)
+ifeq ($(HAVE_NVCC),1)
+KERNELS := $(foreach k,$(KERNEL_SRC:tests/kernels/%.cu=$(BUILD)/kernels/%),$(k).cubin $(k).fatbin $(k).ptx)
+endif
+
+$(BUILD)/kernels/%.cubin: tests/kernels/%.cu
+	@mkdir -p $(@D)
+	$(NVCC) -cubin -arch=sm_90 -o $@ $<
+$(BUILD)/kernels/%.fatbin: tests/kernels/%.cu
+	@mkdir -p $(@D)
+	$(NVCC) -fatbin $(NVCC_ARCH) -o $@ $<
+$(BUILD)/kernels/%.ptx: tests/kernels/%.cu
+	@mkdir -p $(@D)
+	$(NVCC) -ptx -arch=sm_90 -o $@ $<
+
+# ---- TAP tests ----------------------------------------------------------------
+# tests/NAME.c becomes $(BUILD)/tests/NAME, linked against simcuda;
+# tests/NAME.sh is copied there. prove runs them all.
+
+TEST_C   := $(wildcard tests/*.c)
+TEST_SH  := $(wildcard tests/*.sh)
+TEST_BIN := $(TEST_C:tests/%.c=$(BUILD)/tests/%) $(TEST_SH:tests/%.sh=$(BUILD)/tests/%)
+
+.PHONY: tests
+tests: $(TEST_BIN) $(KERNELS)
+
+$(BUILD)/tests/%: tests/%.c tests/tap.h tests/simcuda/simcuda.h $(SIMCUDA_LIB)
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) $(XCFLAGS) $(CFLAGS) -o $@ $< $(XLDFLAGS) $(LDFLAGS) \
+		-rdynamic -L$(BUILD)/simcuda -lcuda -Wl,-rpath,'$$ORIGIN/../simcuda' -lpthread -ldl
+
+$(BUILD)/tests/%: tests/%.sh
+	@mkdir -p $(@D)
+	install -m 0755 $< $@
+
+# Tests find the project's CRIU and the kernels through these.
+TEST_ENV := PHOS_CRIU=$(abspath $(CRIU)) PHOS_KERNELS=$(abspath $(BUILD)/kernels)
+
+check: all
+	$(TEST_ENV) $(PROVE) $(PROVE_FLAGS) $(TEST_BIN)
+
+# ---- dependencies, install ----------------------------------------------------
+
+deps:
+	bash mk/deps.sh $(CRIU_PREFIX)
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/libexec/phos $(DESTDIR)$(PREFIX)/share/doc/phos
+	test ! -x $(CRIU) || install -m 0755 $(CRIU) $(DESTDIR)$(PREFIX)/libexec/phos/criu
+	install -m 0644 README.md $(DESTDIR)$(PREFIX)/share/doc/phos/README.md
+
+# ---- GPU machine --------------------------------------------------------------
+# The bundle carries everything the GPU machine lacks: CRIU and the shared
+# libraries it needs beyond glibc, the GPU tests, and the programs they run,
+# built here. check-gpu builds nothing.
+
+GPU_CU  := $(wildcard tests/gpu/*.cu)
+GPU_SH  := $(wildcard tests/gpu/*.sh) tests/criu_check_looks_good.sh
+GPU_BIN := $(GPU_CU:tests/gpu/%.cu=$(BUNDLE)/progs/%)
+
+$(BUNDLE)/progs/%: tests/gpu/%.cu tests/tap.h
+	@mkdir -p $(@D)
+	$(NVCC) $(NVCC_ARCH) -Itests -cudart static -o $@ $<
+
+gpu-bundle: $(GPU_BIN)
+	@test -x $(CRIU) || { echo "no CRIU in $(CRIU_PREFIX): run 'make deps' first" >&2; exit 1; }
+	@test "$(HAVE_NVCC)" = 1 || { echo "no nvcc under $(CUDA_HOME): the GPU programs need it" >&2; exit 1; }
+	mk/gpu-bundle.sh $(BUNDLE) $(CRIU) $(GPU_SH)
+	@du -sh $(BUNDLE)
+
+check-gpu:
+	@test -x $(BUNDLE)/run-checks || { echo "no $(BUNDLE)/: run 'make gpu-bundle' on the build machine and copy it here" >&2; exit 1; }
+	$(BUNDLE)/run-checks
+
+clean:
+	rm -rf build build-san $(BUNDLE)

@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# Installs what phos needs to build and test on Debian bookworm, and builds
+# CRIU 4.1.1 into a project-local prefix. Idempotent: a second run only checks.
+#
+#   mk/deps.sh PREFIX      (PREFIX is where CRIU goes, e.g. deps/criu)
+set -euo pipefail
+
+prefix=${1:?usage: mk/deps.sh PREFIX}
+criu_ver=4.1.1
+here=$(cd "$(dirname "$0")/.." && pwd)
+case $prefix in /*) ;; *) prefix=$here/$prefix ;; esac
+work=$here/deps/src
+
+say() { printf 'deps: %s\n' "$*"; }
+die() { printf 'deps: error: %s\n' "$*" >&2; exit 1; }
+
+pkgs=(
+	build-essential pkg-config git xz-utils ca-certificates perl
+	libfuse3-dev fuse3 liburing-dev liblz4-dev libxxhash-dev
+	# CRIU's build dependencies
+	libprotobuf-dev libprotobuf-c-dev protobuf-c-compiler protobuf-compiler
+	python3-protobuf libnl-3-dev libnet1-dev libcap-dev libbsd-dev
+	libgnutls28-dev libnftables-dev uuid-dev libaio-dev iproute2
+)
+
+missing=()
+for p in "${pkgs[@]}"; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if ((${#missing[@]})); then
+	[ "$(id -u)" = 0 ] || die "need root to install: ${missing[*]} (run: sudo make deps)"
+	say "installing ${missing[*]}"
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -qq
+	apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+else
+	say "Debian packages present"
+fi
+
+# CUDA toolkit: only the compiler and headers are needed here; the driver is
+# replaced by tests/simcuda on machines without a GPU.
+cuda=${CUDA_HOME:-/usr/local/cuda}
+[ -f "$cuda/include/cuda.h" ] || die "no cuda.h under $cuda: install the CUDA 13.0 toolkit (cuda-toolkit-13-0) or set CUDA_HOME"
+[ -x "$cuda/bin/nvcc" ] || say "warning: no nvcc under $cuda: tests that need cubins will skip; install cuda-nvcc-13-0 to run them"
+
+# CRIU 4.1.1, from Debian trixie's source tarball. Bookworm's CRIU 3.17
+# fails on current kernels (vDSO area bounds).
+if [ -x "$prefix/sbin/criu" ] && "$prefix/sbin/criu" --version 2>/dev/null | grep -q "Version: $criu_ver"; then
+	say "CRIU $criu_ver present in $prefix"
+else
+	mkdir -p "$work/apt/lists/partial"
+	tarball=$work/criu_$criu_ver.orig.tar.xz
+	if [ ! -f "$tarball" ]; then
+		uri=$(awk '/^URIs:/{print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)
+		[ -n "$uri" ] || uri=$(awk '/^deb /{print $2; exit}' /etc/apt/sources.list 2>/dev/null || true)
+		[ -n "$uri" ] || die "cannot find the Debian mirror in /etc/apt; put criu_$criu_ver.orig.tar.xz in $work by hand"
+		echo "deb-src $uri trixie main" >"$work/apt/src.list"
+		o=(-oDir::Etc::SourceList="$work/apt/src.list" -oDir::Etc::SourceParts=/dev/null
+			-oDir::State::Lists="$work/apt/lists" -oAPT::Sandbox::User=root)
+		say "fetching criu_$criu_ver.orig.tar.xz"
+		apt-get "${o[@]}" update -qq
+		# The .dsc is absent from the mirror, so this exits non-zero after
+		# fetching the tarball; the tarball is what counts.
+		(cd "$work" && apt-get "${o[@]}" source --download-only -qq "criu=$criu_ver-*" >/dev/null 2>&1) || true
+		[ -f "$tarball" ] || (cd "$work" && apt-get "${o[@]}" source --download-only -qq criu >/dev/null 2>&1) || true
+		[ -f "$tarball" ] || die "could not fetch criu_$criu_ver.orig.tar.xz from Debian trixie"
+	fi
+	rm -rf "$work/criu-$criu_ver"
+	tar -C "$work" -xf "$tarball"
+	say "building CRIU $criu_ver"
+	make -C "$work/criu-$criu_ver" -j"$(nproc)" criu >"$work/criu-build.log" 2>&1 ||
+		{ tail -30 "$work/criu-build.log" >&2; die "CRIU build failed; log in $work/criu-build.log"; }
+	install -D -m 0755 "$work/criu-$criu_ver/criu/criu" "$prefix/sbin/criu"
+fi
+
+if [ "$(id -u)" = 0 ]; then
+	if out=$("$prefix/sbin/criu" check 2>&1); then
+		say "criu check: $(printf '%s\n' "$out" | tail -1)"
+	else
+		say "warning: criu check failed on this kernel: $(printf '%s\n' "$out" | tail -1)"
+	fi
+else
+	say "not root: skipping criu check"
+fi

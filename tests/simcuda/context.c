@@ -1,0 +1,295 @@
+/* Contexts: the primary context of each device, created contexts, and the
+ * calling thread's context stack. simcuda has one address space, so a
+ * context only scopes "is there a current context" and synchronisation. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+#define STACK_DEPTH 32
+
+/* Guarded by ctx_lock: the primary contexts' refs and flags. */
+static pthread_mutex_t ctx_lock = PTHREAD_MUTEX_INITIALIZER;
+static sc_ctx primary[SC_DEVICE_COUNT];
+static atomic_ullong next_id = 1;
+
+/* The calling thread's context stack; the top is the current context. */
+static _Thread_local CUcontext stack[STACK_DEPTH];
+static _Thread_local int depth;
+
+CUcontext sc_ctx_current(void)
+{
+	return depth ? stack[depth - 1] : NULL;
+}
+
+CUresult sc_ctx_require(void)
+{
+	if (!sc_initialized())
+		return CUDA_ERROR_NOT_INITIALIZED;
+	return sc_ctx_current() ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
+}
+
+static CUresult create(CUcontext *pctx, unsigned flags, CUdevice dev)
+{
+	if (!pctx)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult r = sc_check_device(dev);
+	if (r)
+		return r;
+	if (depth == STACK_DEPTH)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	sc_ctx *c = calloc(1, sizeof(*c));
+	if (!c)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	c->dev = dev;
+	c->flags = flags;
+	c->id = atomic_fetch_add(&next_id, 1);
+	stack[depth++] = (CUcontext)c;
+	*pctx = (CUcontext)c;
+	return CUDA_SUCCESS;
+}
+
+SC_EXPORT CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev)
+{
+	return create(pctx, flags, dev);
+}
+
+SC_EXPORT CUresult cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *params, int n,
+				  unsigned int flags, CUdevice dev)
+{
+	if (n < 0 || (n > 0 && !params))
+		return CUDA_ERROR_INVALID_VALUE;
+	return create(pctx, flags, dev);
+}
+
+SC_EXPORT CUresult cuCtxCreate(CUcontext *pctx, CUctxCreateParams *params, unsigned int flags,
+			       CUdevice dev)
+{
+	(void)params; /* execution affinity and CIG have no meaning here */
+	return create(pctx, flags, dev);
+}
+
+static void forget(CUcontext ctx)
+{
+	/* Pop it wherever it is in this thread's stack. */
+	for (int i = 0; i < depth; i++) {
+		if (stack[i] == ctx) {
+			memmove(&stack[i], &stack[i + 1], (size_t)(depth - i - 1) * sizeof(stack[0]));
+			depth--;
+			i--;
+		}
+	}
+}
+
+static bool is_primary(CUcontext ctx)
+{
+	return (sc_ctx *)ctx >= primary && (sc_ctx *)ctx < primary + SC_DEVICE_COUNT;
+}
+
+SC_EXPORT CUresult cuCtxDestroy(CUcontext ctx)
+{
+	if (!ctx)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (is_primary(ctx))
+		return CUDA_ERROR_INVALID_CONTEXT;
+	sc_streams_drain();
+	forget(ctx);
+	free(ctx);
+	return CUDA_SUCCESS;
+}
+
+SC_EXPORT CUresult cuCtxSetCurrent(CUcontext ctx)
+{
+	CUresult r = sc_check_init();
+	if (r)
+		return r;
+	if (!ctx) {
+		if (depth)
+			depth--;
+		return CUDA_SUCCESS;
+	}
+	if (depth == 0)
+		depth = 1;
+	stack[depth - 1] = ctx;
+	return CUDA_SUCCESS;
+}
+
+SC_EXPORT CUresult cuCtxGetCurrent(CUcontext *pctx)
+{
+	if (!pctx)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult r = sc_check_init();
+	if (r)
+		return r;
+	*pctx = sc_ctx_current();
+	return CUDA_SUCCESS;
+}
+
+SC_EXPORT CUresult cuCtxPushCurrent(CUcontext ctx)
+{
+	if (!ctx)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (depth == STACK_DEPTH)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	stack[depth++] = ctx;
+	return CUDA_SUCCESS;
+}
+
+SC_EXPORT CUresult cuCtxPopCurrent(CUcontext *pctx)
+{
+	if (!depth)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	CUcontext c = stack[--depth];
+	if (pctx)
+		*pctx = c;
+	return CUDA_SUCCESS;
+}
+
+SC_EXPORT CUresult cuCtxGetDevice(CUdevice *dev)
+{
+	if (!dev)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult r = sc_ctx_require();
+	if (r)
+		return r;
+	*dev = ((sc_ctx *)sc_ctx_current())->dev;
+	return CUDA_SUCCESS;
+}
+
+SC_EXPORT CUresult cuCtxGetDevice_v2(CUdevice *dev, CUcontext ctx)
+{
+	if (!ctx)
+		return cuCtxGetDevice(dev);
+	if (!dev)
+		return CUDA_ERROR_INVALID_VALUE;
+	*dev = ((sc_ctx *)ctx)->dev;
+	return CUDA_SUCCESS;
+}
+
+SC_EXPORT CUresult cuCtxGetFlags(unsigned int *flags)
+{
+	if (!flags)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult r = sc_ctx_require();
+	if (r)
+		return r;
+	*flags = ((sc_ctx *)sc_ctx_current())->flags;
+	return CUDA_SUCCESS;
+}
+
+SC_EXPORT CUresult cuCtxGetId(CUcontext ctx, unsigned long long *id)
+{
+	if (!id)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!ctx)
+		ctx = sc_ctx_current();
+	if (!ctx)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	*id = ((sc_ctx *)ctx)->id;
+	return CUDA_SUCCESS;
+}
+
+SC_EXPORT CUresult cuCtxGetApiVersion(CUcontext ctx, unsigned int *version)
+{
+	(void)ctx;
+	if (!version)
+		return CUDA_ERROR_INVALID_VALUE;
+	*version = 3020;
+	return CUDA_SUCCESS;
+}
+
+SC_EXPORT CUresult cuCtxSynchronize(void)
+{
+	SC_API();
+	CUresult r = sc_ctx_require();
+	if (r)
+		return r;
+	sc_streams_drain();
+	return CUDA_SUCCESS;
+}
+
+SC_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
+{
+	if (!pctx)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult r = sc_check_device(dev);
+	if (r)
+		return r;
+	pthread_mutex_lock(&ctx_lock);
+	sc_ctx *c = &primary[dev];
+	if (c->refs++ == 0) {
+		c->dev = dev;
+		c->primary = true;
+		if (!c->id)
+			c->id = atomic_fetch_add(&next_id, 1);
+	}
+	pthread_mutex_unlock(&ctx_lock);
+	*pctx = (CUcontext)c;
+	return CUDA_SUCCESS;
+}
+
+SC_EXPORT CUresult cuDevicePrimaryCtxRelease(CUdevice dev)
+{
+	CUresult r = sc_check_device(dev);
+	if (r)
+		return r;
+	pthread_mutex_lock(&ctx_lock);
+	if (primary[dev].refs == 0)
+		r = CUDA_ERROR_INVALID_CONTEXT;
+	else
+		primary[dev].refs--;
+	pthread_mutex_unlock(&ctx_lock);
+	return r;
+}
+
+SC_LEGACY(sc_cuDevicePrimaryCtxRelease_v1, "cuDevicePrimaryCtxRelease", (CUdevice dev))
+{
+	return cuDevicePrimaryCtxRelease(dev);
+}
+
+SC_EXPORT CUresult cuDevicePrimaryCtxSetFlags(CUdevice dev, unsigned int flags)
+{
+	CUresult r = sc_check_device(dev);
+	if (r)
+		return r;
+	pthread_mutex_lock(&ctx_lock);
+	primary[dev].flags = flags;
+	pthread_mutex_unlock(&ctx_lock);
+	return CUDA_SUCCESS;
+}
+
+SC_LEGACY(sc_cuDevicePrimaryCtxSetFlags_v1, "cuDevicePrimaryCtxSetFlags", (CUdevice dev, unsigned int flags))
+{
+	return cuDevicePrimaryCtxSetFlags(dev, flags);
+}
+
+SC_EXPORT CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *active)
+{
+	if (!flags || !active)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult r = sc_check_device(dev);
+	if (r)
+		return r;
+	pthread_mutex_lock(&ctx_lock);
+	*flags = primary[dev].flags;
+	*active = primary[dev].refs > 0;
+	pthread_mutex_unlock(&ctx_lock);
+	return CUDA_SUCCESS;
+}
+
+SC_EXPORT CUresult cuDevicePrimaryCtxReset(CUdevice dev)
+{
+	CUresult r = sc_check_device(dev);
+	if (r)
+		return r;
+	sc_streams_drain();
+	pthread_mutex_lock(&ctx_lock);
+	primary[dev].refs = 0;
+	pthread_mutex_unlock(&ctx_lock);
+	return CUDA_SUCCESS;
+}
+
+SC_LEGACY(sc_cuDevicePrimaryCtxReset_v1, "cuDevicePrimaryCtxReset", (CUdevice dev))
+{
+	return cuDevicePrimaryCtxReset(dev);
+}

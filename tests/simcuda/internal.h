@@ -1,0 +1,83 @@
+/*
+ * simcuda internals shared by its source files. Not a public contract.
+ */
+#ifndef SIMCUDA_INTERNAL_H
+#define SIMCUDA_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cuda.h>
+
+#include "simcuda.h"
+
+#define SC_EXPORT __attribute__((visibility("default")))
+
+/* Exports a legacy entry point whose name cuda.h macro-renames to a newer
+ * version (cuDeviceGetUuid -> cuDeviceGetUuid_v2): cname is its C name,
+ * sym the exported symbol. */
+#define SC_LEGACY(cname, sym, params) \
+	SC_EXPORT CUresult cname params __asm__(sym); \
+	CUresult cname params
+
+/* The one emulated device: an H200's figures. */
+#define SC_DEVICE_COUNT 1
+#define SC_TOTAL_MEM (143771ull << 20)
+#define SC_GRANULARITY (2ull << 20)
+#define SC_DRIVER_VERSION 13000
+
+/* log.c: one line on stderr, prefixed "simcuda: ". */
+void sc_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+CUresult sc_unsupported(const char *call);
+
+/* device.c */
+bool sc_initialized(void);
+CUresult sc_check_init(void);
+CUresult sc_check_device(CUdevice dev);
+
+/* gate.c: every API call that touches device state enters the gate, which
+ * cuCheckpointProcessLock closes. Entry blocks while it is closed. */
+void sc_gate_enter(void);
+void sc_gate_leave(int *token);
+#define SC_API()                                                              \
+	__attribute__((cleanup(sc_gate_leave))) int sc_gate_token_ = 0;       \
+	(void)sc_gate_token_;                                                 \
+	sc_gate_enter()
+/* Closes the gate and waits for calls in flight and queued stream work;
+ * returns false on timeout (ms, 0 = none) with the gate open again. */
+bool sc_gate_close(unsigned timeout_ms);
+void sc_gate_open(void);
+
+/* memory.c */
+uint64_t sc_mem_physical_bytes(void);
+/* Checks that [p, p+n) is device memory that is mapped. */
+bool sc_mem_is_device(uintptr_t p, size_t n);
+
+/* context.c */
+typedef struct sc_ctx {
+	CUdevice dev;
+	unsigned flags;
+	bool primary;
+	int refs; /* retains of a primary context */
+	unsigned long long id;
+} sc_ctx;
+CUresult sc_ctx_require(void);
+CUcontext sc_ctx_current(void);
+
+/* stream.c: asynchronous work. A task runs on the stream's worker thread,
+ * in FIFO order with the stream's other tasks. */
+typedef void (*sc_task_fn)(void *arg);
+CUresult sc_stream_submit(CUstream s, sc_task_fn fn, void *arg, size_t arg_size);
+/* Waits until every stream's queue is empty. */
+void sc_streams_drain(void);
+
+/* module.c */
+void sc_kernels_load_plugins(void);
+
+/* checkpoint.c */
+void sc_checkpoint_start_server(void);
+
+#endif

@@ -1,0 +1,865 @@
+/*
+ * Device memory. Device addresses are host addresses:
+ *  - a VA reservation is a PROT_NONE mapping;
+ *  - a physical allocation (cuMemCreate) is a memfd, so its exported fd maps
+ *    the same bytes in any process;
+ *  - cuMemMap maps the memfd over the reservation, inaccessible until
+ *    cuMemSetAccess, as on a GPU;
+ *  - cuMemAlloc memory is anonymous shared memory with no fd to export.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+#define PAGE 4096ull
+#define MEMFD_NAME "simcuda-phys"
+
+/* A physical allocation. Alive while it has a handle reference or maps. */
+typedef struct phys {
+	int fd;
+	size_t size;
+	int handle_refs; /* cuMemCreate/Import/Retain minus cuMemRelease */
+	int maps;
+	CUmemAllocationProp prop;
+} phys;
+
+typedef enum { RANGE_RESERVED, RANGE_MAPPED, RANGE_ALLOC } range_kind;
+
+/* A range of device VA: a reservation, a mapping inside one, or a whole
+ * cuMemAlloc allocation. */
+typedef struct range {
+	uintptr_t va;
+	size_t size;
+	range_kind kind;
+	phys *ph;       /* RANGE_MAPPED */
+	bool accessible; /* RANGE_MAPPED after cuMemSetAccess; RANGE_ALLOC always */
+} range;
+
+/* Guarded by mem_lock: the three range tables and used_bytes. Each table is
+ * sorted by va and has no overlaps. */
+static pthread_mutex_t mem_lock = PTHREAD_MUTEX_INITIALIZER;
+typedef struct table {
+	range *v;
+	size_t n, cap;
+} table;
+static table reserved, mapped, allocs;
+static uint64_t used_bytes;
+
+/* Pinned host allocations (cuMemAllocHost), for cuMemFreeHost. */
+typedef struct host_block {
+	void *p;
+	size_t size;
+	struct host_block *next;
+} host_block;
+static host_block *host_blocks; /* guarded by mem_lock */
+
+static size_t find_index(const table *t, uintptr_t va)
+{
+	/* first entry whose va is > va, minus one: the candidate container */
+	size_t lo = 0, hi = t->n;
+	while (lo < hi) {
+		size_t mid = (lo + hi) / 2;
+		if (t->v[mid].va <= va)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo; /* insertion point */
+}
+
+static range *containing(const table *t, uintptr_t va)
+{
+	size_t i = find_index(t, va);
+	if (i == 0)
+		return NULL;
+	range *r = &t->v[i - 1];
+	return va < r->va + r->size ? r : NULL;
+}
+
+static bool overlaps(const table *t, uintptr_t va, size_t size)
+{
+	size_t i = find_index(t, va);
+	if (i > 0 && t->v[i - 1].va + t->v[i - 1].size > va)
+		return true;
+	return i < t->n && t->v[i].va < va + size;
+}
+
+static int insert(table *t, range r)
+{
+	if (t->n == t->cap) {
+		size_t cap = t->cap ? t->cap * 2 : 64;
+		range *v = realloc(t->v, cap * sizeof(*v));
+		if (!v)
+			return -ENOMEM;
+		t->v = v;
+		t->cap = cap;
+	}
+	size_t i = find_index(t, r.va);
+	memmove(&t->v[i + 1], &t->v[i], (t->n - i) * sizeof(*t->v));
+	t->v[i] = r;
+	t->n++;
+	return 0;
+}
+
+static void remove_at(table *t, range *r)
+{
+	size_t i = (size_t)(r - t->v);
+	memmove(&t->v[i], &t->v[i + 1], (t->n - i - 1) * sizeof(*t->v));
+	t->n--;
+}
+
+uint64_t sc_mem_physical_bytes(void)
+{
+	pthread_mutex_lock(&mem_lock);
+	uint64_t b = used_bytes;
+	pthread_mutex_unlock(&mem_lock);
+	return b;
+}
+
+/* Whether [p, p+n) is accessible device memory; mem_lock held. */
+static bool is_device_locked(uintptr_t p, size_t n)
+{
+	if (n == 0)
+		n = 1;
+	if (p + n < p)
+		return false;
+	range *a = containing(&allocs, p);
+	if (a)
+		return p + n <= a->va + a->size;
+	/* May span several adjacent mappings. */
+	while (n) {
+		range *m = containing(&mapped, p);
+		if (!m || !m->accessible)
+			return false;
+		size_t in = m->va + m->size - p;
+		if (in >= n)
+			return true;
+		p += in;
+		n -= in;
+	}
+	return true;
+}
+
+bool sc_mem_is_device(uintptr_t p, size_t n)
+{
+	pthread_mutex_lock(&mem_lock);
+	bool ok = is_device_locked(p, n);
+	pthread_mutex_unlock(&mem_lock);
+	return ok;
+}
+
+static size_t round_up(size_t v, size_t to)
+{
+	return (v + to - 1) / to * to;
+}
+
+/* ---- VMM ---------------------------------------------------------------- */
+
+SC_EXPORT CUresult cuMemGetAllocationGranularity(size_t *gran, const CUmemAllocationProp *prop,
+						  CUmemAllocationGranularity_flags option)
+{
+	(void)option;
+	if (!gran || !prop)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (prop->type != CU_MEM_ALLOCATION_TYPE_PINNED || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult r = sc_check_device(prop->location.id);
+	if (r)
+		return r;
+	*gran = SC_GRANULARITY;
+	return CUDA_SUCCESS;
+}
+
+SC_EXPORT CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment,
+				       CUdeviceptr addr, unsigned long long flags)
+{
+	SC_API();
+	(void)flags;
+	if (!ptr || size == 0 || size % SC_GRANULARITY)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult r = sc_check_init();
+	if (r)
+		return r;
+	if (alignment == 0)
+		alignment = SC_GRANULARITY;
+	if (alignment & (alignment - 1))
+		return CUDA_ERROR_INVALID_VALUE;
+
+	void *p = MAP_FAILED;
+	const int mflags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE;
+	if (addr && addr % alignment == 0)
+		p = mmap((void *)addr, size, PROT_NONE, mflags | MAP_FIXED_NOREPLACE, -1, 0);
+	if (p == MAP_FAILED) {
+		/* Over-reserve, then trim to the alignment asked for. */
+		size_t span = size + alignment;
+		void *q = mmap(NULL, span, PROT_NONE, mflags, -1, 0);
+		if (q == MAP_FAILED)
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		uintptr_t base = round_up((uintptr_t)q, alignment);
+		if (base > (uintptr_t)q)
+			munmap(q, base - (uintptr_t)q);
+		uintptr_t end = (uintptr_t)q + span;
+		if (end > base + size)
+			munmap((void *)(base + size), end - (base + size));
+		p = (void *)base;
+	}
+	pthread_mutex_lock(&mem_lock);
+	int e = insert(&reserved, (range){ .va = (uintptr_t)p, .size = size, .kind = RANGE_RESERVED });
+	pthread_mutex_unlock(&mem_lock);
+	if (e) {
+		munmap(p, size);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	*ptr = (CUdeviceptr)p;
+	return CUDA_SUCCESS;
+}
+
+SC_EXPORT CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size)
+{
+	SC_API();
+	CUresult r = CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&mem_lock);
+	range *res = containing(&reserved, ptr);
+	if (res && res->va == ptr && res->size == size) {
+		if (overlaps(&mapped, ptr, size)) {
+			r = CUDA_ERROR_INVALID_VALUE; /* still mapped */
+		} else {
+			munmap((void *)ptr, size);
+			remove_at(&reserved, res);
+			r = CUDA_SUCCESS;
+		}
+	}
+	pthread_mutex_unlock(&mem_lock);
+	return r;
+}
+
+static void phys_put_locked(phys *ph)
+{
+	if (ph->handle_refs == 0 && ph->maps == 0) {
+		used_bytes -= ph->size;
+		close(ph->fd);
+		free(ph);
+	}
+}
+
+static CUresult phys_new_locked(int fd, size_t size, const CUmemAllocationProp *prop, phys **out)
+{
+	if (used_bytes + size > SC_TOTAL_MEM)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	phys *ph = calloc(1, sizeof(*ph));
+	if (!ph)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	ph->fd = fd;
+	ph->size = size;
+	ph->handle_refs = 1;
+	ph->prop = *prop;
+	used_bytes += size;
+	*out = ph;
+	return CUDA_SUCCESS;
+}
+
+SC_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
+			       const CUmemAllocationProp *prop, unsigned long long flags)
+{
+	SC_API();
+	if (!handle || !prop || flags || size == 0 || size % SC_GRANULARITY)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (prop->type != CU_MEM_ALLOCATION_TYPE_PINNED || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult r = sc_check_device(prop->location.id);
+	if (r)
+		return r;
+	if (prop->requestedHandleTypes & ~(CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR | CU_MEM_HANDLE_TYPE_NONE))
+		return CUDA_ERROR_NOT_SUPPORTED;
+
+	int fd = memfd_create(MEMFD_NAME, MFD_CLOEXEC);
+	if (fd < 0)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	if (ftruncate(fd, (off_t)size) != 0) {
+		close(fd);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	phys *ph = NULL;
+	pthread_mutex_lock(&mem_lock);
+	r = phys_new_locked(fd, size, prop, &ph);
+	pthread_mutex_unlock(&mem_lock);
+	if (r) {
+		close(fd);
+		return r;
+	}
+	*handle = (CUmemGenericAllocationHandle)(uintptr_t)ph;
+	return CUDA_SUCCESS;
+}
+
+SC_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
+{
+	SC_API();
+	phys *ph = (phys *)(uintptr_t)handle;
+	if (!ph)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&mem_lock);
+	CUresult r = CUDA_ERROR_INVALID_VALUE;
+	if (ph->handle_refs > 0) {
+		ph->handle_refs--;
+		phys_put_locked(ph);
+		r = CUDA_SUCCESS;
+	}
+	pthread_mutex_unlock(&mem_lock);
+	return r;
+}
+
+SC_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
+			    CUmemGenericAllocationHandle handle, unsigned long long flags)
+{
+	SC_API();
+	phys *ph = (phys *)(uintptr_t)handle;
+	if (!ph || flags || size == 0 || size % SC_GRANULARITY || offset % SC_GRANULARITY ||
+	    ptr % SC_GRANULARITY)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult r = CUDA_SUCCESS;
+	pthread_mutex_lock(&mem_lock);
+	range *res = containing(&reserved, ptr);
+	if (ph->handle_refs <= 0 || offset > ph->size || size > ph->size - offset)
+		r = CUDA_ERROR_INVALID_VALUE;
+	else if (!res || ptr + size > res->va + res->size)
+		r = CUDA_ERROR_INVALID_VALUE;
+	else if (overlaps(&mapped, ptr, size))
+		r = CUDA_ERROR_ALREADY_MAPPED;
+	if (r == CUDA_SUCCESS) {
+		void *p = mmap((void *)ptr, size, PROT_NONE, MAP_SHARED | MAP_FIXED, ph->fd, (off_t)offset);
+		if (p == MAP_FAILED) {
+			r = CUDA_ERROR_OUT_OF_MEMORY;
+		} else if (insert(&mapped, (range){ .va = ptr, .size = size, .kind = RANGE_MAPPED, .ph = ph })) {
+			mmap((void *)ptr, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
+			r = CUDA_ERROR_OUT_OF_MEMORY;
+		} else {
+			ph->maps++;
+		}
+	}
+	pthread_mutex_unlock(&mem_lock);
+	return r;
+}
+
+SC_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
+{
+	SC_API();
+	if (size == 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult r = CUDA_SUCCESS;
+	pthread_mutex_lock(&mem_lock);
+	/* The range must be made of whole mappings. */
+	uintptr_t p = ptr, end = ptr + size;
+	while (p < end) {
+		range *m = containing(&mapped, p);
+		if (!m || m->va != p || m->va + m->size > end) {
+			r = CUDA_ERROR_INVALID_VALUE;
+			break;
+		}
+		p += m->size;
+	}
+	if (r == CUDA_SUCCESS) {
+		mmap((void *)ptr, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
+		for (p = ptr; p < end;) {
+			range *m = containing(&mapped, p);
+			phys *ph = m->ph;
+			p += m->size;
+			remove_at(&mapped, m);
+			ph->maps--;
+			phys_put_locked(ph);
+		}
+	}
+	pthread_mutex_unlock(&mem_lock);
+	return r;
+}
+
+SC_EXPORT CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count)
+{
+	SC_API();
+	if (!desc || count == 0 || size == 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	int prot = PROT_NONE;
+	for (size_t i = 0; i < count; i++) {
+		if (desc[i].location.type != CU_MEM_LOCATION_TYPE_DEVICE || sc_check_device(desc[i].location.id))
+			return CUDA_ERROR_INVALID_DEVICE;
+		if (desc[i].flags == CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
+			prot = PROT_READ | PROT_WRITE;
+		else if (desc[i].flags == CU_MEM_ACCESS_FLAGS_PROT_READ && prot == PROT_NONE)
+			prot = PROT_READ;
+	}
+	CUresult r = CUDA_SUCCESS;
+	pthread_mutex_lock(&mem_lock);
+	uintptr_t p = ptr, end = ptr + size;
+	while (p < end) {
+		range *m = containing(&mapped, p);
+		if (!m) {
+			r = CUDA_ERROR_INVALID_VALUE;
+			break;
+		}
+		p = m->va + m->size;
+	}
+	if (r == CUDA_SUCCESS && mprotect((void *)ptr, size, prot) != 0)
+		r = CUDA_ERROR_INVALID_VALUE;
+	if (r == CUDA_SUCCESS) {
+		for (p = ptr; p < end;) {
+			range *m = containing(&mapped, p);
+			m->accessible = prot & PROT_READ;
+			p = m->va + m->size;
+		}
+	}
+	pthread_mutex_unlock(&mem_lock);
+	return r;
+}
+
+SC_EXPORT CUresult cuMemGetAccess(unsigned long long *flags, const CUmemLocation *loc, CUdeviceptr ptr)
+{
+	if (!flags || !loc)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&mem_lock);
+	range *m = containing(&mapped, ptr);
+	CUresult r = m ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+	if (m)
+		*flags = m->accessible ? CU_MEM_ACCESS_FLAGS_PROT_READWRITE : CU_MEM_ACCESS_FLAGS_PROT_NONE;
+	pthread_mutex_unlock(&mem_lock);
+	return r;
+}
+
+SC_EXPORT CUresult cuMemExportToShareableHandle(void *shareable, CUmemGenericAllocationHandle handle,
+						CUmemAllocationHandleType type, unsigned long long flags)
+{
+	SC_API();
+	phys *ph = (phys *)(uintptr_t)handle;
+	if (!shareable || !ph || flags)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	CUresult r = CUDA_SUCCESS;
+	pthread_mutex_lock(&mem_lock);
+	if (ph->handle_refs <= 0)
+		r = CUDA_ERROR_INVALID_VALUE;
+	else if (!(ph->prop.requestedHandleTypes & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR))
+		r = CUDA_ERROR_INVALID_VALUE; /* the driver refuses too */
+	int fd = r ? -1 : fcntl(ph->fd, F_DUPFD_CLOEXEC, 0);
+	pthread_mutex_unlock(&mem_lock);
+	if (r)
+		return r;
+	if (fd < 0)
+		return CUDA_ERROR_OPERATING_SYSTEM;
+	/* The exported fd is the caller's; it is not close-on-exec. */
+	fcntl(fd, F_SETFD, 0);
+	*(int *)shareable = fd;
+	return CUDA_SUCCESS;
+}
+
+static bool is_simcuda_memfd(int fd)
+{
+	char link[64], target[128];
+	snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+	ssize_t n = readlink(link, target, sizeof(target) - 1);
+	if (n < 0)
+		return false;
+	target[n] = 0;
+	return strncmp(target, "/memfd:" MEMFD_NAME, strlen("/memfd:" MEMFD_NAME)) == 0;
+}
+
+SC_EXPORT CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle, void *os_handle,
+						  CUmemAllocationHandleType type)
+{
+	SC_API();
+	if (!handle)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	CUresult r = sc_check_init();
+	if (r)
+		return r;
+	int src = (int)(intptr_t)os_handle;
+	struct stat st;
+	if (src < 0 || fstat(src, &st) != 0 || !is_simcuda_memfd(src) || st.st_size <= 0 ||
+	    (uint64_t)st.st_size % SC_GRANULARITY)
+		return CUDA_ERROR_INVALID_VALUE;
+	int fd = fcntl(src, F_DUPFD_CLOEXEC, 0);
+	if (fd < 0)
+		return CUDA_ERROR_OPERATING_SYSTEM;
+	CUmemAllocationProp prop = {
+		.type = CU_MEM_ALLOCATION_TYPE_PINNED,
+		.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+		.location = { .type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0 },
+	};
+	phys *ph = NULL;
+	pthread_mutex_lock(&mem_lock);
+	r = phys_new_locked(fd, (size_t)st.st_size, &prop, &ph);
+	pthread_mutex_unlock(&mem_lock);
+	if (r) {
+		close(fd);
+		return r;
+	}
+	*handle = (CUmemGenericAllocationHandle)(uintptr_t)ph;
+	return CUDA_SUCCESS;
+}
+
+SC_EXPORT CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp *prop,
+							  CUmemGenericAllocationHandle handle)
+{
+	phys *ph = (phys *)(uintptr_t)handle;
+	if (!prop || !ph)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&mem_lock);
+	*prop = ph->prop;
+	pthread_mutex_unlock(&mem_lock);
+	return CUDA_SUCCESS;
+}
+
+SC_EXPORT CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle, void *addr)
+{
+	if (!handle)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&mem_lock);
+	range *m = containing(&mapped, (uintptr_t)addr);
+	if (m) {
+		m->ph->handle_refs++;
+		*handle = (CUmemGenericAllocationHandle)(uintptr_t)m->ph;
+	}
+	pthread_mutex_unlock(&mem_lock);
+	return m ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+/* ---- cuMemAlloc family -------------------------------------------------- */
+
+static CUresult alloc_device(CUdeviceptr *dptr, size_t bytes)
+{
+	if (!dptr || bytes == 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult r = sc_ctx_require();
+	if (r)
+		return r;
+	size_t size = round_up(bytes, PAGE);
+	pthread_mutex_lock(&mem_lock);
+	bool room = used_bytes + size <= SC_TOTAL_MEM;
+	if (room)
+		used_bytes += size;
+	pthread_mutex_unlock(&mem_lock);
+	if (!room)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	pthread_mutex_lock(&mem_lock);
+	int e = p == MAP_FAILED ? -ENOMEM
+				: insert(&allocs, (range){ .va = (uintptr_t)p, .size = size, .kind = RANGE_ALLOC,
+							   .accessible = true });
+	if (e)
+		used_bytes -= size;
+	pthread_mutex_unlock(&mem_lock);
+	if (e) {
+		if (p != MAP_FAILED)
+			munmap(p, size);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	*dptr = (CUdeviceptr)p;
+	return CUDA_SUCCESS;
+}
+
+SC_EXPORT CUresult cuMemAlloc(CUdeviceptr *dptr, size_t bytes)
+{
+	SC_API();
+	return alloc_device(dptr, bytes);
+}
+
+SC_EXPORT CUresult cuMemAllocPitch(CUdeviceptr *dptr, size_t *pitch, size_t width, size_t height,
+				   unsigned int elem)
+{
+	SC_API();
+	if (!pitch || width == 0 || height == 0 || (elem != 4 && elem != 8 && elem != 16))
+		return CUDA_ERROR_INVALID_VALUE;
+	size_t p = round_up(width, 512);
+	CUresult r = alloc_device(dptr, p * height);
+	if (r == CUDA_SUCCESS)
+		*pitch = p;
+	return r;
+}
+
+static CUresult free_device(CUdeviceptr dptr)
+{
+	pthread_mutex_lock(&mem_lock);
+	range *a = containing(&allocs, dptr);
+	CUresult r = CUDA_ERROR_INVALID_VALUE;
+	if (a && a->va == dptr) {
+		munmap((void *)a->va, a->size);
+		used_bytes -= a->size;
+		remove_at(&allocs, a);
+		r = CUDA_SUCCESS;
+	}
+	pthread_mutex_unlock(&mem_lock);
+	return r;
+}
+
+SC_EXPORT CUresult cuMemFree(CUdeviceptr dptr)
+{
+	SC_API();
+	if (dptr == 0)
+		return CUDA_SUCCESS;
+	/* cuMemFree synchronises: work in flight may still use the memory. */
+	sc_streams_drain();
+	return free_device(dptr);
+}
+
+SC_EXPORT CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytes, CUstream stream)
+{
+	SC_API();
+	(void)stream; /* available at once, which is within stream order */
+	return alloc_device(dptr, bytes);
+}
+
+static void free_task(void *arg)
+{
+	free_device(*(CUdeviceptr *)arg);
+}
+
+SC_EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream stream)
+{
+	SC_API();
+	if (!sc_mem_is_device(dptr, 1))
+		return CUDA_ERROR_INVALID_VALUE;
+	return sc_stream_submit(stream, free_task, &dptr, sizeof(dptr));
+}
+
+SC_EXPORT CUresult cuMemGetInfo(size_t *free_bytes, size_t *total)
+{
+	if (!free_bytes || !total)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult r = sc_ctx_require();
+	if (r)
+		return r;
+	uint64_t used = sc_mem_physical_bytes();
+	*total = SC_TOTAL_MEM;
+	*free_bytes = SC_TOTAL_MEM - used;
+	return CUDA_SUCCESS;
+}
+
+SC_EXPORT CUresult cuMemGetAddressRange(CUdeviceptr *base, size_t *size, CUdeviceptr dptr)
+{
+	pthread_mutex_lock(&mem_lock);
+	range *a = containing(&allocs, dptr);
+	if (!a)
+		a = containing(&mapped, dptr);
+	if (a) {
+		if (base)
+			*base = a->va;
+		if (size)
+			*size = a->size;
+	}
+	pthread_mutex_unlock(&mem_lock);
+	return a ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
+}
+
+/* ---- pinned host memory ------------------------------------------------- */
+
+SC_EXPORT CUresult cuMemHostAlloc(void **pp, size_t bytes, unsigned int flags)
+{
+	(void)flags;
+	if (!pp || bytes == 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult r = sc_ctx_require();
+	if (r)
+		return r;
+	host_block *b = malloc(sizeof(*b));
+	if (!b)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	b->size = round_up(bytes, PAGE);
+	b->p = mmap(NULL, b->size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (b->p == MAP_FAILED) {
+		free(b);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	pthread_mutex_lock(&mem_lock);
+	b->next = host_blocks;
+	host_blocks = b;
+	pthread_mutex_unlock(&mem_lock);
+	*pp = b->p;
+	return CUDA_SUCCESS;
+}
+
+SC_EXPORT CUresult cuMemAllocHost(void **pp, size_t bytes)
+{
+	return cuMemHostAlloc(pp, bytes, 0);
+}
+
+SC_EXPORT CUresult cuMemFreeHost(void *p)
+{
+	pthread_mutex_lock(&mem_lock);
+	host_block **pb = &host_blocks, *b = NULL;
+	for (; *pb; pb = &(*pb)->next) {
+		if ((*pb)->p == p) {
+			b = *pb;
+			*pb = b->next;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&mem_lock);
+	if (!b)
+		return CUDA_ERROR_INVALID_VALUE;
+	munmap(b->p, b->size);
+	free(b);
+	return CUDA_SUCCESS;
+}
+
+SC_EXPORT CUresult cuMemHostRegister(void *p, size_t bytes, unsigned int flags)
+{
+	(void)flags;
+	return (p && bytes) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+SC_EXPORT CUresult cuMemHostUnregister(void *p)
+{
+	return p ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+/* ---- copies and sets ---------------------------------------------------- */
+
+typedef struct copy_args {
+	void *dst;
+	const void *src;
+	size_t n;
+} copy_args;
+
+static void copy_task(void *arg)
+{
+	copy_args *c = arg;
+	memmove(c->dst, c->src, c->n);
+}
+
+typedef struct set_args {
+	void *dst;
+	uint32_t value;
+	unsigned width;
+	size_t count;
+} set_args;
+
+static void set_task(void *arg)
+{
+	set_args *s = arg;
+	if (s->width == 1) {
+		memset(s->dst, (int)(s->value & 0xff), s->count);
+	} else if (s->width == 2) {
+		uint16_t v = (uint16_t)s->value, *d = s->dst;
+		for (size_t i = 0; i < s->count; i++)
+			d[i] = v;
+	} else {
+		uint32_t *d = s->dst;
+		for (size_t i = 0; i < s->count; i++)
+			d[i] = s->value;
+	}
+}
+
+/* Checks the device side(s) of a copy; a side that is not device memory is
+ * host memory, which the caller vouches for. */
+static CUresult check_copy(uintptr_t dst, bool dst_dev, uintptr_t src, bool src_dev, size_t n)
+{
+	if (n == 0)
+		return CUDA_SUCCESS;
+	if (!dst || !src)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (dst_dev && !sc_mem_is_device(dst, n))
+		return CUDA_ERROR_INVALID_VALUE;
+	if (src_dev && !sc_mem_is_device(src, n))
+		return CUDA_ERROR_INVALID_VALUE;
+	return CUDA_SUCCESS;
+}
+
+static CUresult copy(uintptr_t dst, bool dst_dev, uintptr_t src, bool src_dev, size_t n, CUstream s,
+		     bool async)
+{
+	CUresult r = sc_ctx_require();
+	if (r)
+		return r;
+	r = check_copy(dst, dst_dev, src, src_dev, n);
+	if (r || n == 0)
+		return r;
+	copy_args c = { (void *)dst, (const void *)src, n };
+	if (async)
+		return sc_stream_submit(s, copy_task, &c, sizeof(c));
+	/* A synchronous copy is ordered after all earlier work. */
+	sc_streams_drain();
+	copy_task(&c);
+	return CUDA_SUCCESS;
+}
+
+static CUresult set(CUdeviceptr dst, uint32_t value, unsigned width, size_t count, CUstream s, bool async)
+{
+	CUresult r = sc_ctx_require();
+	if (r)
+		return r;
+	if (count == 0)
+		return CUDA_SUCCESS;
+	if (dst % width || count > SIZE_MAX / width || !sc_mem_is_device(dst, count * width))
+		return CUDA_ERROR_INVALID_VALUE;
+	set_args a = { (void *)dst, value, width, count };
+	if (async)
+		return sc_stream_submit(s, set_task, &a, sizeof(a));
+	sc_streams_drain();
+	set_task(&a);
+	return CUDA_SUCCESS;
+}
+
+static bool any_device(uintptr_t p)
+{
+	return sc_mem_is_device(p, 1);
+}
+
+#define COPY_API(name, params, dst, dd, src, sd, n, s, async)                 \
+	SC_EXPORT CUresult name params                                        \
+	{                                                                     \
+		SC_API();                                                     \
+		return copy((uintptr_t)(dst), dd, (uintptr_t)(src), sd, n, s, async); \
+	}
+
+COPY_API(cuMemcpyHtoD_v2, (CUdeviceptr d, const void *h, size_t n), d, true, h, false, n, 0, false)
+COPY_API(cuMemcpyDtoH_v2, (void *h, CUdeviceptr d, size_t n), h, false, d, true, n, 0, false)
+COPY_API(cuMemcpyDtoD_v2, (CUdeviceptr d, CUdeviceptr s, size_t n), d, true, s, true, n, 0, false)
+COPY_API(cuMemcpy, (CUdeviceptr d, CUdeviceptr s, size_t n), d, any_device(d), s, any_device(s), n, 0, false)
+COPY_API(cuMemcpyHtoDAsync_v2, (CUdeviceptr d, const void *h, size_t n, CUstream st), d, true, h, false, n, st, true)
+COPY_API(cuMemcpyDtoHAsync_v2, (void *h, CUdeviceptr d, size_t n, CUstream st), h, false, d, true, n, st, true)
+COPY_API(cuMemcpyDtoDAsync_v2, (CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st), d, true, s, true, n, st, true)
+COPY_API(cuMemcpyAsync, (CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st), d, any_device(d), s,
+	 any_device(s), n, st, true)
+/* Per-thread default stream variants: simcuda's default stream already
+ * orders against every stream, which is stricter than per-thread. */
+COPY_API(cuMemcpyHtoD_v2_ptds, (CUdeviceptr d, const void *h, size_t n), d, true, h, false, n, 0, false)
+COPY_API(cuMemcpyDtoH_v2_ptds, (void *h, CUdeviceptr d, size_t n), h, false, d, true, n, 0, false)
+COPY_API(cuMemcpyDtoD_v2_ptds, (CUdeviceptr d, CUdeviceptr s, size_t n), d, true, s, true, n, 0, false)
+COPY_API(cuMemcpy_ptds, (CUdeviceptr d, CUdeviceptr s, size_t n), d, any_device(d), s, any_device(s), n, 0, false)
+COPY_API(cuMemcpyHtoDAsync_v2_ptsz, (CUdeviceptr d, const void *h, size_t n, CUstream st), d, true, h, false, n, st, true)
+COPY_API(cuMemcpyDtoHAsync_v2_ptsz, (void *h, CUdeviceptr d, size_t n, CUstream st), h, false, d, true, n, st, true)
+COPY_API(cuMemcpyDtoDAsync_v2_ptsz, (CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st), d, true, s, true, n, st, true)
+COPY_API(cuMemcpyAsync_ptsz, (CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st), d, any_device(d), s,
+	 any_device(s), n, st, true)
+
+#define SET_API(name, vtype, width, async, ...)                               \
+	SC_EXPORT CUresult name(CUdeviceptr d, vtype v, size_t n __VA_ARGS__) \
+	{                                                                     \
+		SC_API();                                                     \
+		return set(d, v, width, n, SC_STREAM_ARG, async);             \
+	}
+
+#define SC_STREAM_ARG 0
+SET_API(cuMemsetD8_v2, unsigned char, 1, false)
+SET_API(cuMemsetD16_v2, unsigned short, 2, false)
+SET_API(cuMemsetD32_v2, unsigned int, 4, false)
+SET_API(cuMemsetD8_v2_ptds, unsigned char, 1, false)
+SET_API(cuMemsetD16_v2_ptds, unsigned short, 2, false)
+SET_API(cuMemsetD32_v2_ptds, unsigned int, 4, false)
+#undef SC_STREAM_ARG
+#define SC_STREAM_ARG st
+SET_API(cuMemsetD8Async, unsigned char, 1, true, , CUstream st)
+SET_API(cuMemsetD16Async, unsigned short, 2, true, , CUstream st)
+SET_API(cuMemsetD32Async, unsigned int, 4, true, , CUstream st)
+SET_API(cuMemsetD8Async_ptsz, unsigned char, 1, true, , CUstream st)
+SET_API(cuMemsetD16Async_ptsz, unsigned short, 2, true, , CUstream st)
+SET_API(cuMemsetD32Async_ptsz, unsigned int, 4, true, , CUstream st)
+#undef SC_STREAM_ARG
