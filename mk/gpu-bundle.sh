@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Fills a self-contained folder for a GPU machine that has the NVIDIA driver
+# and CUDA but no package registry: CRIU with the shared libraries it needs
+# beyond glibc, and the GPU tests with the programs they run.
+#
+#   mk/gpu-bundle.sh BUNDLE CRIU TEST_SCRIPT...
+# (the GPU test programs are already built into BUNDLE/progs by make)
+set -euo pipefail
+bundle=$1 criu=$2
+shift 2
+
+rm -rf "$bundle/bin" "$bundle/lib" "$bundle/libexec" "$bundle/tests"
+mkdir -p "$bundle/bin" "$bundle/lib" "$bundle/libexec" "$bundle/tests"
+
+# glibc's own libraries are the GPU machine's; everything else travels.
+install -m 0755 "$criu" "$bundle/libexec/criu"
+ldd "$criu" | awk '/=> \// { print $3 }' | while read -r lib; do
+	case $(basename "$lib") in
+	libc.so.* | libm.so.* | libpthread.so.* | libdl.so.* | librt.so.* | libresolv.so.* | ld-linux*) ;;
+	*) cp -L "$lib" "$bundle/lib/" ;;
+	esac
+done
+cat >"$bundle/bin/criu" <<'WRAP'
+#!/bin/sh
+# CRIU with the libraries carried in this bundle.
+here=$(cd "$(dirname "$0")/.." && pwd)
+LD_LIBRARY_PATH=$here/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} exec "$here/libexec/criu" "$@"
+WRAP
+chmod 0755 "$bundle/bin/criu"
+
+for t in "$@"; do
+	install -m 0755 "$t" "$bundle/tests/$(basename "${t%.sh}")"
+done
+for p in "$bundle"/progs/*; do
+	[ -x "$p" ] && install -m 0755 "$p" "$bundle/tests/"
+done
+
+cat >"$bundle/run-checks" <<'RUN'
+#!/usr/bin/env bash
+# Runs the GPU suite of this bundle and reports TAP, through prove where
+# the machine has it, else through a minimal runner with the same verdict.
+here=$(cd "$(dirname "$0")" && pwd)
+export PHOS_CRIU=$here/bin/criu PHOS_BUNDLE=$here
+tests=("$here"/tests/*)
+if command -v prove >/dev/null 2>&1; then
+	exec prove "$@" "${tests[@]}"
+fi
+failed=0
+for t in "${tests[@]}"; do
+	out=$("$t" 2>&1)
+	rc=$?
+	printf '%s\n' "$out" | sed "s|^|$(basename "$t"): |"
+	plan=$(printf '%s\n' "$out" | grep -m1 -E '^1\.\.[0-9]+' | cut -d. -f3 | cut -d' ' -f1)
+	nok=$(printf '%s\n' "$out" | grep -c '^ok ')
+	bad=$(printf '%s\n' "$out" | grep -c '^not ok ')
+	if [ "$rc" != 0 ] || [ -z "$plan" ] || [ "$bad" != 0 ] || [ "$nok" != "$plan" ]; then
+		echo "$(basename "$t") .. FAILED (exit $rc, plan ${plan:-none}, $nok ok, $bad not ok)"
+		failed=1
+	else
+		echo "$(basename "$t") .. ok"
+	fi
+done
+if [ $failed = 0 ]; then echo "All tests successful."; echo "Result: PASS"; else echo "Result: FAIL"; fi
+exit $failed
+RUN
+chmod 0755 "$bundle/run-checks"
+size=$(du -sm "$bundle" | cut -f1)
+if [ "$size" -gt 64 ]; then
+	echo "gpu-bundle: $bundle is $size MiB, over the 64 MiB limit" >&2
+	exit 1
+fi
