@@ -38,7 +38,7 @@ NVCC_ARCH := -gencode=arch=compute_90,code=sm_90 -gencode=arch=compute_90,code=c
 .PHONY: all check deps install gpu-bundle check-gpu clean
 .DELETE_ON_ERROR:
 
-all: simcuda tests
+all: simcuda image-format tests
 
 # ---- tests/simcuda: the software CUDA driver --------------------------------
 
@@ -64,6 +64,28 @@ $(SIMCUDA_LIB): $(SIMCUDA_OBJ) $(BUILD)/simcuda/stubs.o
 
 $(BUILD)/simcuda/libcuda.so: $(SIMCUDA_LIB)
 	ln -sf libcuda.so.1 $@
+
+# ---- image-format: libphosimg and phos-image -----------------------------------
+
+IMG_SRC := $(filter-out image-format/phos-image.c,$(wildcard image-format/*.c))
+IMG_OBJ := $(IMG_SRC:image-format/%.c=$(BUILD)/image-format/%.o)
+LIBPHOSIMG := $(BUILD)/libphosimg.a
+IMG_LIBS := -luring -llz4 -lxxhash -lpthread
+PHOS_IMAGE := $(BUILD)/phos-image
+
+.PHONY: image-format
+image-format: $(LIBPHOSIMG) $(PHOS_IMAGE)
+
+$(BUILD)/image-format/%.o: image-format/%.c $(wildcard image-format/*.h)
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) $(XCFLAGS) $(CFLAGS) -Iimage-format -c -o $@ $<
+
+$(LIBPHOSIMG): $(IMG_OBJ)
+	rm -f $@
+	$(AR) rcs $@ $^
+
+$(PHOS_IMAGE): image-format/phos-image.c $(LIBPHOSIMG)
+	$(CC) $(CPPFLAGS) $(XCFLAGS) $(CFLAGS) -Iimage-format -o $@ $< $(LIBPHOSIMG) $(XLDFLAGS) $(LDFLAGS) $(IMG_LIBS)
 
 # ---- kernels for the simcuda tests, built by nvcc -----------------------------
 
@@ -93,10 +115,10 @@ TEST_BIN := $(TEST_C:tests/%.c=$(BUILD)/tests/%) $(TEST_SH:tests/%.sh=$(BUILD)/t
 .PHONY: tests
 tests: $(TEST_BIN) $(KERNELS)
 
-$(BUILD)/tests/%: tests/%.c tests/tap.h tests/simcuda/simcuda.h $(SIMCUDA_LIB)
+$(BUILD)/tests/%: tests/%.c tests/tap.h tests/simcuda/simcuda.h $(SIMCUDA_LIB) $(LIBPHOSIMG)
 	@mkdir -p $(@D)
-	$(CC) $(CPPFLAGS) $(XCFLAGS) $(CFLAGS) -o $@ $< $(XLDFLAGS) $(LDFLAGS) \
-		-rdynamic -L$(BUILD)/simcuda -lcuda -Wl,-rpath,'$$ORIGIN/../simcuda' -lpthread -ldl
+	$(CC) $(CPPFLAGS) $(XCFLAGS) $(CFLAGS) -Iimage-format -o $@ $< $(LIBPHOSIMG) $(XLDFLAGS) $(LDFLAGS) \
+		-rdynamic -L$(BUILD)/simcuda -lcuda -Wl,-rpath,'$$ORIGIN/../simcuda' $(IMG_LIBS) -ldl
 
 $(BUILD)/tests/%: tests/%.sh
 	@mkdir -p $(@D)

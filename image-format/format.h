@@ -1,0 +1,147 @@
+/*
+ * On-disk constants and little-endian codecs of the phos image format
+ * (FORMAT.md), shared by the writer, the reader and the tool. Internal.
+ */
+#ifndef PHOSIMG_FORMAT_H
+#define PHOSIMG_FORMAT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "phosimg.h"
+
+#define MANIFEST_FILE "manifest.phos"
+#define INDEX_FILE "gpu.index"
+#define DATA_FILE "gpu.data"
+#define CRIU_DIR "criu"
+
+#define MANIFEST_MAGIC 0x4D534850u     /* "PHSM" */
+#define MANIFEST_END_MAGIC 0x45534850u /* "PHSE" */
+#define INDEX_MAGIC 0x58494850u        /* "PHIX" */
+#define DATA_MAGIC 0x41444850u         /* "PHDA" */
+#define ENDIAN_MARK 0x01020304u
+
+#define MANIFEST_HEADER_SIZE 32u
+#define MANIFEST_TRAILER_SIZE 24u
+#define SECTION_HEADER_SIZE 16u
+#define SECTION_CRITICAL 0x1u
+#define MANIFEST_MAX (64u << 20)
+
+enum section_type {
+	SEC_PROCESS = 1,
+	SEC_DEVICES = 2,
+	SEC_CHECKPOINT = 3,
+	SEC_PARENT = 4,
+	SEC_OBJECTS = 5,
+	SEC_INDEX = 6,
+	SEC_DATA = 7,
+	SEC_CRIU = 8,
+};
+
+#define CHECKPOINT_SECTION_SIZE 56u
+#define OBJECT_RECORD_SIZE 32u
+#define INDEX_SECTION_SIZE 32u
+#define DATA_SECTION_SIZE 16u
+#define CHECKSUM_XXH3_128 1u
+
+#define INDEX_HEADER_SIZE 32u
+#define INDEX_ENTRY_SIZE 48u
+#define INDEX_TRAILER_SIZE 16u
+
+#define DATA_HEADER_SIZE 4096u
+#define DATA_ALIGN 4096u
+
+#define ENTRY_LZ4 0x1u
+#define ENTRY_PARENT 0x2u
+#define ENTRY_KNOWN_FLAGS (ENTRY_LZ4 | ENTRY_PARENT)
+
+/* One index entry, decoded. */
+typedef struct entry {
+	uint32_t object;
+	uint32_t flags;
+	uint64_t chunk;
+	uint64_t location; /* data offset, or the parent's object id */
+	uint32_t stored_len;
+	uint32_t raw_len;
+	uint8_t hash[16];
+} entry;
+
+static inline void put16(uint8_t *p, uint16_t v)
+{
+	p[0] = (uint8_t)v;
+	p[1] = (uint8_t)(v >> 8);
+}
+
+static inline void put32(uint8_t *p, uint32_t v)
+{
+	for (int i = 0; i < 4; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static inline void put64(uint8_t *p, uint64_t v)
+{
+	for (int i = 0; i < 8; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static inline uint16_t get16(const uint8_t *p)
+{
+	return (uint16_t)(p[0] | p[1] << 8);
+}
+
+static inline uint32_t get32(const uint8_t *p)
+{
+	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static inline uint64_t get64(const uint8_t *p)
+{
+	return (uint64_t)get32(p) | (uint64_t)get32(p + 4) << 32;
+}
+
+static inline uint64_t align_up(uint64_t v, uint64_t a)
+{
+	return (v + a - 1) / a * a;
+}
+
+/* XXH3-128 of buf, stored as low64 then high64, little-endian. */
+void fmt_hash(const void *buf, size_t len, uint8_t out[16]);
+
+void fmt_encode_entry(uint8_t *p, const entry *e);
+void fmt_decode_entry(const uint8_t *p, entry *e);
+
+/* error.c: sets this thread's message and returns err (a negative errno). */
+int fmt_fail(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void fmt_clear_error(void);
+
+/* io.c: whole-file helpers that retry short transfers. */
+int fmt_write_all(int fd, const void *buf, size_t len, uint64_t off);
+int fmt_read_all(int fd, void *buf, size_t len, uint64_t off);
+/* Reads a whole small file into a malloc'd buffer of at most max bytes. */
+int fmt_slurp(int dirfd, const char *name, const char *shown, size_t max, uint8_t **buf, size_t *len);
+/* fsyncs a directory by path or fd. */
+int fmt_fsync_dir(const char *path);
+
+#endif
+
+/* manifest.c: the decoded manifest. info's pointers point into the owned
+ * arrays beside it. */
+typedef struct manifest {
+	phosimg_info info;
+	char *cmdline;
+	phosimg_device *devices;
+	phosimg_object *objects;
+	phosimg_criu_file *criu;
+	uint64_t index_size, index_entries;
+	uint8_t index_hash[16];
+	uint64_t data_size, stored_bytes;
+} manifest;
+
+/* Serialises m into a malloc'd buffer. Errors: -ENOMEM. */
+int manifest_encode(const manifest *m, uint8_t **buf, size_t *len);
+/* Parses and checks a whole manifest file; shown names it in messages.
+ * Errors: -EBADMSG, -EPROTONOSUPPORT, -ENOMEM. */
+int manifest_decode(const uint8_t *buf, size_t len, const char *shown, manifest *m);
+void manifest_free(manifest *m);

@@ -1,0 +1,221 @@
+/*
+ * libphosimg: write, read and verify phos checkpoint images.
+ *
+ * An image is a directory: manifest.phos, gpu.index, gpu.data and criu/.
+ * FORMAT.md beside this file specifies every byte of it.
+ *
+ * Every function returns 0 (or a count) on success and a negative errno on
+ * failure. When it fails because of the image (corruption, truncation, an
+ * unsupported version) or of I/O, phosimg_last_error() gives a message for
+ * people that names the file, the offset and what was wrong.
+ *
+ * Errors that mean the same thing everywhere:
+ *   -EBADMSG          the image is corrupt or truncated
+ *   -EPROTONOSUPPORT  the image has a major version this library lacks
+ *   -ENOENT           a file of the image, or a parent image, is missing
+ *   -EINVAL           a bad argument
+ *   -ENOMEM           out of memory
+ *   other             the errno of a failed system call (-ENOSPC, -EIO, …)
+ */
+#ifndef PHOSIMG_H
+#define PHOSIMG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define PHOSIMG_VERSION_MAJOR 1
+#define PHOSIMG_VERSION_MINOR 0
+
+#define PHOSIMG_CHUNK_DEFAULT (4u << 20)
+#define PHOSIMG_CHUNK_MIN (4u << 10)
+#define PHOSIMG_CHUNK_MAX (1u << 30)
+#define PHOSIMG_NAME_MAX 255      /* device name, CRIU file name */
+#define PHOSIMG_PATH_MAX 4095     /* parent path */
+#define PHOSIMG_CMDLINE_MAX 65536 /* NUL-separated argv */
+#define PHOSIMG_DEVICES_MAX 64
+#define PHOSIMG_OBJECTS_MAX (1u << 24)
+#define PHOSIMG_DEPTH_MAX 64 /* images in a parent chain, this one included */
+
+enum phosimg_protocol {
+	PHOSIMG_PROTO_STOP = 1,   /* stop the world */
+	PHOSIMG_PROTO_COW = 2,    /* copy-on-write: state at t1 */
+	PHOSIMG_PROTO_RECOPY = 3, /* recopy: state at t2 */
+};
+
+/* Object flags. */
+#define PHOSIMG_OBJ_APP_VMM 0x1u /* the application made it with cuMemCreate */
+#define PHOSIMG_OBJ_ASYNC 0x2u   /* a stream-ordered allocation */
+#define PHOSIMG_OBJ_SLAB 0x4u    /* a slab holding small allocations */
+
+typedef struct phosimg_device {
+	uint32_t ordinal;
+	uint16_t cc_major, cc_minor;
+	uint64_t total_mem;
+	uint8_t uuid[16];
+	char name[PHOSIMG_NAME_MAX + 1];
+} phosimg_device;
+
+/* A GPU memory object: one allocation's bytes. */
+typedef struct phosimg_object {
+	uint32_t id; /* its index in the image's object table */
+	uint32_t device;
+	uint64_t va;
+	uint64_t size;
+	uint32_t flags;
+} phosimg_object;
+
+/* What the checkpoint is of. */
+typedef struct phosimg_meta {
+	int32_t pid;
+	uint32_t uid, gid;
+	const char *cmdline; /* argv, each string NUL-terminated */
+	size_t cmdline_len;
+	uint32_t protocol; /* enum phosimg_protocol */
+	uint64_t t1_ns, t2_ns; /* CLOCK_REALTIME nanoseconds; 0 = none */
+	const phosimg_device *devices;
+	uint32_t device_count;
+} phosimg_meta;
+
+/* ---- writer --------------------------------------------------------------- */
+
+typedef struct phosimg_writer phosimg_writer;
+
+typedef struct phosimg_writer_opts {
+	uint32_t chunk_size; /* 0 = PHOSIMG_CHUNK_DEFAULT; a power of two */
+	bool lz4;            /* compress chunks that shrink */
+	/* Parent image for an incremental checkpoint, as stored: absolute, or
+	 * relative to the directory that will hold this image. NULL = none. */
+	const char *parent;
+} phosimg_writer_opts;
+
+/* Starts an image that will be published at `path`, which must not exist.
+ * Everything is written under a temporary name beside it (removed again by
+ * phosimg_writer_abort, or left for the next create to clear if the writer
+ * dies) and appears at `path` only when phosimg_writer_finish succeeds.
+ * Errors: -EEXIST (path exists), -EINVAL, -ENOENT (parent image or the
+ * directory missing), -EBADMSG (parent corrupt), errno of mkdir/open. */
+int phosimg_writer_create(const char *path, const phosimg_writer_opts *opts, phosimg_writer **out);
+
+/* Records the process, protocol, times and devices. The strings are copied.
+ * Errors: -EINVAL (over the limits above), -ENOMEM. */
+int phosimg_writer_set_meta(phosimg_writer *w, const phosimg_meta *meta);
+
+/* Adds an object (its id is ignored) and returns its id in *id. Objects are
+ * added before any chunk of theirs. Errors: -EINVAL (size 0), -E2BIG
+ * (too many objects), -ENOMEM. */
+int phosimg_writer_add_object(phosimg_writer *w, const phosimg_object *obj, uint32_t *id);
+
+/* Stores one chunk of object `obj`: `offset` is a multiple of the chunk
+ * size and `len` is the chunk size, or what is left of the object at its
+ * end. Safe from several threads at once; chunks come in any order. The
+ * data is read before the call returns. Errors: -EINVAL (not a chunk),
+ * -EEXIST (chunk already stored), -ENOSPC/-EIO (writing failed: the writer
+ * is then failed, and finish refuses to publish). */
+int phosimg_writer_put(phosimg_writer *w, uint32_t obj, uint64_t offset, const void *data, size_t len);
+
+/* Records that the chunk at `offset` of `obj` is unchanged since the parent
+ * image, which holds an object with the same device, VA and size; no data
+ * is written. Errors: -EINVAL, -EEXIST, -ENOENT (no parent, or no such
+ * object or chunk in it). */
+int phosimg_writer_put_unchanged(phosimg_writer *w, uint32_t obj, uint64_t offset);
+
+/* The directory CRIU's image files go into (criu dump -D). */
+const char *phosimg_writer_criu_dir(const phosimg_writer *w);
+
+/* Bytes of chunk data written so far, after compression. */
+uint64_t phosimg_writer_stored_bytes(const phosimg_writer *w);
+
+/* Checks that every chunk of every object is stored, makes the image
+ * durable (fsync) and publishes it at its path (rename). Frees w either
+ * way; on failure nothing is published and the temporary files are gone.
+ * Errors: -ENODATA (a chunk is missing), -EEXIST (path appeared), the
+ * writer's earlier error, errno of fsync/rename. */
+int phosimg_writer_finish(phosimg_writer *w);
+
+/* Discards an unpublished image and frees w. */
+void phosimg_writer_abort(phosimg_writer *w);
+
+/* ---- reader --------------------------------------------------------------- */
+
+typedef struct phosimg phosimg;
+
+typedef struct phosimg_criu_file {
+	char name[PHOSIMG_NAME_MAX + 1];
+	uint64_t size;
+	uint8_t hash[16];
+} phosimg_criu_file;
+
+/* An image's manifest, as read. */
+typedef struct phosimg_info {
+	uint16_t version_major, version_minor;
+	uint8_t uuid[16];
+	phosimg_meta meta; /* strings and devices point into the image */
+	uint64_t created_ns;
+	uint32_t chunk_size;
+	bool has_parent;
+	uint8_t parent_uuid[16];
+	char parent_path[PHOSIMG_PATH_MAX + 1];
+	const phosimg_object *objects;
+	uint32_t object_count;
+	uint64_t chunk_count;   /* index entries */
+	uint64_t parent_chunks; /* of which refer to the parent */
+	uint64_t raw_bytes;     /* sum of object sizes */
+	uint64_t stored_bytes;  /* chunk bytes in this image's gpu.data */
+	uint64_t data_file_size;
+	const phosimg_criu_file *criu_files;
+	uint32_t criu_file_count;
+	uint32_t depth; /* images in the chain: 1 without a parent */
+} phosimg_info;
+
+/* Where a chunk's bytes are. */
+typedef struct phosimg_chunk {
+	uint32_t object;
+	uint64_t index;   /* chunk number within the object */
+	uint32_t raw_len; /* bytes of the object it holds */
+	uint32_t stored_len;
+	bool lz4;
+	bool in_parent;
+	uint8_t hash[16]; /* XXH3-128 of the raw bytes */
+} phosimg_chunk;
+
+/* Opens the image at path and the chain of its parents, and checks their
+ * structure: magic numbers, versions, checksums of the manifest and index,
+ * sizes, and that every chunk of every object is there. Chunk data is
+ * checked as it is read. Errors: -ENOENT, -EBADMSG, -EPROTONOSUPPORT,
+ * -ELOOP (the parent chain is a cycle or deeper than PHOSIMG_DEPTH_MAX). */
+int phosimg_open(const char *path, phosimg **out);
+
+void phosimg_close(phosimg *img);
+
+const phosimg_info *phosimg_get_info(const phosimg *img);
+
+/* The path of the image's CRIU files. */
+const char *phosimg_criu_dir(const phosimg *img);
+
+/* Describes chunk `index` of object `obj`. Errors: -EINVAL (no such chunk). */
+int phosimg_chunk_info(const phosimg *img, uint32_t obj, uint64_t index, phosimg_chunk *out);
+
+/* Reads len bytes of object obj from offset into buf, following parents,
+ * checking each chunk's checksum. Safe from several threads at once.
+ * Errors: -EINVAL (outside the object), -EBADMSG (a chunk is corrupt),
+ * errno of read. */
+int phosimg_read(phosimg *img, uint32_t obj, uint64_t offset, void *buf, size_t len);
+
+/* Reads every chunk of the image and of its parents, every CRIU file and
+ * the padding of the data file, and checks them all. Returns 0 when the
+ * whole chain is sound; on the first fault, its error (-EBADMSG, -ENOENT…)
+ * with phosimg_last_error() describing it. */
+int phosimg_verify(phosimg *img);
+
+/* The message for the last error of this thread, or "" if none. */
+const char *phosimg_last_error(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

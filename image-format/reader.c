@@ -1,0 +1,627 @@
+/*
+ * The reader: opens an image and its parent chain, checks their structure
+ * once, then serves random reads at chunk granularity, checking each
+ * chunk's checksum as it is read.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <dirent.h>
+
+#include <lz4.h>
+#include <xxhash.h>
+
+#include "format.h"
+
+#define INDEX_MAX (1ull << 32)
+
+/* A reusable buffer for one chunk's stored bytes. */
+typedef struct scratch {
+	uint8_t *p;
+	size_t cap;
+	struct scratch *next;
+} scratch;
+
+struct phosimg {
+	char *path;
+	char *criu_path;
+	int dirfd, data_fd;
+	manifest m;
+	entry *entries;
+	uint64_t *first; /* per object: its first entry */
+	phosimg *parent;
+	pthread_mutex_t lock; /* guards pool */
+	scratch *pool;
+};
+
+static uint64_t chunks_of(uint64_t size, uint32_t chunk)
+{
+	return size / chunk + (size % chunk != 0);
+}
+
+static int cmp_location(const void *a, const void *b)
+{
+	const entry *x = *(const entry *const *)a, *y = *(const entry *const *)b;
+	return x->location < y->location ? -1 : x->location > y->location;
+}
+
+static char *join(const char *dir, const char *name)
+{
+	size_t n = strlen(dir) + strlen(name) + 2;
+	char *s = malloc(n);
+	if (s)
+		snprintf(s, n, "%s/%s", dir, name);
+	return s;
+}
+
+/* Reads and checks gpu.index against the manifest. */
+static int load_index(phosimg *img)
+{
+	char shown[PATH_MAX + 32];
+	snprintf(shown, sizeof(shown), "%s/" INDEX_FILE, img->path);
+	manifest *m = &img->m;
+	uint8_t *p;
+	size_t len;
+	int e = fmt_slurp(img->dirfd, INDEX_FILE, shown, INDEX_MAX, &p, &len);
+	if (e)
+		return e;
+	e = -EBADMSG;
+	uint8_t h[16];
+	if (len != m->index_size) {
+		fmt_fail(e, "%s: %zu bytes, the manifest says %llu", shown, len, (unsigned long long)m->index_size);
+		goto out;
+	}
+	if (len < INDEX_HEADER_SIZE + INDEX_TRAILER_SIZE || get32(p) != INDEX_MAGIC) {
+		fmt_fail(e, "%s: offset 0: not a phos index (bad magic or too short)", shown);
+		goto out;
+	}
+	uint8_t whole[16];
+	fmt_hash(p, len, whole);
+	if (memcmp(whole, m->index_hash, 16) != 0) {
+		fmt_fail(e, "%s: checksum differs from the one in the manifest", shown);
+		goto out;
+	}
+	if (get16(p + 4) != PHOSIMG_VERSION_MAJOR) {
+		fmt_fail(-EPROTONOSUPPORT, "%s: offset 4: format version %u, this reader knows %u", shown,
+			 get16(p + 4), PHOSIMG_VERSION_MAJOR);
+		e = -EPROTONOSUPPORT;
+		goto out;
+	}
+	uint32_t hsize = get32(p + 8), esize = get32(p + 12), chunk = get32(p + 24);
+	uint64_t count = get64(p + 16);
+	if (hsize < INDEX_HEADER_SIZE || esize < INDEX_ENTRY_SIZE || count != m->index_entries ||
+	    chunk != m->info.chunk_size || count > (len - hsize - INDEX_TRAILER_SIZE) / esize ||
+	    hsize + count * esize + INDEX_TRAILER_SIZE != len) {
+		fmt_fail(e, "%s: offset 8: header (size %u, entry size %u, %llu entries, chunk %u) does not fit "
+			    "the file or the manifest", shown, hsize, esize, (unsigned long long)count, chunk);
+		goto out;
+	}
+	fmt_hash(p, len - INDEX_TRAILER_SIZE, h);
+	if (memcmp(h, p + len - INDEX_TRAILER_SIZE, 16) != 0) {
+		fmt_fail(e, "%s: offset %zu: checksum mismatch", shown, len - INDEX_TRAILER_SIZE);
+		goto out;
+	}
+
+	/* Entries: sorted by (object, chunk), every chunk of every object. */
+	uint32_t nobj = m->info.object_count;
+	img->entries = malloc((count ? count : 1) * sizeof(entry));
+	img->first = malloc((nobj ? nobj : 1) * sizeof(uint64_t));
+	if (!img->entries || !img->first) {
+		e = -ENOMEM;
+		goto out;
+	}
+	uint64_t k = 0;
+	for (uint32_t o = 0; o < nobj; o++) {
+		const phosimg_object *ob = &m->objects[o];
+		uint64_t n = chunks_of(ob->size, chunk);
+		img->first[o] = k;
+		if (n > count - k) {
+			fmt_fail(e, "%s: has %llu entries, fewer than the objects' chunks", shown,
+				 (unsigned long long)count);
+			goto out;
+		}
+		for (uint64_t c = 0; c < n; c++, k++) {
+			entry *en = &img->entries[k];
+			uint64_t off = hsize + k * esize;
+			fmt_decode_entry(p + off, en);
+			uint64_t raw = c + 1 < n ? chunk : ob->size - c * (uint64_t)chunk;
+			if (en->object != o || en->chunk != c) {
+				fmt_fail(e, "%s: offset %llu: entry %llu is for object %u chunk %llu, expected object %u "
+					    "chunk %llu", shown, (unsigned long long)off, (unsigned long long)k,
+					 en->object, (unsigned long long)en->chunk, o, (unsigned long long)c);
+				goto out;
+			}
+			bool lz4 = en->flags & ENTRY_LZ4, par = en->flags & ENTRY_PARENT;
+			bool ok = (en->flags & ~ENTRY_KNOWN_FLAGS) == 0 && en->raw_len == raw &&
+				  !(lz4 && par);
+			if (par)
+				ok = ok && m->info.has_parent && en->stored_len == 0;
+			else if (lz4)
+				ok = ok && en->stored_len > 0 &&
+				     en->stored_len <= (uint32_t)LZ4_compressBound((int)(raw < INT_MAX ? raw : 0));
+			else
+				ok = ok && en->stored_len == en->raw_len;
+			if (!ok) {
+				fmt_fail(e, "%s: offset %llu: entry %llu (object %u chunk %llu) has bad flags or lengths "
+					    "(flags %#x, stored %u, raw %u of %llu)", shown, (unsigned long long)off,
+					 (unsigned long long)k, o, (unsigned long long)c, en->flags, en->stored_len,
+					 en->raw_len, (unsigned long long)raw);
+				goto out;
+			}
+			if (par)
+				m->info.parent_chunks++;
+			else
+				m->info.stored_bytes += en->stored_len;
+		}
+	}
+	if (k != count) {
+		fmt_fail(e, "%s: has %llu entries, more than the objects' %llu chunks", shown,
+			 (unsigned long long)count, (unsigned long long)k);
+		goto out;
+	}
+	m->info.chunk_count = count;
+	e = 0;
+out:
+	free(p);
+	return e;
+}
+
+/* Checks that the stored chunks tile gpu.data from its header to its end. */
+static int check_data(phosimg *img)
+{
+	char shown[PATH_MAX + 32];
+	snprintf(shown, sizeof(shown), "%s/" DATA_FILE, img->path);
+	manifest *m = &img->m;
+	img->data_fd = openat(img->dirfd, DATA_FILE, O_RDONLY | O_CLOEXEC);
+	if (img->data_fd < 0)
+		return fmt_fail(-errno, "%s: cannot open: %m", shown);
+	struct stat st;
+	if (fstat(img->data_fd, &st) != 0)
+		return fmt_fail(-errno, "%s: cannot stat: %m", shown);
+	if ((uint64_t)st.st_size != m->data_size)
+		return fmt_fail(-EBADMSG, "%s: %lld bytes, the manifest says %llu", shown, (long long)st.st_size,
+				(unsigned long long)m->data_size);
+	if (m->stored_bytes != m->info.stored_bytes)
+		return fmt_fail(-EBADMSG, "%s: the manifest says %llu chunk bytes, the index %llu", shown,
+				(unsigned long long)m->stored_bytes, (unsigned long long)m->info.stored_bytes);
+	uint8_t hdr[DATA_HEADER_SIZE];
+	int e = fmt_read_all(img->data_fd, hdr, sizeof(hdr), 0);
+	if (e)
+		return fmt_fail(e == -ENODATA ? -EBADMSG : e, "%s: offset 0: cannot read the header", shown);
+	if (get32(hdr) != DATA_MAGIC || get16(hdr + 4) != PHOSIMG_VERSION_MAJOR ||
+	    memcmp(hdr + 8, m->info.uuid, 16) != 0 || get32(hdr + 24) != m->info.chunk_size)
+		return fmt_fail(-EBADMSG, "%s: offset 0: header does not belong to this image", shown);
+	for (size_t i = 28; i < sizeof(hdr); i++)
+		if (hdr[i])
+			return fmt_fail(-EBADMSG, "%s: offset %zu: header padding is not zero", shown, i);
+
+	uint64_t n = 0, count = m->info.chunk_count;
+	const entry **v = malloc((count ? count : 1) * sizeof(*v));
+	if (!v)
+		return -ENOMEM;
+	for (uint64_t k = 0; k < count; k++)
+		if (!(img->entries[k].flags & ENTRY_PARENT))
+			v[n++] = &img->entries[k];
+	qsort(v, n, sizeof(*v), cmp_location);
+	uint64_t at = DATA_HEADER_SIZE;
+	e = 0;
+	for (uint64_t k = 0; k < n && !e; k++) {
+		if (v[k]->location != at)
+			e = fmt_fail(-EBADMSG, "%s: offset %llu: chunk %llu of object %u is stored at %llu; chunks must "
+					       "follow each other", shown, (unsigned long long)at,
+				     (unsigned long long)v[k]->chunk, v[k]->object, (unsigned long long)v[k]->location);
+		at += align_up(v[k]->stored_len, DATA_ALIGN);
+	}
+	free(v);
+	if (!e && at != m->data_size)
+		e = fmt_fail(-EBADMSG, "%s: offset %llu: chunks end here, the file at %llu", shown,
+			     (unsigned long long)at, (unsigned long long)m->data_size);
+	posix_fadvise(img->data_fd, 0, 0, POSIX_FADV_RANDOM);
+	return e;
+}
+
+static void free_one(phosimg *img)
+{
+	if (!img)
+		return;
+	if (img->dirfd >= 0)
+		close(img->dirfd);
+	if (img->data_fd >= 0)
+		close(img->data_fd);
+	manifest_free(&img->m);
+	free(img->entries);
+	free(img->first);
+	free(img->path);
+	free(img->criu_path);
+	for (scratch *s = img->pool, *n; s; s = n) {
+		n = s->next;
+		free(s->p);
+		free(s);
+	}
+	pthread_mutex_destroy(&img->lock);
+	free(img);
+}
+
+void phosimg_close(phosimg *img)
+{
+	while (img) {
+		phosimg *parent = img->parent;
+		free_one(img);
+		img = parent;
+	}
+}
+
+static int open_one(const char *path, phosimg **out)
+{
+	phosimg *img = calloc(1, sizeof(*img));
+	if (!img)
+		return -ENOMEM;
+	img->dirfd = img->data_fd = -1;
+	pthread_mutex_init(&img->lock, NULL);
+	img->path = strdup(path);
+	img->criu_path = join(path, CRIU_DIR);
+	int e = -ENOMEM;
+	if (!img->path || !img->criu_path)
+		goto fail;
+	img->dirfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (img->dirfd < 0) {
+		e = fmt_fail(-errno, "%s: cannot open the image: %m", path);
+		goto fail;
+	}
+	char shown[PATH_MAX + 32];
+	snprintf(shown, sizeof(shown), "%s/" MANIFEST_FILE, path);
+	uint8_t *p;
+	size_t len;
+	e = fmt_slurp(img->dirfd, MANIFEST_FILE, shown, MANIFEST_MAX, &p, &len);
+	if (e)
+		goto fail;
+	e = manifest_decode(p, len, shown, &img->m);
+	free(p);
+	if (e || (e = load_index(img)) || (e = check_data(img)))
+		goto fail;
+	*out = img;
+	return 0;
+fail:
+	free_one(img);
+	return e;
+}
+
+/* Resolves a parent path: absolute, or relative to the child's directory. */
+static char *parent_path(const char *child, const char *stored)
+{
+	if (stored[0] == '/')
+		return strdup(stored);
+	char *dir = strdup(child), *slash;
+	if (!dir)
+		return NULL;
+	/* The child's parent directory. */
+	size_t n = strlen(dir);
+	while (n > 1 && dir[n - 1] == '/')
+		dir[--n] = 0;
+	slash = strrchr(dir, '/');
+	const char *base = ".";
+	if (slash == dir)
+		base = "/";
+	else if (slash) {
+		*slash = 0;
+		base = dir;
+	}
+	char *s = join(base, stored);
+	free(dir);
+	return s;
+}
+
+/* Checks that every chunk img takes from its parent is there, alike. */
+static int check_parent_refs(phosimg *img)
+{
+	const phosimg *par = img->parent;
+	for (uint64_t k = 0; k < img->m.info.chunk_count; k++) {
+		const entry *e = &img->entries[k];
+		if (!(e->flags & ENTRY_PARENT))
+			continue;
+		const entry *pe = NULL;
+		if (e->location < par->m.info.object_count) {
+			uint32_t po = (uint32_t)e->location;
+			uint64_t n = chunks_of(par->m.objects[po].size, par->m.info.chunk_size);
+			if (par->m.info.chunk_size == img->m.info.chunk_size && e->chunk < n)
+				pe = &par->entries[par->first[po] + e->chunk];
+		}
+		if (!pe || pe->raw_len != e->raw_len || memcmp(pe->hash, e->hash, 16) != 0)
+			return fmt_fail(-EBADMSG, "%s/" INDEX_FILE ": offset %llu: chunk %llu of object %u refers to "
+						  "object %llu of the parent %s, which has no such chunk",
+					img->path, (unsigned long long)(INDEX_HEADER_SIZE + k * INDEX_ENTRY_SIZE),
+					(unsigned long long)e->chunk, e->object, (unsigned long long)e->location,
+					par->path);
+	}
+	return 0;
+}
+
+int phosimg_open(const char *path, phosimg **out)
+{
+	if (!path || !out)
+		return -EINVAL;
+	fmt_clear_error();
+	phosimg *head = NULL, *img = NULL;
+	int e = open_one(path, &head);
+	if (e)
+		return e;
+	img = head;
+	uint32_t depth = 1;
+	while (!e && img->m.info.has_parent) {
+		if (++depth > PHOSIMG_DEPTH_MAX) {
+			e = fmt_fail(-ELOOP, "%s: parent chain is deeper than %u images", path, PHOSIMG_DEPTH_MAX);
+			break;
+		}
+		char *pp = parent_path(img->path, img->m.info.parent_path);
+		if (!pp) {
+			e = -ENOMEM;
+			break;
+		}
+		e = open_one(pp, &img->parent);
+		if (e == -ENOENT)
+			fmt_fail(e, "%s: parent image %s is missing", img->path, pp);
+		free(pp);
+		if (e)
+			break;
+		phosimg *par = img->parent;
+		if (memcmp(par->m.info.uuid, img->m.info.parent_uuid, 16) != 0) {
+			e = fmt_fail(-EBADMSG, "%s: parent %s is another image than the one it was made from",
+				     img->path, par->path);
+			break;
+		}
+		for (phosimg *i = head; i != par && !e; i = i->parent)
+			if (memcmp(i->m.info.uuid, par->m.info.uuid, 16) == 0)
+				e = fmt_fail(-ELOOP, "%s: parent chain loops back to %s", path, i->path);
+		if (!e)
+			e = check_parent_refs(img);
+		img = par;
+	}
+	if (e) {
+		phosimg_close(head);
+		return e;
+	}
+	/* depth of each image counts itself and its ancestors */
+	for (img = head; img; img = img->parent)
+		img->m.info.depth = depth--;
+	*out = head;
+	return 0;
+}
+
+const phosimg_info *phosimg_get_info(const phosimg *img)
+{
+	return &img->m.info;
+}
+
+const char *phosimg_criu_dir(const phosimg *img)
+{
+	return img->criu_path;
+}
+
+static const entry *find(const phosimg *img, uint32_t obj, uint64_t index)
+{
+	if (obj >= img->m.info.object_count)
+		return NULL;
+	if (index >= chunks_of(img->m.objects[obj].size, img->m.info.chunk_size))
+		return NULL;
+	return &img->entries[img->first[obj] + index];
+}
+
+int phosimg_chunk_info(const phosimg *img, uint32_t obj, uint64_t index, phosimg_chunk *out)
+{
+	const entry *e = find(img, obj, index);
+	if (!e || !out)
+		return -EINVAL;
+	*out = (phosimg_chunk){ .object = obj, .index = index, .raw_len = e->raw_len,
+				.stored_len = e->stored_len, .lz4 = e->flags & ENTRY_LZ4,
+				.in_parent = e->flags & ENTRY_PARENT };
+	memcpy(out->hash, e->hash, 16);
+	return 0;
+}
+
+static scratch *scratch_get(phosimg *img, size_t need)
+{
+	pthread_mutex_lock(&img->lock);
+	scratch *s = img->pool;
+	if (s)
+		img->pool = s->next;
+	pthread_mutex_unlock(&img->lock);
+	if (!s && !(s = calloc(1, sizeof(*s))))
+		return NULL;
+	if (s->cap < need) {
+		free(s->p);
+		s->p = malloc(need);
+		s->cap = s->p ? need : 0;
+		if (!s->p) {
+			free(s);
+			return NULL;
+		}
+	}
+	return s;
+}
+
+static void scratch_put(phosimg *img, scratch *s)
+{
+	pthread_mutex_lock(&img->lock);
+	s->next = img->pool;
+	img->pool = s;
+	pthread_mutex_unlock(&img->lock);
+}
+
+/* Reads one whole chunk into out (raw_len bytes), checking everything. */
+static int read_chunk(phosimg *img, const entry *e, uint8_t *out)
+{
+	while (e->flags & ENTRY_PARENT) {
+		img = img->parent;
+		e = find(img, (uint32_t)e->location, e->chunk); /* checked at open */
+	}
+	char shown[PATH_MAX + 32];
+	uint64_t padded = align_up(e->stored_len, DATA_ALIGN);
+	bool lz4 = e->flags & ENTRY_LZ4;
+	/* Raw chunks are read straight into out; only the padding and
+	 * compressed bytes go through scratch. */
+	scratch *s = scratch_get(img, lz4 ? padded : DATA_ALIGN);
+	if (!s)
+		return -ENOMEM;
+	int err = 0;
+	if (lz4) {
+		err = fmt_read_all(img->data_fd, s->p, padded, e->location);
+	} else {
+		err = fmt_read_all(img->data_fd, out, e->stored_len, e->location);
+		if (!err)
+			err = fmt_read_all(img->data_fd, s->p, padded - e->stored_len, e->location + e->stored_len);
+	}
+	snprintf(shown, sizeof(shown), "%s/" DATA_FILE, img->path);
+	if (err) {
+		err = fmt_fail(err == -ENODATA ? -EBADMSG : err, "%s: offset %llu: cannot read chunk %llu of object %u",
+			       shown, (unsigned long long)e->location, (unsigned long long)e->chunk, e->object);
+		goto out;
+	}
+	const uint8_t *pad = lz4 ? s->p + e->stored_len : s->p;
+	for (uint64_t i = 0; i < padded - e->stored_len; i++) {
+		if (pad[i]) {
+			err = fmt_fail(-EBADMSG, "%s: offset %llu: padding after chunk %llu of object %u is not zero",
+				       shown, (unsigned long long)(e->location + e->stored_len + i),
+				       (unsigned long long)e->chunk, e->object);
+			goto out;
+		}
+	}
+	if (lz4) {
+		int n = LZ4_decompress_safe((const char *)s->p, (char *)out, (int)e->stored_len, (int)e->raw_len);
+		if (n != (int)e->raw_len) {
+			err = fmt_fail(-EBADMSG, "%s: offset %llu: chunk %llu of object %u does not decompress "
+						 "(lz4 %d, expected %u bytes)", shown, (unsigned long long)e->location,
+				       (unsigned long long)e->chunk, e->object, n, e->raw_len);
+			goto out;
+		}
+	}
+	uint8_t h[16];
+	fmt_hash(out, e->raw_len, h);
+	if (memcmp(h, e->hash, 16) != 0)
+		err = fmt_fail(-EBADMSG, "%s: offset %llu: chunk %llu of object %u: checksum mismatch", shown,
+			       (unsigned long long)e->location, (unsigned long long)e->chunk, e->object);
+out:
+	scratch_put(img, s);
+	return err;
+}
+
+int phosimg_read(phosimg *img, uint32_t obj, uint64_t offset, void *buf, size_t len)
+{
+	if (!img || (!buf && len) || obj >= img->m.info.object_count)
+		return -EINVAL;
+	const phosimg_object *o = &img->m.objects[obj];
+	if (offset > o->size || len > o->size - offset)
+		return -EINVAL;
+	uint32_t cs = img->m.info.chunk_size;
+	uint8_t *dst = buf;
+	scratch *s = NULL;
+	int err = 0;
+	while (len && !err) {
+		uint64_t idx = offset / cs, in = offset % cs;
+		const entry *e = find(img, obj, idx);
+		size_t n = e->raw_len - in < len ? e->raw_len - in : len;
+		if (in == 0 && n == e->raw_len) {
+			err = read_chunk(img, e, dst);
+		} else {
+			if (!s && !(s = scratch_get(img, cs))) {
+				err = -ENOMEM;
+				break;
+			}
+			err = read_chunk(img, e, s->p);
+			if (!err)
+				memcpy(dst, s->p + in, n);
+		}
+		dst += n;
+		offset += n;
+		len -= n;
+	}
+	if (s)
+		scratch_put(img, s);
+	return err;
+}
+
+/* Checks the CRIU files against the manifest: the listed ones, no others. */
+static int verify_criu(phosimg *img)
+{
+	const manifest *m = &img->m;
+	int dfd = openat(img->dirfd, CRIU_DIR, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd < 0)
+		return m->info.criu_file_count ? fmt_fail(-errno, "%s: cannot open: %m", img->criu_path) : 0;
+	scratch *s = scratch_get(img, 1u << 20);
+	int err = s ? 0 : -ENOMEM;
+	for (uint32_t i = 0; i < m->info.criu_file_count && !err; i++) {
+		const phosimg_criu_file *f = &m->criu[i];
+		int fd = openat(dfd, f->name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+		struct stat st;
+		if (fd < 0 || fstat(fd, &st) != 0) {
+			err = fmt_fail(-ENOENT, "%s/%s: missing", img->criu_path, f->name);
+		} else if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size != f->size) {
+			err = fmt_fail(-EBADMSG, "%s/%s: %lld bytes, the manifest says %llu", img->criu_path, f->name,
+				       (long long)st.st_size, (unsigned long long)f->size);
+		} else {
+			XXH3_state_t *st3 = XXH3_createState();
+			XXH3_128bits_reset(st3);
+			for (uint64_t off = 0; off < f->size && !err;) {
+				size_t n = f->size - off < s->cap ? (size_t)(f->size - off) : s->cap;
+				if (fmt_read_all(fd, s->p, n, off))
+					err = fmt_fail(-EBADMSG, "%s/%s: offset %llu: cannot read", img->criu_path,
+						       f->name, (unsigned long long)off);
+				XXH3_128bits_update(st3, s->p, n);
+				off += n;
+			}
+			XXH128_hash_t h = XXH3_128bits_digest(st3);
+			XXH3_freeState(st3);
+			uint8_t hb[16];
+			put64(hb, h.low64);
+			put64(hb + 8, h.high64);
+			if (!err && memcmp(hb, f->hash, 16) != 0)
+				err = fmt_fail(-EBADMSG, "%s/%s: checksum mismatch", img->criu_path, f->name);
+		}
+		if (fd >= 0)
+			close(fd);
+	}
+	/* No file may be there that the manifest does not list. */
+	DIR *d = err ? NULL : fdopendir(dup(dfd));
+	for (struct dirent *de; d && !err && (de = readdir(d));) {
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+			continue;
+		bool listed = false;
+		for (uint32_t i = 0; i < m->info.criu_file_count && !listed; i++)
+			listed = !strcmp(m->criu[i].name, de->d_name);
+		if (!listed)
+			err = fmt_fail(-EBADMSG, "%s/%s: not in the manifest", img->criu_path, de->d_name);
+	}
+	if (d)
+		closedir(d);
+	close(dfd);
+	if (s)
+		scratch_put(img, s);
+	return err;
+}
+
+int phosimg_verify(phosimg *img)
+{
+	if (!img)
+		return -EINVAL;
+	fmt_clear_error();
+	for (; img; img = img->parent) {
+		scratch *s = scratch_get(img, img->m.info.chunk_size);
+		if (!s)
+			return -ENOMEM;
+		int err = 0;
+		for (uint64_t k = 0; k < img->m.info.chunk_count && !err; k++)
+			if (!(img->entries[k].flags & ENTRY_PARENT))
+				err = read_chunk(img, &img->entries[k], s->p);
+		scratch_put(img, s);
+		if (!err)
+			err = verify_criu(img);
+		if (err)
+			return err;
+	}
+	return 0;
+}
