@@ -35,10 +35,10 @@ HAVE_NVCC := $(shell test -x $(NVCC) && echo 1)
 # Hopper machine code, plus PTX for anything newer.
 NVCC_ARCH := -gencode=arch=compute_90,code=sm_90 -gencode=arch=compute_90,code=compute_90
 
-.PHONY: all check deps install gpu-bundle check-gpu clean
+.PHONY: all check deps install gpu-bundle check-gpu bench clean
 .DELETE_ON_ERROR:
 
-all: simcuda image-format tests
+all: simcuda image-format tests bench
 
 # ---- tests/simcuda: the software CUDA driver --------------------------------
 
@@ -87,6 +87,14 @@ $(LIBPHOSIMG): $(IMG_OBJ)
 $(PHOS_IMAGE): image-format/phos-image.c $(LIBPHOSIMG)
 	$(CC) $(CPPFLAGS) $(XCFLAGS) $(CFLAGS) -Iimage-format -o $@ $< $(LIBPHOSIMG) $(XLDFLAGS) $(LDFLAGS) $(IMG_LIBS)
 
+# ---- benchmarks ----------------------------------------------------------------
+
+bench: $(BUILD)/bench/image-bench
+
+$(BUILD)/bench/image-bench: bench/image-bench.c $(LIBPHOSIMG)
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) $(XCFLAGS) $(CFLAGS) -Iimage-format -o $@ $< $(LIBPHOSIMG) $(XLDFLAGS) $(LDFLAGS) $(IMG_LIBS)
+
 # ---- kernels for the simcuda tests, built by nvcc -----------------------------
 
 KERNEL_SRC := $(wildcard tests/kernels/*.cu)
@@ -125,7 +133,7 @@ $(BUILD)/tests/%: tests/%.sh
 	install -m 0755 $< $@
 
 # Tests find the project's CRIU and the kernels through these.
-TEST_ENV := PHOS_CRIU=$(abspath $(CRIU)) PHOS_KERNELS=$(abspath $(BUILD)/kernels)
+TEST_ENV := PHOS_CRIU=$(abspath $(CRIU)) PHOS_KERNELS=$(abspath $(BUILD)/kernels) PHOS_SRCDIR=$(CURDIR)
 
 check: all
 	$(TEST_ENV) $(PROVE) $(PROVE_FLAGS) $(TEST_BIN)
@@ -136,9 +144,16 @@ deps:
 	bash mk/deps.sh $(CRIU_PREFIX)
 
 install: all
-	install -d $(DESTDIR)$(PREFIX)/libexec/phos $(DESTDIR)$(PREFIX)/share/doc/phos
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include/phos \
+		$(DESTDIR)$(PREFIX)/libexec/phos $(DESTDIR)$(PREFIX)/share/doc/phos \
+		$(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/man/man5
+	install -m 0755 $(PHOS_IMAGE) $(DESTDIR)$(PREFIX)/bin/phos-image
+	install -m 0644 $(LIBPHOSIMG) $(DESTDIR)$(PREFIX)/lib/libphosimg.a
+	install -m 0644 image-format/phosimg.h $(DESTDIR)$(PREFIX)/include/phos/phosimg.h
+	install -m 0644 man/*.1 $(DESTDIR)$(PREFIX)/share/man/man1/
+	install -m 0644 man/*.5 $(DESTDIR)$(PREFIX)/share/man/man5/
 	test ! -x $(CRIU) || install -m 0755 $(CRIU) $(DESTDIR)$(PREFIX)/libexec/phos/criu
-	install -m 0644 README.md $(DESTDIR)$(PREFIX)/share/doc/phos/README.md
+	install -m 0644 README.md image-format/FORMAT.md $(DESTDIR)$(PREFIX)/share/doc/phos/
 
 # ---- GPU machine --------------------------------------------------------------
 # The bundle carries everything the GPU machine lacks: CRIU and the shared
@@ -153,10 +168,11 @@ $(BUNDLE)/progs/%: tests/gpu/%.cu tests/tap.h
 	@mkdir -p $(@D)
 	$(NVCC) $(NVCC_ARCH) -Itests -cudart static -o $@ $<
 
-gpu-bundle: $(GPU_BIN)
+gpu-bundle: $(GPU_BIN) $(PHOS_IMAGE) $(BUILD)/bench/image-bench
 	@test -x $(CRIU) || { echo "no CRIU in $(CRIU_PREFIX): run 'make deps' first" >&2; exit 1; }
 	@test "$(HAVE_NVCC)" = 1 || { echo "no nvcc under $(CUDA_HOME): the GPU programs need it" >&2; exit 1; }
-	mk/gpu-bundle.sh $(BUNDLE) $(CRIU) $(GPU_SH)
+	mk/gpu-bundle.sh $(BUNDLE) bin:$(CRIU) bin:$(PHOS_IMAGE) bin:$(BUILD)/bench/image-bench \
+		$(addprefix test:,$(GPU_SH))
 	@du -sh $(BUNDLE)
 
 check-gpu:

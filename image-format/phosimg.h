@@ -38,7 +38,7 @@ extern "C" {
 #define PHOSIMG_PATH_MAX 4095     /* parent path */
 #define PHOSIMG_CMDLINE_MAX 65536 /* NUL-separated argv */
 #define PHOSIMG_DEVICES_MAX 64
-#define PHOSIMG_OBJECTS_MAX (1u << 24)
+#define PHOSIMG_OBJECTS_MAX (1u << 20)
 #define PHOSIMG_DEPTH_MAX 64 /* images in a parent chain, this one included */
 
 enum phosimg_protocol {

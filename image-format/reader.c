@@ -184,6 +184,8 @@ static int check_data(phosimg *img)
 	struct stat st;
 	if (fstat(img->data_fd, &st) != 0)
 		return fmt_fail(-errno, "%s: cannot stat: %m", shown);
+	if (!S_ISREG(st.st_mode))
+		return fmt_fail(-EBADMSG, "%s: not a regular file", shown);
 	if ((uint64_t)st.st_size != m->data_size)
 		return fmt_fail(-EBADMSG, "%s: %lld bytes, the manifest says %llu", shown, (long long)st.st_size,
 				(unsigned long long)m->data_size);

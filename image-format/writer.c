@@ -547,9 +547,15 @@ static void ctx_put(phosimg_writer *w, ioctx *c)
 static int write_and_hash(phosimg_writer *w, ioctx *c, const uint8_t *buf, size_t len, uint64_t off,
 			  const uint8_t *raw, size_t raw_len, uint8_t hash[16])
 {
-	size_t piece = align_up(len / MAX_PIECES + 1, DATA_ALIGN);
-	if (piece < PIECE_MIN)
-		piece = PIECE_MIN;
+	/* Direct writes go out in pieces the device takes in parallel; a
+	 * buffered write goes whole to one io-wq worker, since the file's
+	 * lock would serialise pieces anyway. */
+	size_t piece = len;
+	if (w->direct) {
+		piece = align_up(len / MAX_PIECES + 1, DATA_ALIGN);
+		if (piece < PIECE_MIN)
+			piece = PIECE_MIN;
+	}
 	unsigned n = 0;
 	int err = 0;
 	if (c->has_ring) {
@@ -841,6 +847,10 @@ static int write_manifest(phosimg_writer *w)
 	int e = manifest_encode(&w->m, &p, &len);
 	if (e)
 		return e;
+	if (len > MANIFEST_MAX) {
+		free(p);
+		return fmt_fail(-E2BIG, "%s: the manifest would take %zu bytes, more than readers accept", w->path, len);
+	}
 	int fd = openat(w->dirfd, MANIFEST_FILE, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
 	e = fd < 0 ? -errno : fmt_write_all(fd, p, len, 0);
 	if (!e && fsync(fd) != 0)

@@ -3,33 +3,47 @@
 # and CUDA but no package registry: CRIU with the shared libraries it needs
 # beyond glibc, and the GPU tests with the programs they run.
 #
-#   mk/gpu-bundle.sh BUNDLE CRIU TEST_SCRIPT...
+#   mk/gpu-bundle.sh BUNDLE bin:PROGRAM... test:TEST_SCRIPT...
 # (the GPU test programs are already built into BUNDLE/progs by make)
+#
+# Each PROGRAM goes to libexec/, with the shared libraries it needs beyond
+# glibc in lib/ and a wrapper in bin/ that points the loader there.
 set -euo pipefail
-bundle=$1 criu=$2
-shift 2
+bundle=$1
+shift
 
 rm -rf "$bundle/bin" "$bundle/lib" "$bundle/libexec" "$bundle/tests"
 mkdir -p "$bundle/bin" "$bundle/lib" "$bundle/libexec" "$bundle/tests"
 
-# glibc's own libraries are the GPU machine's; everything else travels.
-install -m 0755 "$criu" "$bundle/libexec/criu"
-ldd "$criu" | awk '/=> \// { print $3 }' | while read -r lib; do
-	case $(basename "$lib") in
-	libc.so.* | libm.so.* | libpthread.so.* | libdl.so.* | librt.so.* | libresolv.so.* | ld-linux*) ;;
-	*) cp -L "$lib" "$bundle/lib/" ;;
-	esac
-done
-cat >"$bundle/bin/criu" <<'WRAP'
+for item in "$@"; do
+	kind=${item%%:*} path=${item#*:}
+	case $kind in
+	bin)
+		name=$(basename "$path")
+		install -m 0755 "$path" "$bundle/libexec/$name"
+		# glibc's own libraries are the GPU machine's; everything else travels.
+		ldd "$path" | awk '/=> \// { print $3 }' | while read -r lib; do
+			case $(basename "$lib") in
+			libc.so.* | libm.so.* | libpthread.so.* | libdl.so.* | librt.so.* | libresolv.so.* | ld-linux*) ;;
+			*) cp -L "$lib" "$bundle/lib/" ;;
+			esac
+		done
+		cat >"$bundle/bin/$name" <<WRAP
 #!/bin/sh
-# CRIU with the libraries carried in this bundle.
-here=$(cd "$(dirname "$0")/.." && pwd)
-LD_LIBRARY_PATH=$here/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} exec "$here/libexec/criu" "$@"
+# $name with the libraries carried in this bundle.
+here=\$(cd "\$(dirname "\$0")/.." && pwd)
+LD_LIBRARY_PATH=\$here/lib\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH} exec "\$here/libexec/$name" "\$@"
 WRAP
-chmod 0755 "$bundle/bin/criu"
-
-for t in "$@"; do
-	install -m 0755 "$t" "$bundle/tests/$(basename "${t%.sh}")"
+		chmod 0755 "$bundle/bin/$name"
+		;;
+	test)
+		install -m 0755 "$path" "$bundle/tests/$(basename "${path%.sh}")"
+		;;
+	*)
+		echo "gpu-bundle: unknown item $item" >&2
+		exit 2
+		;;
+	esac
 done
 for p in "$bundle"/progs/*; do
 	[ -x "$p" ] && install -m 0755 "$p" "$bundle/tests/"
