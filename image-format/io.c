@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -86,4 +87,30 @@ int fmt_fsync_dir(const char *path)
 	int e = fsync(fd) ? -errno : 0;
 	close(fd);
 	return e;
+}
+
+/* Splits path into its directory and its last component. */
+int fmt_split_path(const char *path, char **dir, char **base)
+{
+	char *p = strdup(path);
+	if (!p)
+		return -ENOMEM;
+	size_t n = strlen(p);
+	while (n > 1 && p[n - 1] == '/')
+		p[--n] = 0;
+	char *slash = strrchr(p, '/');
+	if (!slash) {
+		*dir = strdup(".");
+		*base = strdup(p);
+	} else {
+		*base = strdup(slash + 1);
+		*dir = slash == p ? strdup("/") : strndup(p, (size_t)(slash - p));
+	}
+	free(p);
+	if (!*dir || !*base || !**base || !strcmp(*base, ".") || !strcmp(*base, "..")) {
+		free(*dir);
+		free(*base);
+		return -EINVAL;
+	}
+	return 0;
 }

@@ -264,6 +264,15 @@ static int diff_object(phosimg *a, uint32_t oa, phosimg *b, uint32_t ob)
 	return count != 0;
 }
 
+/* The object of `in` at x's device and VA, or in->object_count. */
+static uint32_t counterpart(const phosimg_info *in, const phosimg_object *x)
+{
+	uint32_t i = 0;
+	while (i < in->object_count && (in->objects[i].va != x->va || in->objects[i].device != x->device))
+		i++;
+	return i;
+}
+
 static int cmd_diff(phosimg *a, phosimg *b)
 {
 	const phosimg_info *ia = phosimg_get_info(a), *ib = phosimg_get_info(b);
@@ -271,9 +280,7 @@ static int cmd_diff(phosimg *a, phosimg *b)
 	/* Objects are matched by device and VA: ids may be renumbered. */
 	for (uint32_t i = 0; i < ia->object_count; i++) {
 		const phosimg_object *x = &ia->objects[i];
-		uint32_t j = 0;
-		while (j < ib->object_count && (ib->objects[j].va != x->va || ib->objects[j].device != x->device))
-			j++;
+		uint32_t j = counterpart(ib, x);
 		if (j == ib->object_count) {
 			printf("object %u (va 0x%" PRIx64 ", %" PRIu64 " bytes): only in A\n", i, x->va, x->size);
 			differ = 1;
@@ -287,10 +294,7 @@ static int cmd_diff(phosimg *a, phosimg *b)
 	}
 	for (uint32_t j = 0; j < ib->object_count; j++) {
 		const phosimg_object *y = &ib->objects[j];
-		uint32_t i = 0;
-		while (i < ia->object_count && (ia->objects[i].va != y->va || ia->objects[i].device != y->device))
-			i++;
-		if (i == ia->object_count) {
+		if (counterpart(ia, y) == ia->object_count) {
 			printf("object %u of B (va 0x%" PRIx64 ", %" PRIu64 " bytes): only in B\n", j, y->va, y->size);
 			differ = 1;
 		}

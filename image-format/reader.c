@@ -294,28 +294,21 @@ fail:
 	return e;
 }
 
-/* Resolves a parent path: absolute, or relative to the child's directory. */
+/* Resolves a parent path: absolute, or relative to the directory that
+ * holds the child. */
 static char *parent_path(const char *child, const char *stored)
 {
 	if (stored[0] == '/')
 		return strdup(stored);
-	char *dir = strdup(child), *slash;
-	if (!dir)
+	/* The real path, so that a child opened as "." or "x/.." works too. */
+	char *real = realpath(child, NULL), *dir, *base;
+	int e = real ? fmt_split_path(real, &dir, &base) : -ENOMEM;
+	free(real);
+	if (e)
 		return NULL;
-	/* The child's parent directory. */
-	size_t n = strlen(dir);
-	while (n > 1 && dir[n - 1] == '/')
-		dir[--n] = 0;
-	slash = strrchr(dir, '/');
-	const char *base = ".";
-	if (slash == dir)
-		base = "/";
-	else if (slash) {
-		*slash = 0;
-		base = dir;
-	}
-	char *s = join(base, stored);
+	char *s = join(dir, stored);
 	free(dir);
+	free(base);
 	return s;
 }
 

@@ -110,32 +110,6 @@ static void rm_tree(int parentfd, const char *name)
 	unlinkat(parentfd, name, AT_REMOVEDIR);
 }
 
-/* Splits path into its directory and its last component. */
-static int split(const char *path, char **dir, char **base)
-{
-	char *p = strdup(path);
-	if (!p)
-		return -ENOMEM;
-	size_t n = strlen(p);
-	while (n > 1 && p[n - 1] == '/')
-		p[--n] = 0;
-	char *slash = strrchr(p, '/');
-	if (!slash) {
-		*dir = strdup(".");
-		*base = strdup(p);
-	} else {
-		*base = strdup(slash + 1);
-		*dir = slash == p ? strdup("/") : strndup(p, (size_t)(slash - p));
-	}
-	free(p);
-	if (!*dir || !*base || !**base || !strcmp(*base, ".") || !strcmp(*base, "..")) {
-		free(*dir);
-		free(*base);
-		return -EINVAL;
-	}
-	return 0;
-}
-
 /* Clears temporary directories that writers which died left for `base`. */
 static void clear_stale(int dfd, const char *base)
 {
@@ -212,7 +186,7 @@ void phosimg_writer_abort(phosimg_writer *w)
 	if (!w)
 		return;
 	char *dir, *base;
-	if (split(w->tmp, &dir, &base) == 0) {
+	if (fmt_split_path(w->tmp, &dir, &base) == 0) {
 		int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 		if (dfd >= 0) {
 			rm_tree(dfd, base);
@@ -237,7 +211,7 @@ int phosimg_writer_create(const char *path, const phosimg_writer_opts *opts, pho
 	pthread_mutex_init(&w->lock, NULL);
 	atomic_init(&w->data_end, DATA_HEADER_SIZE);
 	char *dir = NULL, *base = NULL;
-	int e = split(path, &dir, &base);
+	int e = fmt_split_path(path, &dir, &base);
 	if (e) {
 		free(w);
 		return fmt_fail(e, "%s: not a path an image can have", path);
@@ -900,7 +874,7 @@ int phosimg_writer_finish(phosimg_writer *w)
 		goto fail;
 	}
 	char *dir, *base;
-	if (split(w->path, &dir, &base) == 0) {
+	if (fmt_split_path(w->path, &dir, &base) == 0) {
 		fmt_fsync_dir(dir);
 		free(dir);
 		free(base);

@@ -33,7 +33,7 @@ static void write_image(const char *path, const char *parent, const uint8_t *a, 
 
 int main(void)
 {
-	plan(13);
+	plan(14);
 	char *dir = scratch_dir("chain");
 	char base[PATH_MAX], inc1[PATH_MAX], inc2[PATH_MAX], out[PATH_MAX];
 	snprintf(base, sizeof(base), "%s/1", dir);
@@ -75,6 +75,16 @@ int main(void)
 	   "it reads back the newest state through its parents");
 	ok(phosimg_verify(img) == 0, "the whole chain verifies");
 	phosimg_close(img);
+
+	char cwd[PATH_MAX];
+	if (!getcwd(cwd, sizeof(cwd)) || chdir(inc2) != 0)
+		bail("chdir");
+	e = phosimg_open(".", &img);
+	ok(e == 0 && phosimg_get_info(img)->depth == 3, "opened as \".\" from inside, it still finds its parents");
+	if (!e)
+		phosimg_close(img);
+	if (chdir(cwd) != 0)
+		bail("chdir back");
 
 	ok(run_tool(out, "diff", base, inc2) == 1 && file_contains(out, "object 0 (va 0x10000000): 2 of 16 chunks differ: 3, 9") &&
 		   file_contains(out, "object 1 (va 0x20000000): 1 of 9 chunks differ: 0"),
