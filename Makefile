@@ -40,6 +40,15 @@ NVCC_ARCH := -gencode=arch=compute_90,code=sm_90 -gencode=arch=compute_90,code=c
 
 all: simcuda image-format tests bench
 
+# ---- common/: code two or more components share --------------------------------
+
+COMMON_SRC := $(wildcard common/*.c)
+COMMON_OBJ := $(COMMON_SRC:common/%.c=$(BUILD)/common/%.o)
+
+$(BUILD)/common/%.o: common/%.c $(wildcard common/*.h)
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) $(XCFLAGS) $(CFLAGS) -fPIC -fvisibility=hidden -c -o $@ $<
+
 # ---- tests/simcuda: the software CUDA driver --------------------------------
 
 SIMCUDA_SRC := $(wildcard tests/simcuda/*.c)
@@ -59,7 +68,7 @@ $(BUILD)/simcuda/stubs.c: $(SIMCUDA_OBJ) mk/gen-simcuda-stubs.sh
 $(BUILD)/simcuda/stubs.o: $(BUILD)/simcuda/stubs.c
 	$(CC) $(XCFLAGS) $(CFLAGS) -fPIC -fvisibility=hidden -c -o $@ $<
 
-$(SIMCUDA_LIB): $(SIMCUDA_OBJ) $(BUILD)/simcuda/stubs.o
+$(SIMCUDA_LIB): $(SIMCUDA_OBJ) $(BUILD)/simcuda/stubs.o $(BUILD)/common/cubin.o
 	$(CC) $(XLDFLAGS) $(LDFLAGS) -shared -Wl,-soname,libcuda.so.1 -Wl,-z,defs -o $@ $^ -lpthread -ldl
 
 $(BUILD)/simcuda/libcuda.so: $(SIMCUDA_LIB)

@@ -18,35 +18,42 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../../common/cubin.h"
 #include "internal.h"
 
-#define MAX_PARAMS 256
-#define MAX_NAME 1024
-#define EM_CUDA 190
-#define STO_CUDA_ENTRY 0x10
-#define EIATTR_KPARAM_INFO 0x17
-#define EIATTR_CBANK_PARAM_SIZE 0x19
-#define EIFMT_SVAL 4
-#define FATBIN_MAGIC 0xBA55ED50u
-#define FATBIN_WRAPPER_MAGIC 0x466243b1u
+#define MAX_NAME CUBIN_MAX_NAME
 
-typedef struct param {
-	uint16_t offset, size;
-} param;
-
+/* A kernel of a module, with its host implementation once found. */
 typedef struct func {
 	struct module *mod;
-	char *name;
-	int nparams; /* -1: layout unknown (PTX) */
-	param params[MAX_PARAMS];
-	size_t param_bytes;
+	const cubin_kernel *k;
 	_Atomic(simcuda_kernel_fn) fn; /* resolved at first launch */
 } func;
 
 typedef struct module {
-	func **funcs;
+	cubin image;
+	func **funcs; /* one per kernel of image */
 	size_t n;
 } module;
+
+static void module_free(module *m)
+{
+	if (!m)
+		return;
+	for (size_t i = 0; i < m->n; i++)
+		free(m->funcs[i]);
+	free(m->funcs);
+	cubin_free(&m->image);
+	free(m);
+}
+
+static func *module_find(const module *m, const char *name)
+{
+	for (size_t i = 0; i < m->n; i++)
+		if (strcmp(m->funcs[i]->k->name, name) == 0)
+			return m->funcs[i];
+	return NULL;
+}
 
 /* ---- kernel registry ---------------------------------------------------- */
 
@@ -109,312 +116,6 @@ void sc_kernels_load_plugins(void)
 	free(copy);
 }
 
-/* ---- image parsing ------------------------------------------------------ */
-
-static uint16_t rd16(const unsigned char *p)
-{
-	uint16_t v;
-	memcpy(&v, p, sizeof(v));
-	return v;
-}
-
-static uint32_t rd32(const unsigned char *p)
-{
-	uint32_t v;
-	memcpy(&v, p, sizeof(v));
-	return v;
-}
-
-static uint64_t rd64(const unsigned char *p)
-{
-	uint64_t v;
-	memcpy(&v, p, sizeof(v));
-	return v;
-}
-
-static void func_free(func *f)
-{
-	if (f) {
-		free(f->name);
-		free(f);
-	}
-}
-
-static void module_free(module *m)
-{
-	if (!m)
-		return;
-	for (size_t i = 0; i < m->n; i++)
-		func_free(m->funcs[i]);
-	free(m->funcs);
-	free(m);
-}
-
-static int module_add(module *m, const char *name, size_t len)
-{
-	if (len == 0 || len >= MAX_NAME)
-		return -EINVAL;
-	func **v = realloc(m->funcs, (m->n + 1) * sizeof(*v));
-	if (!v)
-		return -ENOMEM;
-	m->funcs = v;
-	func *f = calloc(1, sizeof(*f));
-	if (!f || !(f->name = strndup(name, len))) {
-		free(f);
-		return -ENOMEM;
-	}
-	f->mod = m;
-	f->nparams = -1;
-	m->funcs[m->n++] = f;
-	return 0;
-}
-
-static func *module_find(const module *m, const char *name)
-{
-	for (size_t i = 0; i < m->n; i++)
-		if (strcmp(m->funcs[i]->name, name) == 0)
-			return m->funcs[i];
-	return NULL;
-}
-
-typedef struct elf_view {
-	const unsigned char *d;
-	size_t size;
-	uint64_t shoff;
-	uint16_t shentsize, shnum, shstrndx;
-} elf_view;
-
-/* Returns a pointer to section i's header, or NULL when out of bounds. */
-static const unsigned char *elf_shdr(const elf_view *e, size_t i)
-{
-	if (i >= e->shnum)
-		return NULL;
-	uint64_t off = e->shoff + i * (uint64_t)e->shentsize;
-	return off + 64 <= e->size ? e->d + off : NULL;
-}
-
-/* Section data bounds, or false when they lie outside the image. */
-static bool elf_sdata(const elf_view *e, const unsigned char *sh, const unsigned char **p, size_t *n)
-{
-	uint32_t type = rd32(sh + 4);
-	uint64_t off = rd64(sh + 24), size = rd64(sh + 32);
-	if (type == 8 /* SHT_NOBITS */) {
-		*p = NULL;
-		*n = 0;
-		return true;
-	}
-	if (off > e->size || size > e->size - off)
-		return false;
-	*p = e->d + off;
-	*n = (size_t)size;
-	return true;
-}
-
-static const char *elf_str(const unsigned char *tab, size_t n, uint32_t off, size_t *len)
-{
-	if (off >= n)
-		return NULL;
-	const unsigned char *end = memchr(tab + off, 0, n - off);
-	if (!end)
-		return NULL;
-	*len = (size_t)(end - (tab + off));
-	return (const char *)tab + off;
-}
-
-/* Size of an ELF image from its headers (the driver gets no length). */
-static size_t elf_extent(const unsigned char *d)
-{
-	uint64_t shoff = rd64(d + 0x28);
-	uint16_t shentsize = rd16(d + 0x3a), shnum = rd16(d + 0x3c);
-	uint64_t end = shoff + (uint64_t)shentsize * shnum;
-	if (shentsize != 64 || end > (1ull << 31))
-		return 0;
-	for (uint16_t i = 0; i < shnum; i++) {
-		const unsigned char *sh = d + shoff + (uint64_t)i * 64;
-		if (rd32(sh + 4) == 8)
-			continue;
-		uint64_t e = rd64(sh + 24) + rd64(sh + 32);
-		if (e > (1ull << 31))
-			return 0;
-		if (e > end)
-			end = e;
-	}
-	return (size_t)end;
-}
-
-/* Reads one kernel's parameter layout from .nv.info.<name>. */
-static void parse_nv_info(func *f, const unsigned char *p, size_t n)
-{
-	int count = 0;
-	size_t i = 0, total = 0;
-	while (i + 4 <= n) {
-		unsigned fmt = p[i], attr = p[i + 1];
-		size_t len = fmt == EIFMT_SVAL ? rd16(p + i + 2) : 0;
-		if (i + 4 + len > n)
-			return; /* malformed: keep the layout unknown */
-		if (attr == EIATTR_KPARAM_INFO && fmt == EIFMT_SVAL && len >= 12) {
-			uint16_t ordinal = rd16(p + i + 8), offset = rd16(p + i + 10);
-			uint32_t flags = rd32(p + i + 12);
-			uint16_t size = (uint16_t)((flags >> 18) & 0x3fff);
-			if (ordinal >= MAX_PARAMS)
-				return;
-			f->params[ordinal] = (param){ offset, size };
-			if (ordinal + 1 > count)
-				count = ordinal + 1;
-			if ((size_t)offset + size > total)
-				total = (size_t)offset + size;
-		} else if (attr == EIATTR_CBANK_PARAM_SIZE && fmt != EIFMT_SVAL) {
-			if (rd16(p + i + 2) > total)
-				total = rd16(p + i + 2);
-		}
-		i += 4 + len;
-	}
-	f->nparams = count;
-	f->param_bytes = total;
-}
-
-static int parse_elf(module *m, const unsigned char *d, size_t size)
-{
-	if (size < 64 || memcmp(d, "\177ELF", 4) != 0 || d[4] != 2 /* 64-bit */ || d[5] != 1 /* LE */)
-		return -EINVAL;
-	if (rd16(d + 0x12) != EM_CUDA)
-		return -EINVAL;
-	elf_view e = { d, size, rd64(d + 0x28), rd16(d + 0x3a), rd16(d + 0x3c), rd16(d + 0x3e) };
-	if (e.shentsize != 64)
-		return -EINVAL;
-	const unsigned char *shstr_h = elf_shdr(&e, e.shstrndx), *shstr;
-	size_t shstr_n;
-	if (!shstr_h || !elf_sdata(&e, shstr_h, &shstr, &shstr_n))
-		return -EINVAL;
-
-	/* Kernels: function symbols with the CUDA entry flag. */
-	for (size_t i = 0; i < e.shnum; i++) {
-		const unsigned char *sh = elf_shdr(&e, i), *syms, *strs, *strh;
-		size_t nsyms, nstrs;
-		if (!sh)
-			return -EINVAL;
-		if (rd32(sh + 4) != 2 /* SHT_SYMTAB */)
-			continue;
-		if (!elf_sdata(&e, sh, &syms, &nsyms) || !(strh = elf_shdr(&e, rd32(sh + 40))) ||
-		    !elf_sdata(&e, strh, &strs, &nstrs))
-			return -EINVAL;
-		for (size_t s = 0; s + 24 <= nsyms; s += 24) {
-			const unsigned char *sym = syms + s;
-			size_t len;
-			if ((sym[4] & 0xf) != 2 /* STT_FUNC */ || !(sym[5] & STO_CUDA_ENTRY))
-				continue;
-			const char *name = elf_str(strs, nstrs, rd32(sym), &len);
-			if (!name)
-				return -EINVAL;
-			int r = module_add(m, name, len);
-			if (r)
-				return r;
-		}
-	}
-	/* Parameter layouts. */
-	for (size_t i = 0; i < e.shnum; i++) {
-		const unsigned char *sh = elf_shdr(&e, i), *data;
-		size_t len, n;
-		const char *sname = elf_str(shstr, shstr_n, rd32(sh), &len);
-		if (!sname || strncmp(sname, ".nv.info.", 9) != 0)
-			continue;
-		func *f = module_find(m, sname + 9);
-		if (f && elf_sdata(&e, sh, &data, &n))
-			parse_nv_info(f, data, n);
-	}
-	return m->n ? 0 : -ENOENT;
-}
-
-static int parse_ptx(module *m, const unsigned char *d, size_t size)
-{
-	const char *s = (const char *)d, *end = s + size;
-	const char *p = s;
-	while ((p = memmem(p, (size_t)(end - p), ".entry", 6)) != NULL) {
-		p += 6;
-		if (p >= end || (*p != ' ' && *p != '\t'))
-			continue;
-		while (p < end && (*p == ' ' || *p == '\t'))
-			p++;
-		const char *n = p;
-		while (p < end && *p != '(' && *p != ' ' && *p != '\t' && *p != '\n' && *p != '\r')
-			p++;
-		int r = module_add(m, n, (size_t)(p - n));
-		if (r)
-			return r;
-	}
-	return m->n ? 0 : -ENOENT;
-}
-
-static bool looks_like_ptx(const unsigned char *d, size_t size)
-{
-	return size > 8 && memmem(d, size, ".version", 8) && memmem(d, size, ".target", 7);
-}
-
-static int parse_fatbin(module *m, const unsigned char *d, size_t size)
-{
-	if (size < 16 || rd32(d) != FATBIN_MAGIC)
-		return -EINVAL;
-	uint16_t hsize = rd16(d + 6);
-	uint64_t fsize = rd64(d + 8);
-	if (hsize < 16 || fsize > size - hsize)
-		return -EINVAL;
-	const unsigned char *p = d + hsize, *end = d + hsize + fsize, *ptx = NULL;
-	size_t ptx_n = 0;
-	while (end - p >= 16) {
-		uint16_t kind = rd16(p);
-		uint32_t ehsize = rd32(p + 4);
-		uint64_t psize = rd64(p + 8);
-		if (ehsize < 16 || ehsize > (size_t)(end - p) || psize > (size_t)(end - p) - ehsize)
-			return -EINVAL;
-		const unsigned char *payload = p + ehsize;
-		if (kind == 2 && psize >= 64 && memcmp(payload, "\177ELF", 4) == 0) {
-			int r = parse_elf(m, payload, psize);
-			if (r != -EINVAL)
-				return r;
-		} else if (kind == 1 && !ptx && looks_like_ptx(payload, psize)) {
-			ptx = payload;
-			ptx_n = psize;
-		}
-		p += ehsize + psize;
-	}
-	/* No usable cubin (compressed, or none): fall back to PTX text. */
-	return ptx ? parse_ptx(m, ptx, ptx_n) : -ENOENT;
-}
-
-/* Parses an image of known size. */
-static int parse_image(module *m, const unsigned char *d, size_t size)
-{
-	if (size >= 4 && memcmp(d, "\177ELF", 4) == 0)
-		return parse_elf(m, d, size);
-	if (size >= 4 && rd32(d) == FATBIN_MAGIC)
-		return parse_fatbin(m, d, size);
-	if (looks_like_ptx(d, size))
-		return parse_ptx(m, d, size);
-	return -EINVAL;
-}
-
-/* Parses an image the caller passed by pointer only. */
-static int parse_unsized(module *m, const void *image)
-{
-	const unsigned char *d = image;
-	if (rd32(d) == FATBIN_WRAPPER_MAGIC) {
-		const void *inner;
-		memcpy(&inner, d + 8, sizeof(inner));
-		return inner ? parse_unsized(m, inner) : -EINVAL;
-	}
-	if (memcmp(d, "\177ELF", 4) == 0) {
-		if (d[4] != 2 || rd16(d + 0x12) != EM_CUDA)
-			return -EINVAL;
-		size_t n = elf_extent(d);
-		return n ? parse_elf(m, d, n) : -EINVAL;
-	}
-	if (rd32(d) == FATBIN_MAGIC) {
-		uint64_t n = rd64(d + 8) + rd16(d + 6);
-		return n < (1ull << 31) ? parse_fatbin(m, d, (size_t)n) : -EINVAL;
-	}
-	return parse_image(m, d, strlen(image));
-}
-
 static CUresult result_of(int e)
 {
 	switch (e) {
@@ -429,7 +130,7 @@ static CUresult result_of(int e)
 	}
 }
 
-static CUresult load(module **out, const void *image, size_t size, bool sized)
+static CUresult load(module **out, const void *image, size_t size)
 {
 	CUresult r = sc_ctx_require();
 	if (r)
@@ -439,7 +140,19 @@ static CUresult load(module **out, const void *image, size_t size, bool sized)
 	module *m = calloc(1, sizeof(*m));
 	if (!m)
 		return CUDA_ERROR_OUT_OF_MEMORY;
-	r = result_of(sized ? parse_image(m, image, size) : parse_unsized(m, image));
+	r = result_of(cubin_parse(image, size, &m->image));
+	if (!r && !(m->funcs = calloc(m->image.n, sizeof(*m->funcs))))
+		r = CUDA_ERROR_OUT_OF_MEMORY;
+	for (size_t i = 0; !r && i < m->image.n; i++, m->n++) {
+		func *f = calloc(1, sizeof(*f));
+		if (!f) {
+			r = CUDA_ERROR_OUT_OF_MEMORY;
+			break;
+		}
+		f->mod = m;
+		f->k = m->image.kernels[i];
+		m->funcs[i] = f;
+	}
 	if (r) {
 		module_free(m);
 		return r;
@@ -469,7 +182,7 @@ static CUresult load_file(module **out, const char *path)
 		}
 		buf[got] = 0;
 		if (got == (size_t)st.st_size)
-			r = load(out, buf, got, true);
+			r = load(out, buf, got);
 	}
 	free(buf);
 	close(fd);
@@ -489,7 +202,7 @@ SC_EXPORT CUresult cuModuleLoadData(CUmodule *mod, const void *image)
 	SC_API();
 	if (!mod)
 		return CUDA_ERROR_INVALID_VALUE;
-	return load((module **)mod, image, 0, false);
+	return load((module **)mod, image, 0);
 }
 
 SC_EXPORT CUresult cuModuleLoadDataEx(CUmodule *mod, const void *image, unsigned int n, CUjit_option *opts,
@@ -554,7 +267,7 @@ SC_EXPORT CUresult cuLibraryLoadData(CUlibrary *lib, const void *code, CUjit_opt
 	(void)jo, (void)jv, (void)njo, (void)lo, (void)lv, (void)nlo;
 	if (!lib)
 		return CUDA_ERROR_INVALID_VALUE;
-	return load((module **)lib, code, 0, false);
+	return load((module **)lib, code, 0);
 }
 
 SC_EXPORT CUresult cuLibraryLoadFromFile(CUlibrary *lib, const char *path, CUjit_option *jo, void **jv,
@@ -597,7 +310,7 @@ SC_EXPORT CUresult cuKernelGetName(const char **name, CUkernel k)
 {
 	if (!name || !k)
 		return CUDA_ERROR_INVALID_VALUE;
-	*name = ((func *)k)->name;
+	*name = ((func *)k)->k->name;
 	return CUDA_SUCCESS;
 }
 
@@ -619,14 +332,15 @@ SC_EXPORT CUresult cuFuncGetParamInfo(CUfunction f, size_t index, size_t *offset
 	func *fn = (func *)f;
 	if (!fn)
 		return CUDA_ERROR_INVALID_HANDLE;
-	if (fn->nparams < 0)
+	const cubin_kernel *k = fn->k;
+	if (k->nparams < 0)
 		return CUDA_ERROR_NOT_SUPPORTED;
-	if (index >= (size_t)fn->nparams)
+	if (index >= (size_t)k->nparams)
 		return CUDA_ERROR_INVALID_VALUE;
 	if (offset)
-		*offset = fn->params[index].offset;
+		*offset = k->params[index].offset;
 	if (size)
-		*size = fn->params[index].size;
+		*size = k->params[index].size;
 	return CUDA_SUCCESS;
 }
 
@@ -680,7 +394,7 @@ SC_EXPORT CUresult cuKernelGetAttribute(int *value, CUfunction_attribute attr, C
 typedef struct launch_task {
 	simcuda_kernel_fn fn;
 	simcuda_launch l;
-	void *params[MAX_PARAMS];
+	void *params[CUBIN_MAX_PARAMS];
 	size_t nbuf;
 	max_align_t buf[]; /* the arguments, copied at launch */
 } launch_task;
@@ -705,11 +419,12 @@ static CUresult launch(func *f, const unsigned grid[3], const unsigned block[3],
 			return CUDA_ERROR_INVALID_VALUE;
 	if ((uint64_t)block[0] * block[1] * block[2] > 1024)
 		return CUDA_ERROR_INVALID_VALUE;
+	const cubin_kernel *k = f->k;
 	simcuda_kernel_fn fn = atomic_load(&f->fn);
 	if (!fn) {
-		fn = lookup_kernel(f->name);
+		fn = lookup_kernel(k->name);
 		if (!fn) {
-			sc_log("kernel %s has no host implementation: returning CUDA_ERROR_NOT_SUPPORTED", f->name);
+			sc_log("kernel %s has no host implementation: returning CUDA_ERROR_NOT_SUPPORTED", k->name);
 			return CUDA_ERROR_NOT_SUPPORTED;
 		}
 		atomic_store(&f->fn, fn);
@@ -728,10 +443,10 @@ static CUresult launch(func *f, const unsigned grid[3], const unsigned block[3],
 	}
 	if (packed && params)
 		return CUDA_ERROR_INVALID_VALUE;
-	size_t nbuf = packed ? packed_n : f->param_bytes;
-	if (f->nparams > 0 && !packed && !params)
+	size_t nbuf = packed ? packed_n : k->param_bytes;
+	if (k->nparams > 0 && !packed && !params)
 		return CUDA_ERROR_INVALID_VALUE;
-	if (packed && f->nparams >= 0 && packed_n < f->param_bytes)
+	if (packed && k->nparams >= 0 && packed_n < k->param_bytes)
 		return CUDA_ERROR_INVALID_VALUE;
 
 	launch_task *t = calloc(1, sizeof(*t) + nbuf);
@@ -744,11 +459,11 @@ static CUresult launch(func *f, const unsigned grid[3], const unsigned block[3],
 	unsigned char *buf = (unsigned char *)t->buf;
 	if (packed)
 		memcpy(buf, packed, nbuf);
-	if (f->nparams >= 0) {
-		for (int i = 0; i < f->nparams; i++) {
+	if (k->nparams >= 0) {
+		for (int i = 0; i < k->nparams; i++) {
 			if (!packed)
-				memcpy(buf + f->params[i].offset, params[i], f->params[i].size);
-			t->params[i] = buf + f->params[i].offset;
+				memcpy(buf + k->params[i].offset, params[i], k->params[i].size);
+			t->params[i] = buf + k->params[i].offset;
 		}
 		t->l.params = t->params;
 		t->l.arg_buffer = buf;
