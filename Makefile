@@ -38,7 +38,7 @@ NVCC_ARCH := -gencode=arch=compute_90,code=sm_90 -gencode=arch=compute_90,code=c
 .PHONY: all check deps install gpu-bundle check-gpu bench clean
 .DELETE_ON_ERROR:
 
-all: simcuda image-format tests bench
+all: simcuda image-format tracer tests bench
 
 # ---- common/: code two or more components share --------------------------------
 
@@ -48,6 +48,23 @@ COMMON_OBJ := $(COMMON_SRC:common/%.c=$(BUILD)/common/%.o)
 $(BUILD)/common/%.o: common/%.c $(wildcard common/*.h)
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) $(XCFLAGS) $(CFLAGS) -fPIC -fvisibility=hidden -c -o $@ $<
+
+# ---- tracer/: libphos.so ----------------------------------------------------------
+
+TRACER_SRC := $(wildcard tracer/*.c)
+TRACER_OBJ := $(TRACER_SRC:tracer/%.c=$(BUILD)/tracer/%.o)
+LIBPHOS := $(BUILD)/libphos.so
+
+.PHONY: tracer
+tracer: $(LIBPHOS)
+
+$(BUILD)/tracer/%.o: tracer/%.c tracer/tracer.h $(wildcard common/*.h) include/phos.h
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) $(XCFLAGS) $(CFLAGS) -fPIC -fvisibility=hidden -c -o $@ $<
+
+# No -lcuda: the real driver is found at run time, whichever it is.
+$(LIBPHOS): $(TRACER_OBJ) $(BUILD)/common/cubin.o $(BUILD)/common/cuversions.o $(BUILD)/common/wire.o
+	$(CC) $(XLDFLAGS) $(LDFLAGS) -shared -Wl,-soname,libphos.so -Wl,-z,defs -o $@ $^ -lpthread -ldl
 
 # ---- tests/simcuda: the software CUDA driver --------------------------------
 
@@ -132,9 +149,9 @@ TEST_BIN := $(TEST_C:tests/%.c=$(BUILD)/tests/%) $(TEST_SH:tests/%.sh=$(BUILD)/t
 .PHONY: tests
 tests: $(TEST_BIN) $(KERNELS)
 
-$(BUILD)/tests/%: tests/%.c tests/tap.h tests/simcuda/simcuda.h $(SIMCUDA_LIB) $(LIBPHOSIMG)
+$(BUILD)/tests/%: tests/%.c $(wildcard tests/*.h) tests/simcuda/simcuda.h $(SIMCUDA_LIB) $(LIBPHOSIMG) $(LIBPHOS) $(BUILD)/common/wire.o
 	@mkdir -p $(@D)
-	$(CC) $(CPPFLAGS) $(XCFLAGS) $(CFLAGS) -Iimage-format -o $@ $< $(LIBPHOSIMG) $(XLDFLAGS) $(LDFLAGS) \
+	$(CC) $(CPPFLAGS) $(XCFLAGS) $(CFLAGS) -Iimage-format -o $@ $< $(LIBPHOSIMG) $(BUILD)/common/wire.o $(XLDFLAGS) $(LDFLAGS) \
 		-rdynamic -L$(BUILD)/simcuda -lcuda -Wl,-rpath,'$$ORIGIN/../simcuda' $(IMG_LIBS) -ldl
 
 $(BUILD)/tests/%: tests/%.sh
@@ -142,7 +159,7 @@ $(BUILD)/tests/%: tests/%.sh
 	install -m 0755 $< $@
 
 # Tests find the project's CRIU and the kernels through these.
-TEST_ENV := PHOS_CRIU=$(abspath $(CRIU)) PHOS_KERNELS=$(abspath $(BUILD)/kernels) PHOS_SRCDIR=$(CURDIR)
+TEST_ENV := PHOS_CRIU=$(abspath $(CRIU)) PHOS_KERNELS=$(abspath $(BUILD)/kernels) PHOS_SRCDIR=$(CURDIR) PHOS_LIBPHOS=$(abspath $(LIBPHOS))
 
 check: all
 	$(TEST_ENV) $(PROVE) $(PROVE_FLAGS) $(TEST_BIN)

@@ -16,10 +16,25 @@ static void *self_handle(void)
 	static void *self;
 	if (!self) {
 		Dl_info info;
-		if (dladdr((void *)cuInit, &info) && info.dli_fname)
+		if (dladdr((void *)self_handle, &info) && info.dli_fname)
 			self = dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD);
 	}
 	return self;
+}
+
+/* glibc's dlsym: the public one may be an interposer's (the tracer's),
+ * which answers with its own wrappers. */
+static void *libc_dlsym(void *handle, const char *name)
+{
+	static void *(*fn)(void *, const char *);
+	if (!fn) {
+		void *libc = dlopen("libc.so.6", RTLD_NOW | RTLD_NOLOAD);
+		void *p = libc ? dlvsym(libc, "dlsym", "GLIBC_2.34") : NULL;
+		if (!p && libc)
+			p = dlvsym(libc, "dlsym", "GLIBC_2.2.5");
+		*(void **)&fn = p ? p : (void *)dlsym;
+	}
+	return fn(handle, name);
 }
 
 /* Looks name up among this library's own exports. */
@@ -28,10 +43,10 @@ static void *own_symbol(const char *name)
 	void *self = self_handle();
 	if (!self)
 		return NULL;
-	void *p = dlsym(self, name);
+	void *p = libc_dlsym(self, name);
 	Dl_info info, mine;
 	/* Only this library's definitions count, not an interposer's. */
-	if (p && dladdr(p, &info) && dladdr((void *)cuInit, &mine) && info.dli_fbase != mine.dli_fbase)
+	if (p && dladdr(p, &info) && dladdr((void *)self_handle, &mine) && info.dli_fbase != mine.dli_fbase)
 		return NULL;
 	return p;
 }

@@ -1,0 +1,105 @@
+/* The tracer <-> phosfs wire protocol (wire.h). */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "wire.h"
+
+const char *wire_socket_path(void)
+{
+	const char *p = getenv(WIRE_SOCKET_ENV);
+	return p && *p ? p : WIRE_SOCKET_DEFAULT;
+}
+
+int wire_connect(const char *path)
+{
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	if (strlen(path) >= sizeof(a.sun_path))
+		return -ENAMETOOLONG;
+	strcpy(a.sun_path, path);
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	if (connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0) {
+		int e = -errno;
+		close(fd);
+		return e;
+	}
+	return fd;
+}
+
+int wire_send(int sock, uint16_t type, const void *payload, uint32_t length, uint32_t count, const int *fds,
+	      int nfds)
+{
+	if (length > WIRE_MAX_PAYLOAD || nfds < 0 || nfds > WIRE_MAX_FDS)
+		return -EINVAL;
+	wire_header h = { WIRE_MAGIC, WIRE_VERSION, type, length, count };
+	struct iovec iov[2] = { { &h, sizeof(h) }, { (void *)payload, length } };
+	union {
+		char buf[CMSG_SPACE(sizeof(int) * WIRE_MAX_FDS)];
+		struct cmsghdr align;
+	} ctl;
+	struct msghdr m = { .msg_iov = iov, .msg_iovlen = length ? 2 : 1 };
+	if (nfds) {
+		memset(&ctl, 0, sizeof(ctl));
+		m.msg_control = ctl.buf;
+		m.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)nfds);
+		struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+		c->cmsg_level = SOL_SOCKET;
+		c->cmsg_type = SCM_RIGHTS;
+		c->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)nfds);
+		memcpy(CMSG_DATA(c), fds, sizeof(int) * (size_t)nfds);
+	}
+	for (;;) {
+		ssize_t n = sendmsg(sock, &m, MSG_NOSIGNAL);
+		if (n == (ssize_t)(sizeof(h) + length))
+			return 0;
+		if (n < 0 && errno == EINTR)
+			continue;
+		return n < 0 ? -errno : -EIO;
+	}
+}
+
+int wire_recv(int sock, wire_header *h, void *buf, size_t cap, int *fds, int *nfds)
+{
+	struct iovec iov[2] = { { h, sizeof(*h) }, { buf, cap } };
+	union {
+		char buf[CMSG_SPACE(sizeof(int) * WIRE_MAX_FDS)];
+		struct cmsghdr align;
+	} ctl;
+	struct msghdr m = { .msg_iov = iov, .msg_iovlen = 2, .msg_control = ctl.buf,
+			    .msg_controllen = sizeof(ctl.buf) };
+	ssize_t n;
+	do
+		n = recvmsg(sock, &m, MSG_CMSG_CLOEXEC);
+	while (n < 0 && errno == EINTR);
+	*nfds = 0;
+	if (n < 0)
+		return -errno;
+	if (n == 0)
+		return -ECONNRESET;
+	for (struct cmsghdr *c = CMSG_FIRSTHDR(&m); c; c = CMSG_NXTHDR(&m, c)) {
+		if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+			continue;
+		int k = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+		for (int i = 0; i < k; i++) {
+			int fd;
+			memcpy(&fd, CMSG_DATA(c) + (size_t)i * sizeof(int), sizeof(int));
+			if (*nfds < WIRE_MAX_FDS)
+				fds[(*nfds)++] = fd;
+			else
+				close(fd);
+		}
+	}
+	if ((size_t)n < sizeof(*h) || h->magic != WIRE_MAGIC || h->version != WIRE_VERSION ||
+	    h->length != (size_t)n - sizeof(*h) || (m.msg_flags & (MSG_TRUNC | MSG_CTRUNC))) {
+		for (int i = 0; i < *nfds; i++)
+			close(fds[i]);
+		*nfds = 0;
+		return -EPROTO;
+	}
+	return 0;
+}

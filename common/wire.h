@@ -1,0 +1,106 @@
+/*
+ * The wire protocol between the tracer (libphos.so, inside the GPU
+ * process) and phosfs: versioned messages over a SOCK_SEQPACKET unix
+ * socket, with file descriptors passed by SCM_RIGHTS.
+ *
+ *   tracer -> phosfs  HELLO      at the first cuInit, and again to resume
+ *   phosfs -> tracer  PARK       quiesce, hand over device memory, detach
+ *   tracer -> phosfs  OBJECTS    records + fds of the device memory (batches)
+ *   tracer -> phosfs  PARKED     the last batch was sent; the tracer detaches
+ *   phosfs -> tracer  OBJECTS    (after a resume HELLO) the same fds back
+ *   phosfs -> tracer  UNPARK     the last batch was sent; map and resume
+ *   tracer -> phosfs  UNPARKED   mapped again; the process runs
+ *   phosfs -> tracer  LIST       ask for the buffer table
+ *   tracer -> phosfs  BUFFERS    records of the buffer table (batches), then END
+ *   either            ERROR      a message a person can read
+ *
+ * While parked, the tracer keeps nothing open that phosfs holds the other
+ * end of (CRIU cannot dump such a process); phosfs wakes it with the signal
+ * WIRE_WAKE_SIGNAL sent to its control thread, after which it connects
+ * again and says HELLO with WIRE_HELLO_RESUME.
+ */
+#ifndef PHOS_WIRE_H
+#define PHOS_WIRE_H
+
+#include <signal.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define WIRE_MAGIC 0x52574850u /* "PHWR" */
+#define WIRE_VERSION 1
+#define WIRE_SOCKET_DEFAULT "/run/phos/phosfs.sock"
+#define WIRE_SOCKET_ENV "PHOS_SOCKET"
+#define WIRE_WAKE_SIGNAL (SIGRTMIN + 7)
+#define WIRE_MAX_PAYLOAD 60000
+#define WIRE_MAX_FDS 250
+
+enum wire_type {
+	WIRE_HELLO = 1,
+	WIRE_PARK,
+	WIRE_OBJECTS,
+	WIRE_PARKED,
+	WIRE_UNPARK,
+	WIRE_UNPARKED,
+	WIRE_LIST,
+	WIRE_BUFFERS,
+	WIRE_END,
+	WIRE_ERROR,
+};
+
+typedef struct wire_header {
+	uint32_t magic;
+	uint16_t version;
+	uint16_t type;
+	uint32_t length; /* payload bytes after this header */
+	uint32_t count;  /* records in the payload, or fds */
+} wire_header;
+
+#define WIRE_HELLO_RESUME 0x1u    /* after a park or a restore */
+#define WIRE_HELLO_STOP_ONLY 0x2u /* uses memory that cannot be parked */
+
+typedef struct wire_hello {
+	int32_t pid;
+	int32_t control_tid; /* where WIRE_WAKE_SIGNAL goes */
+	uint32_t flags;
+	uint32_t reserved;
+	char stop_only_reason[96];
+} wire_hello;
+
+/* A device memory object (a VMM allocation) parked by the tracer. */
+typedef struct wire_object {
+	uint64_t va;
+	uint64_t size;
+	uint32_t device;
+	uint32_t flags;
+} wire_object;
+
+enum wire_buffer_state { WIRE_PRESENT = 0, WIRE_PARKED_STATE = 1, WIRE_ABSENT = 2 };
+
+/* An allocation as the application sees it. */
+typedef struct wire_buffer {
+	uint64_t va;
+	uint64_t size;
+	uint32_t device;
+	uint32_t state; /* enum wire_buffer_state */
+	uint64_t reads;  /* calls that had it in their read set */
+	uint64_t writes; /* calls that had it in their write set */
+} wire_buffer;
+
+/* Sends one message with count records of payload and nfds fds.
+ * Returns 0 or a negative errno. */
+int wire_send(int sock, uint16_t type, const void *payload, uint32_t length, uint32_t count, const int *fds,
+	      int nfds);
+
+/* Receives one message into buf (of cap bytes); fds received go to fds
+ * (room for WIRE_MAX_FDS), their number in *nfds. Returns 0, -EPROTO
+ * (bad magic, version or lengths; fds received are closed), -ECONNRESET
+ * (peer gone), or a negative errno. */
+int wire_recv(int sock, wire_header *h, void *buf, size_t cap, int *fds, int *nfds);
+
+/* The socket path: $PHOS_SOCKET or WIRE_SOCKET_DEFAULT. */
+const char *wire_socket_path(void);
+
+/* Connects to the socket at path. Returns an fd or a negative errno. */
+int wire_connect(const char *path);
+
+#endif

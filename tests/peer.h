@@ -1,0 +1,145 @@
+/*
+ * A small peer that speaks the tracer's wire protocol (common/wire.h), as
+ * phosfs will: it listens on a socket, and lists, parks and unparks a
+ * traced process. For the tracer tests.
+ */
+#ifndef PHOS_PEER_H
+#define PHOS_PEER_H
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "../common/wire.h"
+
+typedef struct peer {
+	int lfd, conn;
+	char path[108];
+	wire_hello hello;
+	/* What the last park handed over. */
+	wire_object objs[4096];
+	int fds[4096];
+	int nobjs;
+} peer;
+
+static inline int peer_listen(peer *p, const char *path)
+{
+	memset(p, 0, sizeof(*p));
+	p->conn = -1;
+	snprintf(p->path, sizeof(p->path), "%s", path);
+	unlink(path);
+	p->lfd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	snprintf(a.sun_path, sizeof(a.sun_path), "%s", path);
+	if (p->lfd < 0 || bind(p->lfd, (struct sockaddr *)&a, sizeof(a)) || listen(p->lfd, 4))
+		return -errno;
+	return 0;
+}
+
+/* Accepts a connection and reads its HELLO. */
+static inline int peer_accept(peer *p)
+{
+	if (p->conn >= 0)
+		close(p->conn);
+	p->conn = accept4(p->lfd, NULL, NULL, SOCK_CLOEXEC);
+	if (p->conn < 0)
+		return -errno;
+	wire_header h;
+	int fds[WIRE_MAX_FDS], nfds;
+	int e = wire_recv(p->conn, &h, &p->hello, sizeof(p->hello), fds, &nfds);
+	if (!e && (h.type != WIRE_HELLO || h.length != sizeof(p->hello)))
+		e = -EPROTO;
+	return e;
+}
+
+/* Asks for the buffer table; *out is malloc'd. */
+static inline int peer_list(peer *p, wire_buffer **out, size_t *n)
+{
+	int e = wire_send(p->conn, WIRE_LIST, NULL, 0, 0, NULL, 0);
+	static uint8_t buf[WIRE_MAX_PAYLOAD];
+	wire_buffer *v = NULL;
+	*n = 0;
+	while (!e) {
+		wire_header h;
+		int fds[WIRE_MAX_FDS], nfds;
+		e = wire_recv(p->conn, &h, buf, sizeof(buf), fds, &nfds);
+		if (e || h.type == WIRE_END)
+			break;
+		if (h.type != WIRE_BUFFERS) {
+			e = -EPROTO;
+			break;
+		}
+		v = realloc(v, (*n + h.count) * sizeof(*v));
+		memcpy(v + *n, buf, h.count * sizeof(*v));
+		*n += h.count;
+	}
+	*out = v;
+	return e;
+}
+
+/* Parks: takes every object's fd. The connection ends with it. */
+static inline int peer_park(peer *p, char *err, size_t errlen)
+{
+	int e = wire_send(p->conn, WIRE_PARK, NULL, 0, 0, NULL, 0);
+	static uint8_t buf[WIRE_MAX_PAYLOAD];
+	p->nobjs = 0;
+	while (!e) {
+		wire_header h;
+		int fds[WIRE_MAX_FDS], nfds;
+		e = wire_recv(p->conn, &h, buf, sizeof(buf), fds, &nfds);
+		if (e)
+			break;
+		if (h.type == WIRE_PARKED)
+			break;
+		if (h.type == WIRE_ERROR) {
+			snprintf(err, errlen, "%.*s", (int)h.length, (char *)buf);
+			return -EIO;
+		}
+		if (h.type != WIRE_OBJECTS || (int)h.count != nfds || p->nobjs + nfds > 4096)
+			return -EPROTO;
+		memcpy(p->objs + p->nobjs, buf, h.count * sizeof(wire_object));
+		memcpy(p->fds + p->nobjs, fds, (size_t)nfds * sizeof(int));
+		p->nobjs += nfds;
+	}
+	close(p->conn);
+	p->conn = -1;
+	return e;
+}
+
+/* Wakes the parked process, gives its objects back, waits until it runs. */
+static inline int peer_unpark(peer *p)
+{
+	if (syscall(SYS_tgkill, p->hello.pid, p->hello.control_tid, WIRE_WAKE_SIGNAL) != 0)
+		return -errno;
+	int e = peer_accept(p);
+	if (e)
+		return e;
+	if (!(p->hello.flags & WIRE_HELLO_RESUME))
+		return -EPROTO;
+	for (int at = 0; !e && at < p->nobjs; at += 200) {
+		int k = p->nobjs - at < 200 ? p->nobjs - at : 200;
+		e = wire_send(p->conn, WIRE_OBJECTS, p->objs + at, (uint32_t)(k * (int)sizeof(wire_object)), (uint32_t)k,
+			      p->fds + at, k);
+	}
+	if (!e)
+		e = wire_send(p->conn, WIRE_UNPARK, NULL, 0, 0, NULL, 0);
+	wire_header h;
+	char buf[256];
+	int fds[WIRE_MAX_FDS], nfds;
+	if (!e)
+		e = wire_recv(p->conn, &h, buf, sizeof(buf), fds, &nfds);
+	if (!e && h.type != WIRE_UNPARKED)
+		e = -EPROTO;
+	for (int i = 0; i < p->nobjs; i++)
+		close(p->fds[i]);
+	p->nobjs = 0;
+	return e;
+}
+
+#endif

@@ -1,0 +1,194 @@
+/*
+ * A driver-API application for the tracer tests to run under libphos.so.
+ * It allocates large and small buffers, fills them with known bytes, loads
+ * the nvcc-built kernels, and then obeys one-byte commands on a pipe:
+ *
+ *   l  launch add(a, b, c, n) once          -> 'y'
+ *   v  check every buffer's bytes           -> 'y' or 'n'
+ *   t  start 8 threads issuing calls        -> 'y'
+ *   s  stop them; check nothing was lost    -> 'y' or 'n' (and a diag line)
+ *   q  quit
+ *
+ * At start it writes an app_layout (its buffers' addresses) to the pipe.
+ */
+#ifndef PHOS_TRACER_APP_H
+#define PHOS_TRACER_APP_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cuda.h>
+
+#include "simcuda/simcuda.h"
+
+#define APP_N (1u << 20) /* floats in a, b, c */
+#define APP_NBUF 7
+#define APP_THREADS 8
+
+enum { BUF_A, BUF_B, BUF_C, BUF_S1, BUF_S2, BUF_S3, BUF_BIG };
+static const size_t app_sizes[APP_NBUF] = { APP_N * 4, APP_N * 4, APP_N * 4, 1000, 300, 4000, 6u << 20 };
+
+typedef struct app_layout {
+	uint64_t va[APP_NBUF];
+	uint64_t size[APP_NBUF];
+	int ok;
+} app_layout;
+
+static CUdeviceptr app_buf[APP_NBUF];
+static CUcontext app_ctx;
+static CUfunction app_add;
+static atomic_int app_stop;
+
+static inline void app_host_add(const simcuda_launch *l)
+{
+	const float *a = *(const float **)l->params[0], *b = *(const float **)l->params[1];
+	float *c = *(float **)l->params[2];
+	int n = *(int *)l->params[3];
+	for (int i = 0; i < n; i++)
+		c[i] = a[i] + b[i];
+}
+
+static inline uint8_t app_byte(int buf, size_t i)
+{
+	return (uint8_t)(i * 31 + (size_t)buf * 7 + (i >> 9));
+}
+
+static inline int app_fill(void)
+{
+	uint8_t *h = malloc(6u << 20);
+	int e = 0;
+	for (int b = 0; b < APP_NBUF && !e; b++) {
+		if (b == BUF_A || b == BUF_B) {
+			float *f = (float *)h;
+			for (size_t i = 0; i < APP_N; i++)
+				f[i] = (float)(i % 1000) * (b == BUF_A ? 1.0f : 0.5f);
+		} else {
+			for (size_t i = 0; i < app_sizes[b]; i++)
+				h[i] = app_byte(b, i);
+		}
+		if (b == BUF_C)
+			e = cuMemsetD32(app_buf[b], 0, APP_N);
+		else
+			e = cuMemcpyHtoD(app_buf[b], h, app_sizes[b]);
+	}
+	free(h);
+	return e;
+}
+
+static inline int app_check(int launched)
+{
+	uint8_t *h = malloc(6u << 20);
+	int ok = 1;
+	for (int b = 0; b < APP_NBUF && ok; b++) {
+		if (cuMemcpyDtoH(h, app_buf[b], app_sizes[b]) != CUDA_SUCCESS) {
+			ok = 0;
+			break;
+		}
+		const float *f = (const float *)h;
+		for (size_t i = 0; ok && i < app_sizes[b] / (b <= BUF_C ? 4 : 1); i++) {
+			if (b == BUF_A)
+				ok = f[i] == (float)(i % 1000);
+			else if (b == BUF_B)
+				ok = f[i] == (float)(i % 1000) * 0.5f;
+			else if (b == BUF_C)
+				ok = f[i] == (launched ? (float)(i % 1000) * 1.5f : 0.0f);
+			else
+				ok = h[i] == app_byte(b, i);
+		}
+	}
+	free(h);
+	return ok;
+}
+
+typedef struct hammer {
+	pthread_t t;
+	CUdeviceptr buf;
+	uint32_t last, errors;
+} hammer;
+
+static inline void *app_hammer(void *arg)
+{
+	hammer *h = arg;
+	cuCtxSetCurrent(app_ctx);
+	for (uint32_t i = 1; !atomic_load(&app_stop); i++) {
+		if (cuMemsetD32(h->buf, i, 1024) == CUDA_SUCCESS)
+			h->last = i;
+		else
+			h->errors++;
+	}
+	return NULL;
+}
+
+static inline int app_main(int fd, const char *kernels)
+{
+	CUdevice dev;
+	CUmodule mod;
+	app_layout lay = { .ok = 0 };
+	char path[4096];
+	snprintf(path, sizeof(path), "%s/vector.cubin", kernels);
+	simcuda_register_kernel("_Z3addPKfS0_Pfi", app_host_add);
+	if (cuInit(0) || cuDeviceGet(&dev, 0) || cuDevicePrimaryCtxRetain(&app_ctx, dev) || cuCtxSetCurrent(app_ctx))
+		goto report;
+	for (int b = 0; b < APP_NBUF; b++) {
+		if (cuMemAlloc(&app_buf[b], app_sizes[b]))
+			goto report;
+		lay.va[b] = app_buf[b];
+		lay.size[b] = app_sizes[b];
+	}
+	if (app_fill() || cuModuleLoad(&mod, path) || cuModuleGetFunction(&app_add, mod, "_Z3addPKfS0_Pfi"))
+		goto report;
+	lay.ok = 1;
+report:
+	if (write(fd, &lay, sizeof(lay)) != (ssize_t)sizeof(lay) || !lay.ok)
+		return 1;
+
+	hammer hs[APP_THREADS];
+	int launched = 0;
+	char c;
+	while (read(fd, &c, 1) == 1 && c != 'q') {
+		char r = 'y';
+		if (c == 'l') {
+			int n = (int)APP_N;
+			void *args[] = { &app_buf[BUF_A], &app_buf[BUF_B], &app_buf[BUF_C], &n };
+			r = cuLaunchKernel(app_add, APP_N / 256, 1, 1, 256, 1, 1, 0, NULL, args, NULL) == CUDA_SUCCESS &&
+				    cuCtxSynchronize() == CUDA_SUCCESS
+			    ? 'y'
+			    : 'n';
+			launched = 1;
+		} else if (c == 'v') {
+			r = app_check(launched) ? 'y' : 'n';
+		} else if (c == 't') {
+			atomic_store(&app_stop, 0);
+			for (int i = 0; i < APP_THREADS; i++) {
+				hs[i] = (hammer){ .last = 0 };
+				if (cuMemAlloc(&hs[i].buf, 4096 * 4) ||
+				    pthread_create(&hs[i].t, NULL, app_hammer, &hs[i]))
+					r = 'n';
+			}
+		} else if (c == 's') {
+			atomic_store(&app_stop, 1);
+			uint32_t errors = 0, calls = 0, lost = 0;
+			for (int i = 0; i < APP_THREADS; i++) {
+				pthread_join(hs[i].t, NULL);
+				uint32_t first = 0;
+				cuMemcpyDtoH(&first, hs[i].buf, 4);
+				errors += hs[i].errors;
+				calls += hs[i].last;
+				lost += first != hs[i].last; /* the last call's write is there */
+				cuMemFree(hs[i].buf);
+			}
+			r = errors == 0 && lost == 0 && calls > 0 ? 'y' : 'n';
+			fprintf(stderr, "# %u calls by %d threads, %u failed, %u lost\n", calls, APP_THREADS, errors, lost);
+		}
+		if (write(fd, &r, 1) != 1)
+			return 1;
+	}
+	return 0;
+}
+
+#endif

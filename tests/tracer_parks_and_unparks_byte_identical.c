@@ -1,0 +1,55 @@
+/*
+ * Park and unpark under the test peer: the tracer hands every device
+ * memory object over as an fd and releases it, after which the driver's
+ * checkpoint would copy 0 device bytes; the fds come back, are mapped at
+ * the same VAs, and every byte is as before; twice in a row.
+ */
+#include "tracer_test.h"
+
+static int cycle(traced *t, uint64_t *bytes, char *err, size_t errlen)
+{
+	int e = peer_park(&t->p, err, errlen);
+	if (e)
+		return e;
+	*bytes = 1;
+	if (cuCheckpointProcessLock(t->pid, NULL) || cuCheckpointProcessCheckpoint(t->pid, NULL) ||
+	    simcuda_checkpoint_bytes(t->pid, bytes) || cuCheckpointProcessRestore(t->pid, NULL) ||
+	    cuCheckpointProcessUnlock(t->pid, NULL))
+		return -EIO;
+	return peer_unpark(&t->p);
+}
+
+int main(int argc, char **argv)
+{
+	TRACER_TEST_MAIN(argc, argv);
+	plan(7);
+	traced t;
+	if (traced_start(&t, argv[0], 1) || traced_hello(&t, 5000))
+		bail("the traced program did not start");
+	ok(traced_cmd(&t, 'l') == 'y', "the program has computed c = a + b");
+
+	char err[160] = "";
+	int e = peer_park(&t.p, err, sizeof(err));
+	ok(e == 0 && t.p.nobjs >= 5, "park hands over %d device memory objects as fds (%s)", t.p.nobjs, err);
+	uint64_t bytes = 1;
+	e = cuCheckpointProcessLock(t.pid, NULL) || cuCheckpointProcessCheckpoint(t.pid, NULL);
+	int be = simcuda_checkpoint_bytes(t.pid, &bytes);
+	ok(e == 0 && be == 0 && bytes == 0, "the driver's checkpoint of the parked process copies %llu device bytes",
+	   (unsigned long long)bytes);
+	e = cuCheckpointProcessRestore(t.pid, NULL) || cuCheckpointProcessUnlock(t.pid, NULL);
+	ok(e == 0 && peer_unpark(&t.p) == 0, "unpark maps the same fds at the same VAs");
+	ok(traced_cmd(&t, 'v') == 'y', "every byte of every buffer is as before");
+
+	wire_buffer *v;
+	size_t n;
+	int present = peer_list(&t.p, &v, &n) == 0 && n == APP_NBUF;
+	for (size_t i = 0; present && i < n; i++)
+		present = v[i].state == WIRE_PRESENT;
+	free(v);
+	ok(present, "the buffers are listed present again");
+
+	e = cycle(&t, &bytes, err, sizeof(err));
+	ok(e == 0 && bytes == 0 && traced_cmd(&t, 'v') == 'y', "a second park and unpark keeps them intact too");
+	traced_stop(&t);
+	return done();
+}

@@ -1,0 +1,127 @@
+/*
+ * Runs tests/tracer_app.h under libphos.so, with the test as its phosfs
+ * (tests/peer.h). A tracer test's main starts with TRACER_TEST_MAIN.
+ */
+#ifndef PHOS_TRACER_TEST_H
+#define PHOS_TRACER_TEST_H
+
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+
+#include "peer.h"
+#include "tap.h"
+#include "tracer_app.h"
+
+typedef struct traced {
+	pid_t pid;
+	int fd; /* our end of the command pipe */
+	app_layout lay;
+	peer p;
+	char sock[108];
+} traced;
+
+static inline const char *beside_exe(const char *env, const char *rel)
+{
+	static char path[PATH_MAX];
+	const char *e = getenv(env);
+	if (e)
+		return e;
+	char exe[PATH_MAX - 64];
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	exe[n > 0 ? n : 0] = 0;
+	char *slash = strrchr(exe, '/');
+	if (slash)
+		*slash = 0;
+	snprintf(path, sizeof(path), "%s/%s", exe, rel);
+	return path;
+}
+
+#define TRACER_TEST_MAIN(argc, argv)                                                         \
+	do {                                                                                 \
+		if ((argc) == 3 && !strcmp((argv)[1], "app"))                                 \
+			return app_main(atoi((argv)[2]), beside_exe("PHOS_KERNELS", "../kernels")); \
+		char cubin[PATH_MAX];                                                        \
+		snprintf(cubin, sizeof(cubin), "%s/vector.cubin", beside_exe("PHOS_KERNELS", "../kernels")); \
+		if (access(cubin, R_OK) != 0)                                                \
+			skip_all("no nvcc-built kernels (nvcc missing when building)");      \
+		if (access(beside_exe("PHOS_LIBPHOS", "../libphos.so"), R_OK) != 0)           \
+			skip_all("no libphos.so");                                           \
+	} while (0)
+
+/* Starts the app under the tracer (or, with trace 0, with PHOS_TRACE=0). */
+static inline int traced_start(traced *t, const char *argv0, int trace)
+{
+	memset(t, 0, sizeof(*t));
+	snprintf(t->sock, sizeof(t->sock), "/tmp/phos-peer-%d.sock", (int)getpid());
+	if (peer_listen(&t->p, t->sock))
+		return -1;
+	int sv[2];
+	if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv))
+		return -1;
+	char lib[PATH_MAX];
+	snprintf(lib, sizeof(lib), "%s", beside_exe("PHOS_LIBPHOS", "../libphos.so"));
+	t->pid = fork();
+	if (t->pid == 0) {
+		close(sv[0]);
+		char fdarg[16];
+		snprintf(fdarg, sizeof(fdarg), "%d", sv[1]);
+		setenv("LD_PRELOAD", lib, 1);
+		setenv("PHOS_SOCKET", t->sock, 1);
+		setenv("PHOS_TRACE", trace ? "1" : "0", 1);
+		/* An ASan test binary: the tracer is preloaded before its runtime. */
+		setenv("ASAN_OPTIONS", "verify_asan_link_order=0", 1);
+		execl("/proc/self/exe", argv0, "app", fdarg, (char *)NULL);
+		_exit(127);
+	}
+	close(sv[1]);
+	t->fd = sv[0];
+	if (read(t->fd, &t->lay, sizeof(t->lay)) != (ssize_t)sizeof(t->lay) || !t->lay.ok)
+		return -1;
+	return 0;
+}
+
+/* Waits up to ms for the tracer to connect and say HELLO. */
+static inline int traced_hello(traced *t, int ms)
+{
+	struct pollfd pf = { t->p.lfd, POLLIN, 0 };
+	if (poll(&pf, 1, ms) != 1)
+		return -ETIMEDOUT;
+	return peer_accept(&t->p);
+}
+
+static inline char traced_cmd(traced *t, char c)
+{
+	char r = 0;
+	if (write(t->fd, &c, 1) != 1 || read(t->fd, &r, 1) != 1)
+		return 0;
+	return r;
+}
+
+static inline int traced_stop(traced *t)
+{
+	char q = 'q';
+	int st = -1;
+	if (write(t->fd, &q, 1) != 1)
+		kill(t->pid, SIGKILL);
+	waitpid(t->pid, &st, 0);
+	close(t->fd);
+	if (t->p.conn >= 0)
+		close(t->p.conn);
+	close(t->p.lfd);
+	unlink(t->sock);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* The listed buffer at va, or NULL. */
+static inline const wire_buffer *find_buffer(const wire_buffer *v, size_t n, uint64_t va)
+{
+	for (size_t i = 0; i < n; i++)
+		if (v[i].va == va)
+			return &v[i];
+	return NULL;
+}
+
+#endif

@@ -1,0 +1,447 @@
+/*
+ * Device memory, made parkable. Every allocation the application asks for
+ * becomes memory of a VMM allocation the tracer made with the POSIX fd
+ * handle type (an "object"): a large request gets an object of its own,
+ * rounded up to the allocation granularity; a small one gets a block of a
+ * slab object that holds blocks of one power-of-two size, so that many
+ * small allocations cost few VMM objects.
+ *
+ * To park, each object's handle is exported as an fd and handed to phosfs,
+ * then unmapped and released; the VA reservation stays. To unpark, the same
+ * fds come back and are mapped at the same VAs.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "tracer.h"
+
+#define SLAB_MIN 256u /* cudaMalloc's alignment */
+
+typedef struct object {
+	uint64_t va, size;
+	CUdevice dev;
+	CUmemGenericAllocationHandle h; /* 0 while parked */
+	uint32_t block;   /* slab block size; 0 for a whole object */
+	uint32_t used;    /* slab blocks in use */
+	uint64_t *bitmap; /* slab blocks in use */
+	bool live;
+} object;
+
+typedef struct buffer {
+	uint64_t va, size;
+	uint32_t obj;
+	bool live;
+	atomic_uint_fast64_t reads, writes;
+} buffer;
+
+/*
+ * Guarded by lock (a rwlock: launches look buffers up, allocations and
+ * frees change them): objs, bufs, by_va, parked, stop_only.
+ */
+static pthread_rwlock_t lock = PTHREAD_RWLOCK_INITIALIZER;
+static object *objs;
+static uint32_t nobjs, objs_cap;
+static buffer *bufs;
+static uint32_t nbufs, bufs_cap;
+static uint32_t *by_va; /* live buffer ids sorted by va */
+static uint32_t nby_va, by_va_cap;
+static bool parked;
+static char stop_only[96];
+
+static uint64_t round_up(uint64_t v, uint64_t a)
+{
+	return (v + a - 1) / a * a;
+}
+
+static CUmemAllocationProp prop_for(CUdevice dev)
+{
+	CUmemAllocationProp p = {
+		.type = CU_MEM_ALLOCATION_TYPE_PINNED,
+		.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+		.location = { .type = CU_MEM_LOCATION_TYPE_DEVICE, .id = dev },
+	};
+	return p;
+}
+
+static uint64_t granularity(CUdevice dev)
+{
+	REAL(CUresult, cuMemGetAllocationGranularity,
+	     (size_t *, const CUmemAllocationProp *, CUmemAllocationGranularity_flags));
+	static uint64_t cache[64];
+	if (dev >= 0 && dev < 64 && cache[dev])
+		return cache[dev];
+	CUmemAllocationProp p = prop_for(dev);
+	size_t g = 0;
+	if (real_cuMemGetAllocationGranularity(&g, &p, CU_MEM_ALLOC_GRANULARITY_MINIMUM) != CUDA_SUCCESS || !g)
+		g = 2u << 20;
+	if (dev >= 0 && dev < 64)
+		cache[dev] = g;
+	return g;
+}
+
+/* Maps handle h at va for size bytes, readable and writable by dev. */
+static CUresult map_at(uint64_t va, uint64_t size, CUmemGenericAllocationHandle h, CUdevice dev)
+{
+	REAL(CUresult, cuMemMap, (CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long));
+	REAL(CUresult, cuMemSetAccess, (CUdeviceptr, size_t, const CUmemAccessDesc *, size_t));
+	REAL(CUresult, cuMemUnmap, (CUdeviceptr, size_t));
+	CUresult r = real_cuMemMap(va, size, 0, h, 0);
+	if (r)
+		return r;
+	CUmemAccessDesc acc = { .location = { .type = CU_MEM_LOCATION_TYPE_DEVICE, .id = dev },
+				.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
+	r = real_cuMemSetAccess(va, size, &acc, 1);
+	if (r)
+		real_cuMemUnmap(va, size);
+	return r;
+}
+
+/* Makes a new object of size bytes; lock held for writing. */
+static CUresult object_new(CUdevice dev, uint64_t size, uint32_t block, uint32_t *out)
+{
+	REAL(CUresult, cuMemCreate, (CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *,
+				     unsigned long long));
+	REAL(CUresult, cuMemRelease, (CUmemGenericAllocationHandle));
+	REAL(CUresult, cuMemAddressReserve, (CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long));
+	REAL(CUresult, cuMemAddressFree, (CUdeviceptr, size_t));
+	if (nobjs == objs_cap) {
+		uint32_t cap = objs_cap ? objs_cap * 2 : 256;
+		object *v = realloc(objs, cap * sizeof(*v));
+		if (!v)
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		objs = v;
+		objs_cap = cap;
+	}
+	CUmemAllocationProp p = prop_for(dev);
+	CUmemGenericAllocationHandle h;
+	CUdeviceptr va;
+	CUresult r = real_cuMemCreate(&h, size, &p, 0);
+	if (r)
+		return r;
+	r = real_cuMemAddressReserve(&va, size, granularity(dev), 0, 0);
+	if (r) {
+		real_cuMemRelease(h);
+		return r;
+	}
+	r = map_at(va, size, h, dev);
+	if (r) {
+		real_cuMemAddressFree(va, size);
+		real_cuMemRelease(h);
+		return r;
+	}
+	object *o = &objs[nobjs];
+	*o = (object){ .va = va, .size = size, .dev = dev, .h = h, .block = block, .live = true };
+	if (block) {
+		o->bitmap = calloc((size / block + 63) / 64, sizeof(uint64_t));
+		if (!o->bitmap) {
+			REAL(CUresult, cuMemUnmap, (CUdeviceptr, size_t));
+			real_cuMemUnmap(va, size);
+			real_cuMemAddressFree(va, size);
+			real_cuMemRelease(h);
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		}
+	}
+	*out = nobjs++;
+	return CUDA_SUCCESS;
+}
+
+static void object_drop(uint32_t id)
+{
+	REAL(CUresult, cuMemUnmap, (CUdeviceptr, size_t));
+	REAL(CUresult, cuMemRelease, (CUmemGenericAllocationHandle));
+	REAL(CUresult, cuMemAddressFree, (CUdeviceptr, size_t));
+	object *o = &objs[id];
+	if (o->h) {
+		real_cuMemUnmap(o->va, o->size);
+		real_cuMemRelease(o->h);
+	}
+	real_cuMemAddressFree(o->va, o->size);
+	free(o->bitmap);
+	o->bitmap = NULL;
+	o->live = false;
+}
+
+static size_t by_va_index(uint64_t va)
+{
+	size_t lo = 0, hi = nby_va;
+	while (lo < hi) {
+		size_t mid = (lo + hi) / 2;
+		if (bufs[by_va[mid]].va <= va)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+static CUresult buffer_add(uint64_t va, uint64_t size, uint32_t obj)
+{
+	if (nbufs == bufs_cap) {
+		uint32_t cap = bufs_cap ? bufs_cap * 2 : 1024;
+		buffer *v = realloc(bufs, cap * sizeof(*v));
+		if (!v)
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		bufs = v;
+		bufs_cap = cap;
+	}
+	if (nby_va == by_va_cap) {
+		uint32_t cap = by_va_cap ? by_va_cap * 2 : 1024;
+		uint32_t *v = realloc(by_va, cap * sizeof(*v));
+		if (!v)
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		by_va = v;
+		by_va_cap = cap;
+	}
+	/* Buffer ids are never reused, so counters stay with their buffer. */
+	buffer *b = &bufs[nbufs];
+	b->va = va;
+	b->size = size;
+	b->obj = obj;
+	b->live = true;
+	atomic_init(&b->reads, 0);
+	atomic_init(&b->writes, 0);
+	size_t i = by_va_index(va);
+	memmove(&by_va[i + 1], &by_va[i], (nby_va - i) * sizeof(*by_va));
+	by_va[i] = nbufs++;
+	nby_va++;
+	return CUDA_SUCCESS;
+}
+
+static CUresult current_device(CUdevice *dev)
+{
+	REAL(CUresult, cuCtxGetDevice, (CUdevice *));
+	return real_cuCtxGetDevice(dev);
+}
+
+CUresult alloc_device(CUdeviceptr *dptr, size_t bytes)
+{
+	if (!dptr || bytes == 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUdevice dev;
+	CUresult r = current_device(&dev);
+	if (r)
+		return r;
+	uint64_t gran = granularity(dev);
+	pthread_rwlock_wrlock(&lock);
+	uint32_t id = 0;
+	uint64_t va = 0;
+	if (bytes > gran / 2) {
+		r = object_new(dev, round_up(bytes, gran), 0, &id);
+		va = r ? 0 : objs[id].va;
+	} else {
+		uint32_t block = SLAB_MIN;
+		while (block < bytes)
+			block *= 2;
+		/* A slab of that block size with room, or a new one. */
+		for (id = 0; id < nobjs; id++)
+			if (objs[id].live && objs[id].block == block && objs[id].dev == dev &&
+			    objs[id].used < objs[id].size / block)
+				break;
+		if (id == nobjs)
+			r = object_new(dev, gran, block, &id);
+		if (!r) {
+			object *o = &objs[id];
+			uint64_t k = 0, n = o->size / block;
+			while (k < n && (o->bitmap[k / 64] & (1ull << (k % 64))))
+				k++;
+			o->bitmap[k / 64] |= 1ull << (k % 64);
+			o->used++;
+			va = o->va + k * block;
+		}
+	}
+	if (!r)
+		r = buffer_add(va, bytes, id);
+	pthread_rwlock_unlock(&lock);
+	if (!r)
+		*dptr = va;
+	return r;
+}
+
+CUresult alloc_free(CUdeviceptr dptr)
+{
+	REAL(CUresult, cuCtxSynchronize, (void));
+	pthread_rwlock_wrlock(&lock);
+	size_t i = by_va_index(dptr);
+	if (i == 0 || bufs[by_va[i - 1]].va != dptr) {
+		pthread_rwlock_unlock(&lock);
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+	/* cuMemFree waits for the device; work in flight may use the memory. */
+	real_cuCtxSynchronize();
+	buffer *b = &bufs[by_va[i - 1]];
+	object *o = &objs[b->obj];
+	b->live = false;
+	memmove(&by_va[i - 1], &by_va[i], (nby_va - i) * sizeof(*by_va));
+	nby_va--;
+	if (o->block) {
+		uint64_t k = (dptr - o->va) / o->block;
+		o->bitmap[k / 64] &= ~(1ull << (k % 64));
+		if (--o->used == 0)
+			object_drop(b->obj);
+	} else {
+		object_drop(b->obj);
+	}
+	pthread_rwlock_unlock(&lock);
+	return CUDA_SUCCESS;
+}
+
+bool alloc_find(uint64_t addr, buffer_ref *out)
+{
+	pthread_rwlock_rdlock(&lock);
+	size_t i = by_va_index(addr);
+	bool found = false;
+	if (i > 0) {
+		buffer *b = &bufs[by_va[i - 1]];
+		if (addr < b->va + b->size) {
+			*out = (buffer_ref){ by_va[i - 1], b->va, b->size };
+			found = true;
+		}
+	}
+	pthread_rwlock_unlock(&lock);
+	return found;
+}
+
+void alloc_count(uint32_t id, bool read, bool write)
+{
+	pthread_rwlock_rdlock(&lock);
+	if (id < nbufs) {
+		if (read)
+			atomic_fetch_add_explicit(&bufs[id].reads, 1, memory_order_relaxed);
+		if (write)
+			atomic_fetch_add_explicit(&bufs[id].writes, 1, memory_order_relaxed);
+	}
+	pthread_rwlock_unlock(&lock);
+}
+
+int alloc_list(wire_buffer **out, size_t *n)
+{
+	pthread_rwlock_rdlock(&lock);
+	wire_buffer *v = malloc((nby_va ? nby_va : 1) * sizeof(*v));
+	if (v) {
+		for (uint32_t i = 0; i < nby_va; i++) {
+			const buffer *b = &bufs[by_va[i]];
+			v[i] = (wire_buffer){ .va = b->va, .size = b->size, .device = (uint32_t)objs[b->obj].dev,
+					      .state = parked ? WIRE_PARKED_STATE : WIRE_PRESENT,
+					      .reads = atomic_load(&bufs[by_va[i]].reads),
+					      .writes = atomic_load(&bufs[by_va[i]].writes) };
+		}
+		*n = nby_va;
+	}
+	pthread_rwlock_unlock(&lock);
+	*out = v;
+	return v ? 0 : -ENOMEM;
+}
+
+void alloc_mark_stop_only(const char *reason)
+{
+	pthread_rwlock_wrlock(&lock);
+	if (!stop_only[0]) {
+		strncpy(stop_only, reason, sizeof(stop_only) - 1);
+		tr_log("this process is stop-only: %s", reason);
+	}
+	pthread_rwlock_unlock(&lock);
+}
+
+const char *alloc_stop_only_reason(void)
+{
+	return stop_only[0] ? stop_only : NULL;
+}
+
+bool alloc_parked(void)
+{
+	return parked;
+}
+
+#define BATCH 64
+
+int alloc_park(alloc_emit_fn emit, void *arg)
+{
+	REAL(CUresult, cuMemExportToShareableHandle,
+	     (void *, CUmemGenericAllocationHandle, CUmemAllocationHandleType, unsigned long long));
+	REAL(CUresult, cuMemUnmap, (CUdeviceptr, size_t));
+	REAL(CUresult, cuMemRelease, (CUmemGenericAllocationHandle));
+	pthread_rwlock_wrlock(&lock);
+	int e = parked ? -EALREADY : 0;
+	wire_object recs[BATCH];
+	int fds[BATCH], n = 0;
+	/* Hand over every object first: nothing is released until phosfs
+	 * holds all of them. */
+	for (uint32_t i = 0; i < nobjs && !e; i++) {
+		object *o = &objs[i];
+		if (!o->live)
+			continue;
+		int fd = -1;
+		if (real_cuMemExportToShareableHandle(&fd, o->h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0)) {
+			e = -EIO;
+			break;
+		}
+		recs[n] = (wire_object){ .va = o->va, .size = o->size, .device = (uint32_t)o->dev };
+		fds[n++] = fd;
+		if (n == BATCH || i + 1 == nobjs) {
+			e = emit(recs, fds, n, arg);
+			for (int k = 0; k < n; k++)
+				close(fds[k]);
+			n = 0;
+		}
+	}
+	if (n) {
+		if (!e)
+			e = emit(recs, fds, n, arg);
+		for (int k = 0; k < n; k++)
+			close(fds[k]);
+	}
+	if (!e) {
+		for (uint32_t i = 0; i < nobjs; i++) {
+			object *o = &objs[i];
+			if (!o->live)
+				continue;
+			real_cuMemUnmap(o->va, o->size);
+			real_cuMemRelease(o->h);
+			o->h = 0;
+		}
+		parked = true;
+	}
+	pthread_rwlock_unlock(&lock);
+	return e;
+}
+
+int alloc_unpark(const wire_object *recs, const int *fds, int n)
+{
+	REAL(CUresult, cuMemImportFromShareableHandle,
+	     (CUmemGenericAllocationHandle *, void *, CUmemAllocationHandleType));
+	REAL(CUresult, cuMemRelease, (CUmemGenericAllocationHandle));
+	pthread_rwlock_wrlock(&lock);
+	int e = 0;
+	for (int k = 0; k < n && !e; k++) {
+		uint32_t i = 0;
+		while (i < nobjs && !(objs[i].live && objs[i].va == recs[k].va && objs[i].size == recs[k].size))
+			i++;
+		if (i == nobjs || objs[i].h) {
+			e = -ENOENT;
+			break;
+		}
+		object *o = &objs[i];
+		CUmemGenericAllocationHandle h;
+		if (real_cuMemImportFromShareableHandle(&h, (void *)(intptr_t)fds[k],
+							CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)) {
+			e = -EIO;
+			break;
+		}
+		if (map_at(o->va, o->size, h, o->dev)) {
+			real_cuMemRelease(h);
+			e = -EIO;
+			break;
+		}
+		o->h = h;
+	}
+	/* Parked objects all came back: the process may run. */
+	bool all = true;
+	for (uint32_t i = 0; i < nobjs; i++)
+		all &= !objs[i].live || objs[i].h != 0;
+	if (all)
+		parked = false;
+	pthread_rwlock_unlock(&lock);
+	return e ? e : (all ? 0 : -EAGAIN);
+}

@@ -1,0 +1,199 @@
+/*
+ * Wrappers of the driver's memory calls: allocations become parkable
+ * (alloc.c), and copies and sets pass the gate and are counted as reads
+ * and writes of the buffers they touch.
+ */
+#include "tracer.h"
+
+TR_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytes)
+{
+	REAL(CUresult, cuMemAlloc_v2, (CUdeviceptr *, size_t));
+	if (!tr_enabled())
+		return real_cuMemAlloc_v2(dptr, bytes);
+	GATE();
+	return alloc_device(dptr, bytes);
+}
+
+TR_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t width, size_t height,
+				      unsigned int elem)
+{
+	REAL(CUresult, cuMemAllocPitch_v2, (CUdeviceptr *, size_t *, size_t, size_t, unsigned int));
+	if (!tr_enabled())
+		return real_cuMemAllocPitch_v2(dptr, pitch, width, height, elem);
+	if (!pitch || !width || !height || (elem != 4 && elem != 8 && elem != 16))
+		return CUDA_ERROR_INVALID_VALUE;
+	GATE();
+	size_t p = (width + 511) / 512 * 512;
+	CUresult r = alloc_device(dptr, p * height);
+	if (r == CUDA_SUCCESS)
+		*pitch = p;
+	return r;
+}
+
+TR_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr)
+{
+	REAL(CUresult, cuMemFree_v2, (CUdeviceptr));
+	if (!tr_enabled())
+		return real_cuMemFree_v2(dptr);
+	if (!dptr)
+		return CUDA_SUCCESS;
+	GATE();
+	return alloc_free(dptr);
+}
+
+/* Stream-ordered allocation: the memory exists at once, which is within
+ * stream order; a free waits for its stream. */
+static CUresult alloc_async(CUdeviceptr *dptr, size_t bytes)
+{
+	GATE();
+	return alloc_device(dptr, bytes);
+}
+
+static CUresult free_async(CUdeviceptr dptr, CUstream s, CUresult (*sync)(CUstream))
+{
+	GATE();
+	CUresult r = sync(s);
+	return r ? r : alloc_free(dptr);
+}
+
+TR_EXPORT CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytes, CUstream s)
+{
+	REAL(CUresult, cuMemAllocAsync, (CUdeviceptr *, size_t, CUstream));
+	return tr_enabled() ? alloc_async(dptr, bytes) : real_cuMemAllocAsync(dptr, bytes, s);
+}
+
+TR_EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytes, CUstream s)
+{
+	REAL(CUresult, cuMemAllocAsync_ptsz, (CUdeviceptr *, size_t, CUstream));
+	return tr_enabled() ? alloc_async(dptr, bytes) : real_cuMemAllocAsync_ptsz(dptr, bytes, s);
+}
+
+TR_EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytes, CUmemoryPool pool, CUstream s)
+{
+	REAL(CUresult, cuMemAllocFromPoolAsync, (CUdeviceptr *, size_t, CUmemoryPool, CUstream));
+	return tr_enabled() ? alloc_async(dptr, bytes) : real_cuMemAllocFromPoolAsync(dptr, bytes, pool, s);
+}
+
+TR_EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytes, CUmemoryPool pool, CUstream s)
+{
+	REAL(CUresult, cuMemAllocFromPoolAsync_ptsz, (CUdeviceptr *, size_t, CUmemoryPool, CUstream));
+	return tr_enabled() ? alloc_async(dptr, bytes) : real_cuMemAllocFromPoolAsync_ptsz(dptr, bytes, pool, s);
+}
+
+TR_EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream s)
+{
+	REAL(CUresult, cuMemFreeAsync, (CUdeviceptr, CUstream));
+	REAL(CUresult, cuStreamSynchronize, (CUstream));
+	return tr_enabled() ? free_async(dptr, s, real_cuStreamSynchronize) : real_cuMemFreeAsync(dptr, s);
+}
+
+TR_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream s)
+{
+	REAL(CUresult, cuMemFreeAsync_ptsz, (CUdeviceptr, CUstream));
+	REAL(CUresult, cuStreamSynchronize_ptsz, (CUstream));
+	return tr_enabled() ? free_async(dptr, s, real_cuStreamSynchronize_ptsz) : real_cuMemFreeAsync_ptsz(dptr, s);
+}
+
+TR_EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr *base, size_t *size, CUdeviceptr dptr)
+{
+	REAL(CUresult, cuMemGetAddressRange_v2, (CUdeviceptr *, size_t *, CUdeviceptr));
+	buffer_ref b;
+	/* A slab block is its own allocation to the application. */
+	if (tr_enabled() && alloc_find(dptr, &b)) {
+		if (base)
+			*base = b.va;
+		if (size)
+			*size = b.size;
+		return CUDA_SUCCESS;
+	}
+	return real_cuMemGetAddressRange_v2(base, size, dptr);
+}
+
+TR_EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytes, unsigned int flags)
+{
+	REAL(CUresult, cuMemAllocManaged, (CUdeviceptr *, size_t, unsigned int));
+	CUresult r = real_cuMemAllocManaged(dptr, bytes, flags);
+	if (r == CUDA_SUCCESS && tr_enabled())
+		alloc_mark_stop_only("it uses managed memory (cuMemAllocManaged), which cannot be parked");
+	return r;
+}
+
+/* The application's own VMM allocations get the POSIX fd handle type too,
+ * so that they can be exported when parked. */
+TR_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t size, const CUmemAllocationProp *prop,
+			       unsigned long long flags)
+{
+	REAL(CUresult, cuMemCreate,
+	     (CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *, unsigned long long));
+	if (!tr_enabled() || !prop)
+		return real_cuMemCreate(h, size, prop, flags);
+	CUmemAllocationProp p = *prop;
+	p.requestedHandleTypes = (CUmemAllocationHandleType)(p.requestedHandleTypes |
+							     CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+	GATE();
+	CUresult r = real_cuMemCreate(h, size, &p, flags);
+	if (r == CUDA_ERROR_NOT_SUPPORTED || r == CUDA_ERROR_INVALID_VALUE)
+		r = real_cuMemCreate(h, size, prop, flags); /* that type is refused here */
+	if (r == CUDA_SUCCESS)
+		alloc_mark_stop_only("it maps its own VMM allocations, which the tracer does not park yet");
+	return r;
+}
+
+/* ---- copies and sets ------------------------------------------------------ */
+
+#define RD(a, n) spec_range((uint64_t)(a), (n), true, false)
+#define WR(a, n) spec_range((uint64_t)(a), (n), false, true)
+
+#define COPY(name, params, args, dst, src, n)                                   \
+	TR_EXPORT CUresult name params                                          \
+	{                                                                       \
+		REAL(CUresult, name, params);                                   \
+		if (!tr_enabled())                                              \
+			return real_##name args;                                \
+		GATE();                                                         \
+		RD(src, n);                                                     \
+		WR(dst, n);                                                     \
+		return real_##name args;                                        \
+	}
+
+COPY(cuMemcpyHtoD_v2, (CUdeviceptr d, const void *h, size_t n), (d, h, n), d, 0, n)
+COPY(cuMemcpyDtoH_v2, (void *h, CUdeviceptr d, size_t n), (h, d, n), 0, d, n)
+COPY(cuMemcpyDtoD_v2, (CUdeviceptr d, CUdeviceptr s, size_t n), (d, s, n), d, s, n)
+COPY(cuMemcpy, (CUdeviceptr d, CUdeviceptr s, size_t n), (d, s, n), d, s, n)
+COPY(cuMemcpyHtoDAsync_v2, (CUdeviceptr d, const void *h, size_t n, CUstream st), (d, h, n, st), d, 0, n)
+COPY(cuMemcpyDtoHAsync_v2, (void *h, CUdeviceptr d, size_t n, CUstream st), (h, d, n, st), 0, d, n)
+COPY(cuMemcpyDtoDAsync_v2, (CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st), (d, s, n, st), d, s, n)
+COPY(cuMemcpyAsync, (CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st), (d, s, n, st), d, s, n)
+COPY(cuMemcpyHtoD_v2_ptds, (CUdeviceptr d, const void *h, size_t n), (d, h, n), d, 0, n)
+COPY(cuMemcpyDtoH_v2_ptds, (void *h, CUdeviceptr d, size_t n), (h, d, n), 0, d, n)
+COPY(cuMemcpyDtoD_v2_ptds, (CUdeviceptr d, CUdeviceptr s, size_t n), (d, s, n), d, s, n)
+COPY(cuMemcpy_ptds, (CUdeviceptr d, CUdeviceptr s, size_t n), (d, s, n), d, s, n)
+COPY(cuMemcpyHtoDAsync_v2_ptsz, (CUdeviceptr d, const void *h, size_t n, CUstream st), (d, h, n, st), d, 0, n)
+COPY(cuMemcpyDtoHAsync_v2_ptsz, (void *h, CUdeviceptr d, size_t n, CUstream st), (h, d, n, st), 0, d, n)
+COPY(cuMemcpyDtoDAsync_v2_ptsz, (CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st), (d, s, n, st), d, s, n)
+COPY(cuMemcpyAsync_ptsz, (CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st), (d, s, n, st), d, s, n)
+
+#define SET(name, vtype, width, params, args)                                   \
+	TR_EXPORT CUresult name params                                          \
+	{                                                                       \
+		REAL(CUresult, name, params);                                   \
+		if (!tr_enabled())                                              \
+			return real_##name args;                                \
+		GATE();                                                         \
+		WR(d, n *width);                                                \
+		return real_##name args;                                        \
+	}
+
+SET(cuMemsetD8_v2, unsigned char, 1, (CUdeviceptr d, unsigned char v, size_t n), (d, v, n))
+SET(cuMemsetD16_v2, unsigned short, 2, (CUdeviceptr d, unsigned short v, size_t n), (d, v, n))
+SET(cuMemsetD32_v2, unsigned int, 4, (CUdeviceptr d, unsigned int v, size_t n), (d, v, n))
+SET(cuMemsetD8_v2_ptds, unsigned char, 1, (CUdeviceptr d, unsigned char v, size_t n), (d, v, n))
+SET(cuMemsetD16_v2_ptds, unsigned short, 2, (CUdeviceptr d, unsigned short v, size_t n), (d, v, n))
+SET(cuMemsetD32_v2_ptds, unsigned int, 4, (CUdeviceptr d, unsigned int v, size_t n), (d, v, n))
+SET(cuMemsetD8Async, unsigned char, 1, (CUdeviceptr d, unsigned char v, size_t n, CUstream s), (d, v, n, s))
+SET(cuMemsetD16Async, unsigned short, 2, (CUdeviceptr d, unsigned short v, size_t n, CUstream s), (d, v, n, s))
+SET(cuMemsetD32Async, unsigned int, 4, (CUdeviceptr d, unsigned int v, size_t n, CUstream s), (d, v, n, s))
+SET(cuMemsetD8Async_ptsz, unsigned char, 1, (CUdeviceptr d, unsigned char v, size_t n, CUstream s), (d, v, n, s))
+SET(cuMemsetD16Async_ptsz, unsigned short, 2, (CUdeviceptr d, unsigned short v, size_t n, CUstream s),
+    (d, v, n, s))
+SET(cuMemsetD32Async_ptsz, unsigned int, 4, (CUdeviceptr d, unsigned int v, size_t n, CUstream s), (d, v, n, s))

@@ -1,0 +1,222 @@
+/*
+ * The control thread: the tracer's side of the channel to phosfs.
+ *
+ * It connects at the first cuInit (and keeps trying, once a second, while
+ * phosfs is not there), says HELLO, then serves phosfs's requests:
+ *
+ *   LIST   the buffer table;
+ *   PARK   quiesce, hand every device memory object over as an fd, release
+ *          it, close the socket, and wait for WIRE_WAKE_SIGNAL; then
+ *          connect again, take the fds back, map them, resume.
+ *
+ * While parked nothing phosfs holds the other end of is open here, so CRIU
+ * can dump the process; a restored process waits for the same signal.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "tracer.h"
+
+#define BUF_BATCH (WIRE_MAX_PAYLOAD / sizeof(wire_buffer))
+
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+
+static int send_error(int sock, const char *msg)
+{
+	return wire_send(sock, WIRE_ERROR, msg, (uint32_t)strlen(msg) + 1, 0, NULL, 0);
+}
+
+static int hello(int sock, uint32_t flags)
+{
+	wire_hello h = { .pid = getpid(), .control_tid = gettid(), .flags = flags };
+	const char *why = alloc_stop_only_reason();
+	if (why) {
+		h.flags |= WIRE_HELLO_STOP_ONLY;
+		snprintf(h.stop_only_reason, sizeof(h.stop_only_reason), "%s", why);
+	}
+	return wire_send(sock, WIRE_HELLO, &h, sizeof(h), 1, NULL, 0);
+}
+
+static int serve_list(int sock)
+{
+	wire_buffer *v;
+	size_t n;
+	int e = alloc_list(&v, &n);
+	for (size_t at = 0; !e && at < n; at += BUF_BATCH) {
+		size_t k = n - at < BUF_BATCH ? n - at : BUF_BATCH;
+		e = wire_send(sock, WIRE_BUFFERS, v + at, (uint32_t)(k * sizeof(*v)), (uint32_t)k, NULL, 0);
+	}
+	free(v);
+	return e ? e : wire_send(sock, WIRE_END, NULL, 0, (uint32_t)n, NULL, 0);
+}
+
+static int emit_objects(const wire_object *objs, const int *fds, int n, void *arg)
+{
+	return wire_send(*(int *)arg, WIRE_OBJECTS, objs, (uint32_t)(n * (int)sizeof(*objs)), (uint32_t)n, fds, n);
+}
+
+/* Waits for phosfs's wake-up signal (blocked in this thread). */
+static void wait_wake(void)
+{
+	sigset_t set;
+	sigemptyset(&set);
+	sigaddset(&set, WIRE_WAKE_SIGNAL);
+	while (sigwaitinfo(&set, NULL) < 0 && errno == EINTR)
+		;
+}
+
+/* After park: reconnect, take the objects back, resume. */
+static int unpark(void)
+{
+	wait_wake();
+	int sock;
+	for (int tries = 0; (sock = wire_connect(wire_socket_path())) < 0; tries++) {
+		if (tries == 50)
+			tr_log("cannot reach phosfs to unpark (%s); still trying", strerror(-sock));
+		usleep(100000);
+	}
+	int e = hello(sock, WIRE_HELLO_RESUME);
+	static wire_object recs[WIRE_MAX_PAYLOAD / sizeof(wire_object)];
+	int fds[WIRE_MAX_FDS], nfds;
+	while (!e) {
+		wire_header h;
+		e = wire_recv(sock, &h, recs, sizeof(recs), fds, &nfds);
+		if (e)
+			break;
+		if (h.type == WIRE_OBJECTS && h.count == (uint32_t)nfds && h.length == h.count * sizeof(wire_object)) {
+			int r = alloc_unpark(recs, fds, nfds);
+			if (r && r != -EAGAIN) {
+				tr_log("unpark failed: %s", strerror(-r));
+				e = r;
+			}
+		} else if (h.type == WIRE_UNPARK) {
+			if (alloc_parked()) {
+				send_error(sock, "unpark: some device memory did not come back");
+				e = -ENOENT;
+			} else {
+				e = wire_send(sock, WIRE_UNPARKED, NULL, 0, 0, NULL, 0);
+				gate_resume();
+				break;
+			}
+		} else {
+			send_error(sock, "unexpected message while unparking");
+		}
+		for (int i = 0; i < nfds; i++)
+			close(fds[i]);
+	}
+	if (e)
+		tr_log("unpark did not complete (%s): the process stays stopped", strerror(-e));
+	return sock;
+}
+
+/* Serves one connection until it ends; returns the socket to go on with
+ * (another one after a park), or -1. */
+static int serve(int sock)
+{
+	static uint8_t buf[WIRE_MAX_PAYLOAD];
+	int fds[WIRE_MAX_FDS], nfds;
+	for (;;) {
+		wire_header h;
+		int e = wire_recv(sock, &h, buf, sizeof(buf), fds, &nfds);
+		for (int i = 0; i < nfds; i++)
+			close(fds[i]);
+		if (e == -EPROTO) {
+			send_error(sock, "malformed message");
+			continue;
+		}
+		if (e) {
+			close(sock);
+			return -1;
+		}
+		switch (h.type) {
+		case WIRE_LIST:
+			e = serve_list(sock);
+			break;
+		case WIRE_PARK: {
+			const char *why = alloc_stop_only_reason();
+			if (why) {
+				char msg[160];
+				snprintf(msg, sizeof(msg), "cannot park: %s", why);
+				e = send_error(sock, msg);
+				break;
+			}
+			CUresult r = gate_quiesce();
+			if (r) {
+				gate_resume();
+				e = send_error(sock, "cannot park: synchronising the device failed");
+				break;
+			}
+			e = alloc_park(emit_objects, &sock);
+			if (!e)
+				e = wire_send(sock, WIRE_PARKED, NULL, 0, 0, NULL, 0);
+			if (e) {
+				gate_resume();
+				break;
+			}
+			/* Nothing shared with phosfs stays open while parked. */
+			close(sock);
+			return unpark();
+		}
+		default:
+			e = send_error(sock, "unknown request");
+		}
+		if (e) {
+			close(sock);
+			return -1;
+		}
+	}
+}
+
+static void *control_main(void *arg)
+{
+	(void)arg;
+	sigset_t set;
+	sigemptyset(&set);
+	sigaddset(&set, WIRE_WAKE_SIGNAL);
+	for (;;) {
+		int sock = wire_connect(wire_socket_path());
+		if (sock < 0) {
+			/* phosfs is not there (yet): look again in a second. */
+			struct timespec ts = { 1, 0 };
+			sigtimedwait(&set, NULL, &ts);
+			continue;
+		}
+		if (hello(sock, 0)) {
+			close(sock);
+			continue;
+		}
+		while (sock >= 0)
+			sock = serve(sock);
+	}
+	return NULL;
+}
+
+static void start(void)
+{
+	/* A stray process-wide wake signal must not kill the application;
+	 * blocked in the control thread, it still reaches sigwaitinfo there. */
+	struct sigaction sa = { .sa_handler = SIG_IGN };
+	sigaction(WIRE_WAKE_SIGNAL, &sa, NULL);
+	sigset_t set, old;
+	sigemptyset(&set);
+	sigaddset(&set, WIRE_WAKE_SIGNAL);
+	pthread_sigmask(SIG_BLOCK, &set, &old);
+	pthread_t t;
+	if (pthread_create(&t, NULL, control_main, NULL) == 0) {
+		pthread_setname_np(t, "phos-control");
+		pthread_detach(t);
+	} else {
+		tr_log("cannot start the control thread: phos cannot checkpoint this process");
+	}
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+}
+
+void control_start(void)
+{
+	pthread_once(&once, start);
+}

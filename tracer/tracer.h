@@ -1,0 +1,121 @@
+/*
+ * libphos.so internals: the contract between the tracer's files.
+ *
+ * The tracer is preloaded into an unmodified GPU process. It wraps driver
+ * entry points (however the application finds them: by linking, by dlsym,
+ * or through cuGetProcAddress), keeps tables of what the application
+ * allocated and loaded, speculates what each call reads and writes, and
+ * serves phosfs's requests on a control thread.
+ *
+ * Functions return CUresult where they stand in for a driver call, and 0
+ * or a negative errno otherwise.
+ */
+#ifndef PHOS_TRACER_H
+#define PHOS_TRACER_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cuda.h>
+
+#include "../common/cubin.h"
+#include "../common/wire.h"
+
+#define TR_EXPORT __attribute__((visibility("default")))
+
+/* log.c: "phos: " lines on stderr. tr_debug only with PHOS_DEBUG=1. */
+void tr_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void tr_debug(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+bool tr_enabled(void); /* PHOS_TRACE is not 0 */
+
+/* hooks.c: the real driver. tr_real resolves a symbol of libcuda.so.1
+ * (loading it if needed); NULL if it has none. REAL(sym) caches it. */
+void *tr_real(const char *sym);
+#define REAL(ret, sym, params)                                                   \
+	static ret(*real_##sym) params;                                         \
+	if (!real_##sym)                                                        \
+		*(void **)&real_##sym = tr_real(#sym);
+
+/* gate.c: every wrapped call that acts on the device enters the gate. The
+ * fast path takes no lock. GATE() enters for the rest of the scope. */
+void gate_enter(void);
+void gate_leave(void);
+static inline void gate_cleanup(int *unused)
+{
+	(void)unused;
+	gate_leave();
+}
+#define GATE()                                                                  \
+	__attribute__((cleanup(gate_cleanup))) int gate_scope_ = (gate_enter(), 0); \
+	(void)gate_scope_
+/* Closes the gate and waits until no call is in flight; then synchronises
+ * every context. Threads arriving meanwhile wait at the gate. Returns a
+ * CUresult of the synchronisation. */
+CUresult gate_quiesce(void);
+/* Opens the gate; waiting threads pass in the order they arrived. */
+void gate_resume(void);
+bool gate_closed(void);
+/* Calls the gate has let through since the process started. */
+uint64_t gate_passed(void);
+
+/* context.c: contexts the process made current or created, to synchronise. */
+void ctx_note(CUcontext ctx);
+CUresult ctx_synchronize_all(void);
+
+/* alloc.c: device memory. Every allocation the application asks for is a
+ * VMM allocation the tracer made with a POSIX fd handle type (an "object"),
+ * or a piece of a slab object for small ones (a "buffer"). */
+typedef struct buffer_ref {
+	uint32_t id; /* index in the buffer table */
+	uint64_t va, size;
+} buffer_ref;
+CUresult alloc_device(CUdeviceptr *dptr, size_t bytes);
+CUresult alloc_free(CUdeviceptr dptr);
+/* Finds the buffer containing addr; false if none. */
+bool alloc_find(uint64_t addr, buffer_ref *out);
+/* Counts a read or a write of buffer id by one call. */
+void alloc_count(uint32_t id, bool read, bool write);
+/* Copies out the buffer table; the caller frees *out. */
+int alloc_list(wire_buffer **out, size_t *n);
+void alloc_mark_stop_only(const char *reason);
+const char *alloc_stop_only_reason(void); /* NULL if parkable */
+/* Park: exports every object's fd and gives records+fds to emit in
+ * batches, then unmaps and releases them all. The gate is closed. */
+typedef int (*alloc_emit_fn)(const wire_object *objs, const int *fds, int n, void *arg);
+int alloc_park(alloc_emit_fn emit, void *arg);
+/* Unpark: maps the given fds at their objects' VAs again. */
+int alloc_unpark(const wire_object *objs, const int *fds, int n);
+bool alloc_parked(void);
+
+/* module.c: modules, libraries and their functions. */
+typedef enum { PARAM_SCALAR, PARAM_PTR_CONST, PARAM_PTR_MUT, PARAM_UNKNOWN } param_kind;
+typedef struct kernel_info {
+	char *name;
+	int nparams; /* -1: layout unknown */
+	cubin_param params[CUBIN_MAX_PARAMS];
+	param_kind kinds[CUBIN_MAX_PARAMS];
+	/* Counters, updated with relaxed atomics. */
+	atomic_uint_fast64_t launches, reads, writes, bytes_written;
+} kernel_info;
+void module_loaded(void *module, const void *image, size_t size);
+void module_unloaded(void *module);
+/* Records that fn is kernel `name` of module (or of library). */
+void module_function(void *module, void *fn, const char *name);
+/* The information of a launched function (found or built on first use). */
+kernel_info *module_kernel(CUfunction fn);
+
+/* demangle.c: what each parameter of a kernel is, from its mangled name.
+ * Returns the number of parameters, or -1 if the name is not understood. */
+int demangle_params(const char *mangled, param_kind *kinds, int max);
+
+/* spec.c: the read and write sets of calls. */
+void spec_launch(kernel_info *k, void **params, void **extra);
+void spec_range(uint64_t addr, size_t len, bool read, bool write);
+
+/* control.c: the channel to phosfs and the park/unpark protocol. */
+void control_start(void);
+
+#endif
