@@ -190,20 +190,34 @@ GPU_CU  := $(wildcard tests/gpu/*.cu)
 GPU_SH  := $(wildcard tests/gpu/*.sh) tests/criu_check_looks_good.sh
 GPU_BIN := $(GPU_CU:tests/gpu/%.cu=$(BUNDLE)/progs/%)
 
+GPU_C   := $(wildcard tests/gpu/*.c)
+GPU_BIN += $(GPU_C:tests/gpu/%.c=$(BUNDLE)/progs/%)
+GPU_KERNELS := $(patsubst tests/gpu/kernels/%.cu,$(BUNDLE)/progs/%.cubin,$(wildcard tests/gpu/kernels/*.cu))
+
 $(BUNDLE)/progs/%: tests/gpu/%.cu tests/tap.h
 	@mkdir -p $(@D)
 	$(NVCC) $(NVCC_ARCH) -Itests -cudart static -o $@ $<
 
-gpu-bundle: $(GPU_BIN) $(PHOS_IMAGE) $(BUILD)/bench/image-bench
+# Driver-API programs for the GPU machine: linked against the driver's
+# stub here, they use the real driver there.
+$(BUNDLE)/progs/%: tests/gpu/%.c $(wildcard tests/*.h) $(BUILD)/common/wire.o
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) $(XCFLAGS) $(CFLAGS) -o $@ $< $(BUILD)/common/wire.o -L$(CUDA_HOME)/lib64/stubs -lcuda -lpthread
+
+$(BUNDLE)/progs/%.cubin: tests/gpu/kernels/%.cu
+	@mkdir -p $(@D)
+	$(NVCC) -cubin -arch=sm_90 -o $@ $<
+
+gpu-bundle: $(GPU_BIN) $(GPU_KERNELS) $(PHOS_IMAGE) $(BUILD)/bench/image-bench $(LIBPHOS)
 	@test -x $(CRIU) || { echo "no CRIU in $(CRIU_PREFIX): run 'make deps' first" >&2; exit 1; }
 	@test "$(HAVE_NVCC)" = 1 || { echo "no nvcc under $(CUDA_HOME): the GPU programs need it" >&2; exit 1; }
-	mk/gpu-bundle.sh $(BUNDLE) bin:$(CRIU) bin:$(PHOS_IMAGE) bin:$(BUILD)/bench/image-bench \
+	mk/gpu-bundle.sh $(BUNDLE) bin:$(CRIU) bin:$(PHOS_IMAGE) bin:$(BUILD)/bench/image-bench lib:$(LIBPHOS) \
 		$(addprefix test:,$(GPU_SH))
 	@du -sh $(BUNDLE)
 
 check-gpu:
 	@test -x $(BUNDLE)/run-checks || { echo "no $(BUNDLE)/: run 'make gpu-bundle' on the build machine and copy it here" >&2; exit 1; }
-	$(BUNDLE)/run-checks
+	$(BUNDLE)/run-checks $(PROVE_FLAGS)
 
 clean:
 	rm -rf build build-san $(BUNDLE)

@@ -3,7 +3,7 @@
 # and CUDA but no package registry: CRIU with the shared libraries it needs
 # beyond glibc, and the GPU tests with the programs they run.
 #
-#   mk/gpu-bundle.sh BUNDLE bin:PROGRAM... test:TEST_SCRIPT...
+#   mk/gpu-bundle.sh BUNDLE bin:PROGRAM... lib:LIBRARY... test:TEST_SCRIPT...
 # (the GPU test programs are already built into BUNDLE/progs by make)
 #
 # Each PROGRAM goes to libexec/, with the shared libraries it needs beyond
@@ -35,6 +35,9 @@ here=\$(cd "\$(dirname "\$0")/.." && pwd)
 LD_LIBRARY_PATH=\$here/lib\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH} exec "\$here/libexec/$name" "\$@"
 WRAP
 		chmod 0755 "$bundle/bin/$name"
+		;;
+	lib)
+		install -m 0755 "$path" "$bundle/lib/"
 		;;
 	test)
 		install -m 0755 "$path" "$bundle/tests/$(basename "${path%.sh}")"

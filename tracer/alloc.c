@@ -349,6 +349,21 @@ const char *alloc_stop_only_reason(void)
 	return stop_only[0] ? stop_only : NULL;
 }
 
+void alloc_stats(uint64_t *buffers, uint64_t *objects, uint64_t *bytes)
+{
+	pthread_rwlock_rdlock(&lock);
+	*buffers = nby_va;
+	*objects = 0;
+	*bytes = 0;
+	for (uint32_t i = 0; i < nobjs; i++) {
+		if (objs[i].live) {
+			(*objects)++;
+			*bytes += objs[i].size;
+		}
+	}
+	pthread_rwlock_unlock(&lock);
+}
+
 bool alloc_parked(void)
 {
 	return parked;

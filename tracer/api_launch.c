@@ -85,7 +85,7 @@ TR_EXPORT CUresult cuModuleGetFunction(CUfunction *f, CUmodule m, const char *na
 	REAL(CUresult, cuModuleGetFunction, (CUfunction *, CUmodule, const char *));
 	CUresult r = real_cuModuleGetFunction(f, m, name);
 	if (r == CUDA_SUCCESS && tr_enabled())
-		module_function(m, *f, name);
+		module_function(m, *f, name, false);
 	return r;
 }
 
@@ -124,7 +124,7 @@ TR_EXPORT CUresult cuLibraryGetKernel(CUkernel *k, CUlibrary lib, const char *na
 	REAL(CUresult, cuLibraryGetKernel, (CUkernel *, CUlibrary, const char *));
 	CUresult r = real_cuLibraryGetKernel(k, lib, name);
 	if (r == CUDA_SUCCESS && tr_enabled())
-		module_function(lib, *k, name);
+		module_function(lib, *k, name, true);
 	return r;
 }
 
@@ -135,7 +135,7 @@ TR_EXPORT CUresult cuKernelGetFunction(CUfunction *f, CUkernel k)
 	if (r == CUDA_SUCCESS && tr_enabled()) {
 		kernel_info *ki = module_kernel((CUfunction)k);
 		if (ki)
-			module_function(NULL, *f, ki->name);
+			module_function(NULL, *f, ki->name, false);
 	}
 	return r;
 }

@@ -45,3 +45,19 @@ bool tr_enabled(void)
 	}
 	return on;
 }
+
+/* With PHOS_DEBUG=1, what the tracer saw, when the process exits. */
+__attribute__((destructor)) static void summary(void)
+{
+	const char *e = getenv("PHOS_DEBUG");
+	if (!e || !strcmp(e, "0") || !tr_enabled())
+		return;
+	uint64_t bufs, objs, bytes, kernels, layouts, launches;
+	alloc_stats(&bufs, &objs, &bytes);
+	module_stats(&kernels, &layouts, &launches);
+	tr_log("%llu calls passed the gate; %llu allocations live in %llu VMM objects (%llu bytes); %llu kernels "
+	       "launched or looked up, %llu with a parameter layout; %llu launches",
+	       (unsigned long long)gate_passed(), (unsigned long long)bufs, (unsigned long long)objs,
+	       (unsigned long long)bytes, (unsigned long long)kernels, (unsigned long long)layouts,
+	       (unsigned long long)launches);
+}

@@ -84,19 +84,26 @@ static kernel_info *kernel_new(const char *name, const cubin_kernel *layout)
 	return k;
 }
 
-/* Fills a kernel's layout from the driver (cuFuncGetParamInfo). */
-static void layout_from_driver(kernel_info *k, CUfunction fn)
+/* Fills a kernel's layout from the driver: cuFuncGetParamInfo for a
+ * function handle, cuKernelGetParamInfo for a kernel handle. */
+static void layout_from_driver(kernel_info *k, void *handle, bool is_kernel)
 {
 	REAL(CUresult, cuFuncGetParamInfo, (CUfunction, size_t, size_t *, size_t *));
-	if (!real_cuFuncGetParamInfo)
+	REAL(CUresult, cuKernelGetParamInfo, (CUkernel, size_t, size_t *, size_t *));
+	CUresult (*get)(void *, size_t, size_t *, size_t *) =
+		is_kernel ? (CUresult(*)(void *, size_t, size_t *, size_t *))real_cuKernelGetParamInfo
+			  : (CUresult(*)(void *, size_t, size_t *, size_t *))real_cuFuncGetParamInfo;
+	if (!get)
 		return;
 	int n = 0;
 	size_t off, size;
-	while (n < CUBIN_MAX_PARAMS && real_cuFuncGetParamInfo(fn, (size_t)n, &off, &size) == CUDA_SUCCESS) {
+	CUresult r = CUDA_SUCCESS;
+	while (n < CUBIN_MAX_PARAMS && (r = get(handle, (size_t)n, &off, &size)) == CUDA_SUCCESS) {
 		k->params[n] = (cubin_param){ (uint16_t)off, (uint16_t)size };
 		n++;
 	}
-	if (n > 0 || real_cuFuncGetParamInfo(fn, 0, &off, &size) == CUDA_ERROR_INVALID_VALUE)
+	/* Past the last parameter the driver says INVALID_VALUE. */
+	if (r == CUDA_ERROR_INVALID_VALUE)
 		k->nparams = n;
 }
 
@@ -131,7 +138,7 @@ void module_unloaded(void *module)
 	pthread_mutex_unlock(&lock);
 }
 
-void module_function(void *module, void *fn, const char *name)
+void module_function(void *module, void *fn, const char *name, bool is_kernel)
 {
 	if (!fn || table_get(fn))
 		return;
@@ -143,7 +150,7 @@ void module_function(void *module, void *fn, const char *name)
 	kernel_info *k = table_get(fn);
 	if (!k && (k = kernel_new(name, layout))) {
 		if (k->nparams < 0)
-			layout_from_driver(k, (CUfunction)fn);
+			layout_from_driver(k, fn, is_kernel);
 		table_put(fn, k);
 	}
 	pthread_mutex_unlock(&lock);
@@ -156,14 +163,46 @@ kernel_info *module_kernel(CUfunction fn)
 		return k;
 	REAL(CUresult, cuFuncGetName, (const char **, CUfunction));
 	REAL(CUresult, cuKernelGetName, (const char **, CUkernel));
+	/* A launch may pass a function or a kernel handle: ask which. */
 	const char *name = NULL;
+	bool is_kernel = false;
 	if ((!real_cuFuncGetName || real_cuFuncGetName(&name, fn) != CUDA_SUCCESS) && real_cuKernelGetName)
-		real_cuKernelGetName(&name, (CUkernel)fn);
+		is_kernel = real_cuKernelGetName(&name, (CUkernel)fn) == CUDA_SUCCESS;
 	pthread_mutex_lock(&lock);
 	if (!(k = table_get(fn)) && (k = kernel_new(name, NULL))) {
-		layout_from_driver(k, fn);
+		layout_from_driver(k, fn, is_kernel);
 		table_put(fn, k);
 	}
 	pthread_mutex_unlock(&lock);
 	return k;
+}
+
+static int cmp_ptr(const void *a, const void *b)
+{
+	uintptr_t x = (uintptr_t)*(void *const *)a, y = (uintptr_t)*(void *const *)b;
+	return x < y ? -1 : x > y;
+}
+
+void module_stats(uint64_t *kernels, uint64_t *with_layout, uint64_t *launches)
+{
+	*kernels = *with_layout = *launches = 0;
+	kernel_info **v = malloc(TABLE_SIZE * sizeof(*v));
+	if (!v)
+		return;
+	size_t n = 0;
+	pthread_mutex_lock(&lock);
+	for (size_t i = 0; i < TABLE_SIZE; i++)
+		if (atomic_load(&keys[i]) && (v[n] = atomic_load(&values[i])))
+			n++;
+	pthread_mutex_unlock(&lock);
+	/* Several handles may share a kernel; count each kernel once. */
+	qsort(v, n, sizeof(*v), cmp_ptr);
+	for (size_t i = 0; i < n; i++) {
+		if (i && v[i] == v[i - 1])
+			continue;
+		(*kernels)++;
+		*with_layout += v[i]->nparams >= 0;
+		*launches += atomic_load(&v[i]->launches);
+	}
+	free(v);
 }

@@ -89,6 +89,8 @@ int alloc_park(alloc_emit_fn emit, void *arg);
 /* Unpark: maps the given fds at their objects' VAs again. */
 int alloc_unpark(const wire_object *objs, const int *fds, int n);
 bool alloc_parked(void);
+/* Live buffers and objects, for the debug summary. */
+void alloc_stats(uint64_t *buffers, uint64_t *objects, uint64_t *bytes);
 
 /* module.c: modules, libraries and their functions. */
 typedef enum { PARAM_SCALAR, PARAM_PTR_CONST, PARAM_PTR_MUT, PARAM_UNKNOWN } param_kind;
@@ -102,10 +104,13 @@ typedef struct kernel_info {
 } kernel_info;
 void module_loaded(void *module, const void *image, size_t size);
 void module_unloaded(void *module);
-/* Records that fn is kernel `name` of module (or of library). */
-void module_function(void *module, void *fn, const char *name);
+/* Records that fn, a function handle or (is_kernel) a kernel handle, is
+ * kernel `name` of module (or of library). */
+void module_function(void *module, void *fn, const char *name, bool is_kernel);
 /* The information of a launched function (found or built on first use). */
 kernel_info *module_kernel(CUfunction fn);
+/* Kernels known, those with a parameter layout, and launches. */
+void module_stats(uint64_t *kernels, uint64_t *with_layout, uint64_t *launches);
 
 /* demangle.c: what each parameter of a kernel is, from its mangled name.
  * Returns the number of parameters, or -1 if the name is not understood. */
