@@ -196,7 +196,13 @@ GPU_KERNELS := $(patsubst tests/gpu/kernels/%.cu,$(BUNDLE)/progs/%.cubin,$(wildc
 
 $(BUNDLE)/progs/%: tests/gpu/%.cu tests/tap.h
 	@mkdir -p $(@D)
-	$(NVCC) $(NVCC_ARCH) -Itests -cudart static -o $@ $<
+	$(NVCC) $(NVCC_ARCH) -Itests -cudart static -o $@ $< $(if $(findstring cublas,$*),-lcublas)
+
+# The same runtime program against the shared cudart.
+GPU_BIN += $(BUNDLE)/progs/cuda_runtime_program_runs_shared
+$(BUNDLE)/progs/cuda_runtime_program_runs_shared: tests/gpu/cuda_runtime_program_runs.cu tests/tap.h
+	@mkdir -p $(@D)
+	$(NVCC) $(NVCC_ARCH) -Itests -cudart shared -o $@ $<
 
 # Driver-API programs for the GPU machine: linked against the driver's
 # stub here, they use the real driver there.
@@ -208,7 +214,17 @@ $(BUNDLE)/progs/%.cubin: tests/gpu/kernels/%.cu
 	@mkdir -p $(@D)
 	$(NVCC) -cubin -arch=sm_90 -o $@ $<
 
-gpu-bundle: $(GPU_BIN) $(GPU_KERNELS) $(PHOS_IMAGE) $(BUILD)/bench/image-bench $(LIBPHOS)
+GPU_BENCH := $(BUNDLE)/bench/launch-rate $(BUNDLE)/bench/launch.cubin
+
+$(BUNDLE)/bench/launch-rate: bench/launch-rate.c
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) $(XCFLAGS) $(CFLAGS) -o $@ $< -L$(CUDA_HOME)/lib64/stubs -lcuda
+
+$(BUNDLE)/bench/launch.cubin: bench/kernels/launch.cu
+	@mkdir -p $(@D)
+	$(NVCC) -cubin -arch=sm_90 -o $@ $<
+
+gpu-bundle: $(GPU_BIN) $(GPU_KERNELS) $(GPU_BENCH) $(PHOS_IMAGE) $(BUILD)/bench/image-bench $(LIBPHOS)
 	@test -x $(CRIU) || { echo "no CRIU in $(CRIU_PREFIX): run 'make deps' first" >&2; exit 1; }
 	@test "$(HAVE_NVCC)" = 1 || { echo "no nvcc under $(CUDA_HOME): the GPU programs need it" >&2; exit 1; }
 	mk/gpu-bundle.sh $(BUNDLE) bin:$(CRIU) bin:$(PHOS_IMAGE) bin:$(BUILD)/bench/image-bench lib:$(LIBPHOS) \

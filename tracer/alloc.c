@@ -37,18 +37,33 @@ typedef struct buffer {
 } buffer;
 
 /*
- * Guarded by lock (a rwlock: launches look buffers up, allocations and
- * frees change them): objs, bufs, by_va, parked, stop_only.
+ * Launches look buffers up without a lock: the sorted index is read under a
+ * sequence count (a writer makes it odd while it changes the index), and a
+ * reader that saw it change reads again. Memory a racing reader may still
+ * look at is never freed: index arrays that grew are retired, and buffer
+ * records live in blocks that never move.
  */
+#define BLOCK_BUFS 4096
+#define MAX_BLOCKS 4096
+
+/* Guarded by lock (writers; readers of the launch path use `seq`): objs,
+ * the buffer blocks, by_va, parked, stop_only. */
 static pthread_rwlock_t lock = PTHREAD_RWLOCK_INITIALIZER;
 static object *objs;
 static uint32_t nobjs, objs_cap;
-static buffer *bufs;
-static uint32_t nbufs, bufs_cap;
-static uint32_t *by_va; /* live buffer ids sorted by va */
-static uint32_t nby_va, by_va_cap;
+static buffer *blocks[MAX_BLOCKS];
+static atomic_uint nbufs; /* published after the record is written */
+static _Atomic(uint32_t *) by_va; /* live buffer ids sorted by va */
+static atomic_uint nby_va;
+static uint32_t by_va_cap;
+static atomic_uint seq;
 static bool parked;
 static char stop_only[96];
+
+static buffer *buf(uint32_t id)
+{
+	return &blocks[id / BLOCK_BUFS][id % BLOCK_BUFS];
+}
 
 static uint64_t round_up(uint64_t v, uint64_t a)
 {
@@ -163,12 +178,13 @@ static void object_drop(uint32_t id)
 	o->live = false;
 }
 
-static size_t by_va_index(uint64_t va)
+/* Position of the first entry above va in v[0..n). */
+static size_t index_in(const uint32_t *v, size_t n, uint64_t va)
 {
-	size_t lo = 0, hi = nby_va;
+	size_t lo = 0, hi = n;
 	while (lo < hi) {
 		size_t mid = (lo + hi) / 2;
-		if (bufs[by_va[mid]].va <= va)
+		if (buf(v[mid])->va <= va)
 			lo = mid + 1;
 		else
 			hi = mid;
@@ -176,36 +192,61 @@ static size_t by_va_index(uint64_t va)
 	return lo;
 }
 
+static size_t by_va_index(uint64_t va)
+{
+	return index_in(atomic_load(&by_va), atomic_load(&nby_va), va);
+}
+
+/* Writers bracket changes of the index: the count is odd meanwhile. */
+static void index_begin(void)
+{
+	atomic_fetch_add(&seq, 1);
+}
+
+static void index_end(void)
+{
+	atomic_fetch_add(&seq, 1);
+}
+
 static CUresult buffer_add(uint64_t va, uint64_t size, uint32_t obj)
 {
-	if (nbufs == bufs_cap) {
-		uint32_t cap = bufs_cap ? bufs_cap * 2 : 1024;
-		buffer *v = realloc(bufs, cap * sizeof(*v));
-		if (!v)
+	uint32_t id = atomic_load(&nbufs);
+	if (id % BLOCK_BUFS == 0) {
+		if (id / BLOCK_BUFS == MAX_BLOCKS)
 			return CUDA_ERROR_OUT_OF_MEMORY;
-		bufs = v;
-		bufs_cap = cap;
+		buffer *b = calloc(BLOCK_BUFS, sizeof(*b));
+		if (!b)
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		blocks[id / BLOCK_BUFS] = b;
 	}
-	if (nby_va == by_va_cap) {
+	uint32_t n = atomic_load(&nby_va), *v = atomic_load(&by_va);
+	if (n == by_va_cap) {
+		/* The old array is retired, not freed: a reader may be in it. */
 		uint32_t cap = by_va_cap ? by_va_cap * 2 : 1024;
-		uint32_t *v = realloc(by_va, cap * sizeof(*v));
-		if (!v)
+		uint32_t *nv = malloc(cap * sizeof(*nv));
+		if (!nv)
 			return CUDA_ERROR_OUT_OF_MEMORY;
-		by_va = v;
+		if (n)
+			memcpy(nv, v, n * sizeof(*nv));
+		atomic_store(&by_va, nv);
 		by_va_cap = cap;
+		v = nv;
 	}
 	/* Buffer ids are never reused, so counters stay with their buffer. */
-	buffer *b = &bufs[nbufs];
+	buffer *b = buf(id);
 	b->va = va;
 	b->size = size;
 	b->obj = obj;
 	b->live = true;
 	atomic_init(&b->reads, 0);
 	atomic_init(&b->writes, 0);
-	size_t i = by_va_index(va);
-	memmove(&by_va[i + 1], &by_va[i], (nby_va - i) * sizeof(*by_va));
-	by_va[i] = nbufs++;
-	nby_va++;
+	size_t i = index_in(v, n, va);
+	index_begin();
+	memmove(&v[i + 1], &v[i], (n - i) * sizeof(*v));
+	v[i] = id;
+	atomic_store(&nbufs, id + 1);
+	atomic_store(&nby_va, n + 1);
+	index_end();
 	return CUDA_SUCCESS;
 }
 
@@ -264,17 +305,20 @@ CUresult alloc_free(CUdeviceptr dptr)
 	REAL(CUresult, cuCtxSynchronize, (void));
 	pthread_rwlock_wrlock(&lock);
 	size_t i = by_va_index(dptr);
-	if (i == 0 || bufs[by_va[i - 1]].va != dptr) {
+	if (i == 0 || buf(atomic_load(&by_va)[i - 1])->va != dptr) {
 		pthread_rwlock_unlock(&lock);
 		return CUDA_ERROR_INVALID_VALUE;
 	}
 	/* cuMemFree waits for the device; work in flight may use the memory. */
 	real_cuCtxSynchronize();
-	buffer *b = &bufs[by_va[i - 1]];
+	uint32_t *v = atomic_load(&by_va), n = atomic_load(&nby_va);
+	buffer *b = buf(v[i - 1]);
 	object *o = &objs[b->obj];
 	b->live = false;
-	memmove(&by_va[i - 1], &by_va[i], (nby_va - i) * sizeof(*by_va));
-	nby_va--;
+	index_begin();
+	memmove(&v[i - 1], &v[i], (n - i) * sizeof(*v));
+	atomic_store(&nby_va, n - 1);
+	index_end();
 	if (o->block) {
 		uint64_t k = (dptr - o->va) / o->block;
 		o->bitmap[k / 64] &= ~(1ull << (k % 64));
@@ -289,45 +333,51 @@ CUresult alloc_free(CUdeviceptr dptr)
 
 bool alloc_find(uint64_t addr, buffer_ref *out)
 {
-	pthread_rwlock_rdlock(&lock);
-	size_t i = by_va_index(addr);
-	bool found = false;
-	if (i > 0) {
-		buffer *b = &bufs[by_va[i - 1]];
-		if (addr < b->va + b->size) {
-			*out = (buffer_ref){ by_va[i - 1], b->va, b->size };
-			found = true;
+	for (;;) {
+		unsigned s0 = atomic_load(&seq);
+		if (s0 & 1)
+			continue; /* a writer is changing the index */
+		const uint32_t *v = atomic_load(&by_va);
+		size_t n = atomic_load(&nby_va), i = v ? index_in(v, n, addr) : 0;
+		bool found = false;
+		if (i > 0) {
+			uint32_t id = v[i - 1];
+			const buffer *b = buf(id);
+			if (addr < b->va + b->size) {
+				*out = (buffer_ref){ id, b->va, b->size };
+				found = true;
+			}
 		}
+		if (atomic_load(&seq) == s0)
+			return found;
 	}
-	pthread_rwlock_unlock(&lock);
-	return found;
 }
 
 void alloc_count(uint32_t id, bool read, bool write)
 {
-	pthread_rwlock_rdlock(&lock);
-	if (id < nbufs) {
-		if (read)
-			atomic_fetch_add_explicit(&bufs[id].reads, 1, memory_order_relaxed);
-		if (write)
-			atomic_fetch_add_explicit(&bufs[id].writes, 1, memory_order_relaxed);
-	}
-	pthread_rwlock_unlock(&lock);
+	if (id >= atomic_load_explicit(&nbufs, memory_order_acquire))
+		return;
+	buffer *b = buf(id);
+	if (read)
+		atomic_fetch_add_explicit(&b->reads, 1, memory_order_relaxed);
+	if (write)
+		atomic_fetch_add_explicit(&b->writes, 1, memory_order_relaxed);
 }
 
 int alloc_list(wire_buffer **out, size_t *n)
 {
 	pthread_rwlock_rdlock(&lock);
-	wire_buffer *v = malloc((nby_va ? nby_va : 1) * sizeof(*v));
+	uint32_t count = atomic_load(&nby_va);
+	const uint32_t *ids = atomic_load(&by_va);
+	wire_buffer *v = malloc((count ? count : 1) * sizeof(*v));
 	if (v) {
-		for (uint32_t i = 0; i < nby_va; i++) {
-			const buffer *b = &bufs[by_va[i]];
+		for (uint32_t i = 0; i < count; i++) {
+			buffer *b = buf(ids[i]);
 			v[i] = (wire_buffer){ .va = b->va, .size = b->size, .device = (uint32_t)objs[b->obj].dev,
 					      .state = parked ? WIRE_PARKED_STATE : WIRE_PRESENT,
-					      .reads = atomic_load(&bufs[by_va[i]].reads),
-					      .writes = atomic_load(&bufs[by_va[i]].writes) };
+					      .reads = atomic_load(&b->reads), .writes = atomic_load(&b->writes) };
 		}
-		*n = nby_va;
+		*n = count;
 	}
 	pthread_rwlock_unlock(&lock);
 	*out = v;
@@ -352,7 +402,7 @@ const char *alloc_stop_only_reason(void)
 void alloc_stats(uint64_t *buffers, uint64_t *objects, uint64_t *bytes)
 {
 	pthread_rwlock_rdlock(&lock);
-	*buffers = nby_va;
+	*buffers = atomic_load(&nby_va);
 	*objects = 0;
 	*bytes = 0;
 	for (uint32_t i = 0; i < nobjs; i++) {

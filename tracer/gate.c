@@ -1,28 +1,42 @@
 /*
  * The gate. Each thread has a slot whose `inside` flag it sets on entry and
  * clears on exit; entry then checks the global `closed` flag. Quiesce sets
- * `closed` and waits for every slot to be outside. With sequentially
- * consistent atomics, either quiesce sees a thread inside, or the thread
- * sees the gate closed: the fast path takes no lock.
+ * `closed` and waits for every slot to be outside. Either quiesce sees a
+ * thread inside, or the thread sees the gate closed, so the fast path takes
+ * no lock.
+ *
+ * That needs a full fence between a thread's store to `inside` and its
+ * load of `closed`. The fast path pays only a compiler barrier: quiesce
+ * makes every thread execute a full fence with membarrier(2) after setting
+ * `closed` and before reading the slots. Where membarrier is refused, the
+ * fast path fences itself.
  *
  * Threads that find the gate closed take a ticket and pass, when it opens,
  * in ticket order.
  */
 #include <errno.h>
+#include <linux/membarrier.h>
 #include <sched.h>
 #include <stdlib.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "tracer.h"
 
 typedef struct slot {
 	atomic_int inside;
-	int depth; /* nested entries by the same thread (owner only) */
+	int depth;          /* nested entries by the same thread (owner only) */
+	atomic_ulong passed; /* calls let through (owner writes, anyone reads) */
 	struct slot *next;
 } slot;
 
 static atomic_bool closed;
-static atomic_uint_fast64_t passed;
+/* 1: quiesce fences every thread with membarrier; 0: entries fence.
+ * Decided once, before any thread's first entry. */
+static atomic_int asymmetric;
+static pthread_once_t asymmetric_once = PTHREAD_ONCE_INIT;
+
+static void decide_asymmetric(void);
 
 /* Guarded by lock: slots, tickets. */
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
@@ -30,12 +44,24 @@ static pthread_cond_t opened = PTHREAD_COND_INITIALIZER;
 static slot *slots;
 static uint64_t next_ticket, serving;
 
-static _Thread_local slot *self;
+/* libphos.so is preloaded, so its TLS is static: no __tls_get_addr. */
+static _Thread_local slot *self __attribute__((tls_model("initial-exec")));
+
+static int membarrier(int cmd)
+{
+	return (int)syscall(SYS_membarrier, cmd, 0, 0);
+}
+
+static void decide_asymmetric(void)
+{
+	atomic_store(&asymmetric, membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) == 0);
+}
 
 static slot *my_slot(void)
 {
 	if (self)
 		return self;
+	pthread_once(&asymmetric_once, decide_asymmetric);
 	/* Never freed: a thread's slot may be looked at by quiesce after the
 	 * thread exits, and slots are few. */
 	slot *s = calloc(1, sizeof(*s));
@@ -66,13 +92,18 @@ void gate_enter(void)
 	if (s->depth++)
 		return;
 	for (;;) {
-		atomic_store(&s->inside, 1);
-		if (!atomic_load(&closed))
+		atomic_store_explicit(&s->inside, 1, memory_order_relaxed);
+		if (atomic_load_explicit(&asymmetric, memory_order_relaxed))
+			atomic_signal_fence(memory_order_seq_cst);
+		else
+			atomic_thread_fence(memory_order_seq_cst);
+		if (!atomic_load_explicit(&closed, memory_order_relaxed))
 			break;
 		atomic_store(&s->inside, 0);
 		wait_open();
 	}
-	atomic_fetch_add_explicit(&passed, 1, memory_order_relaxed);
+	atomic_store_explicit(&s->passed, atomic_load_explicit(&s->passed, memory_order_relaxed) + 1,
+			      memory_order_relaxed);
 }
 
 void gate_leave(void)
@@ -85,6 +116,10 @@ void gate_leave(void)
 CUresult gate_quiesce(void)
 {
 	atomic_store(&closed, true);
+	/* Every thread's store to `inside` before this is now visible, and
+	 * every later load of `closed` sees true. */
+	if (atomic_load(&asymmetric) && membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) != 0)
+		tr_log("membarrier failed: %m");
 	pthread_mutex_lock(&lock);
 	slot *list = slots;
 	pthread_mutex_unlock(&lock);
@@ -109,5 +144,10 @@ bool gate_closed(void)
 
 uint64_t gate_passed(void)
 {
-	return atomic_load(&passed);
+	uint64_t n = 0;
+	pthread_mutex_lock(&lock);
+	for (slot *s = slots; s; s = s->next)
+		n += atomic_load(&s->passed);
+	pthread_mutex_unlock(&lock);
+	return n;
 }
