@@ -7,6 +7,8 @@
  *   v  check every buffer's bytes           -> 'y' or 'n'
  *   t  start 8 threads issuing calls        -> 'y'
  *   s  stop them; check nothing was lost    -> 'y' or 'n' (and a diag line)
+ *   m  make 100000 allocations of 64 bytes  -> 'y' if they fit in little
+ *      device memory (slabs, not one VMM object each), and free them
  *   q  quit
  *
  * At start it writes an app_layout (its buffers' addresses) to the pipe.
@@ -170,6 +172,22 @@ report:
 				    pthread_create(&hs[i].t, NULL, app_hammer, &hs[i]))
 					r = 'n';
 			}
+		} else if (c == 'm') {
+			enum { MANY = 100000 };
+			CUdeviceptr *v = calloc(MANY, sizeof(*v));
+			size_t free0, free1, total;
+			int made = 0;
+			cuMemGetInfo(&free0, &total);
+			while (v && made < MANY && cuMemAlloc(&v[made], 64) == CUDA_SUCCESS)
+				made++;
+			cuMemGetInfo(&free1, &total);
+			uint64_t used = free0 - free1;
+			r = made == MANY && used < (64u << 20) ? 'y' : 'n';
+			fprintf(stderr, "# %d allocations of 64 bytes took %llu bytes of device memory\n", made,
+				(unsigned long long)used);
+			for (int i = 0; i < made; i++)
+				cuMemFree(v[i]);
+			free(v);
 		} else if (c == 's') {
 			atomic_store(&app_stop, 1);
 			uint32_t errors = 0, calls = 0, lost = 0;

@@ -10,7 +10,7 @@
 int main(int argc, char **argv)
 {
 	TRACER_TEST_MAIN(argc, argv);
-	plan(8);
+	plan(9);
 	traced t;
 	if (traced_start(&t, argv[0], 1))
 		bail("the traced program did not start");
@@ -44,6 +44,7 @@ int main(int argc, char **argv)
 	ok(d[BUF_C][1] == 1 && d[BUF_S1][0] == 0 && d[BUF_BIG][0] == 0 && d[BUF_BIG][1] == 0,
 	   "it writes c, and touches no other buffer");
 	ok(traced_cmd(&t, 'v') == 'y', "the program computes the right results under the tracer");
+	ok(traced_cmd(&t, 'm') == 'y', "100000 small allocations share slabs instead of costing a VMM object each");
 	free(v);
 	free(w);
 	int st = traced_stop(&t);

@@ -57,8 +57,16 @@ static _Atomic(uint32_t *) by_va; /* live buffer ids sorted by va */
 static atomic_uint nby_va;
 static uint32_t by_va_cap;
 static atomic_uint seq;
+/* Index arrays the index outgrew: a racing reader may still be in one, so
+ * they are kept for the life of the process. Each is half the next. */
+static uint32_t *retired[40];
+static int nretired;
 static bool parked;
 static char stop_only[96];
+/* Per block size (256 B << class) and device: a slab that last had room. */
+#define SLAB_CLASSES 14
+#define HINT_DEVICES 16
+static uint32_t slab_hint[HINT_DEVICES][SLAB_CLASSES];
 
 static buffer *buf(uint32_t id)
 {
@@ -229,6 +237,8 @@ static CUresult buffer_add(uint64_t va, uint64_t size, uint32_t obj)
 		if (n)
 			memcpy(nv, v, n * sizeof(*nv));
 		atomic_store(&by_va, nv);
+		if (v)
+			retired[nretired++] = v;
 		by_va_cap = cap;
 		v = nv;
 	}
@@ -272,24 +282,35 @@ CUresult alloc_device(CUdeviceptr *dptr, size_t bytes)
 		r = object_new(dev, round_up(bytes, gran), 0, &id);
 		va = r ? 0 : objs[id].va;
 	} else {
-		uint32_t block = SLAB_MIN;
-		while (block < bytes)
+		uint32_t block = SLAB_MIN, cls = 0;
+		while (block < bytes) {
 			block *= 2;
-		/* A slab of that block size with room, or a new one. */
-		for (id = 0; id < nobjs; id++)
-			if (objs[id].live && objs[id].block == block && objs[id].dev == dev &&
-			    objs[id].used < objs[id].size / block)
-				break;
-		if (id == nobjs)
+			cls++;
+		}
+		/* The hinted slab of that block size if it has room, else any,
+		 * else a new one. */
+		uint32_t *hint = dev < HINT_DEVICES && cls < SLAB_CLASSES ? &slab_hint[dev][cls] : NULL;
+		id = hint ? *hint : 0;
+		bool room = id < nobjs && objs[id].live && objs[id].block == block && objs[id].dev == dev &&
+			    objs[id].used < objs[id].size / block;
+		for (uint32_t k = 0; !room && k < nobjs; k++) {
+			id = k;
+			room = objs[k].live && objs[k].block == block && objs[k].dev == dev &&
+			       objs[k].used < objs[k].size / block;
+		}
+		if (!room)
 			r = object_new(dev, gran, block, &id);
 		if (!r) {
 			object *o = &objs[id];
-			uint64_t k = 0, n = o->size / block;
-			while (k < n && (o->bitmap[k / 64] & (1ull << (k % 64))))
-				k++;
+			uint64_t n = o->size / block, w = 0;
+			while (w < (n + 63) / 64 && o->bitmap[w] == ~0ull)
+				w++;
+			uint64_t k = w * 64 + (uint64_t)__builtin_ctzll(~o->bitmap[w]);
 			o->bitmap[k / 64] |= 1ull << (k % 64);
 			o->used++;
 			va = o->va + k * block;
+			if (hint)
+				*hint = id;
 		}
 	}
 	if (!r)
