@@ -16,12 +16,16 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <sys/mman.h>
+
+#include "../common/state.h"
 #include "../common/wire.h"
 
 typedef struct peer {
 	int lfd, conn;
 	char path[108];
 	wire_hello hello;
+	state_header *table; /* the tracer's state table, mapped */
 	/* What the last park handed over. */
 	wire_object objs[4096];
 	int fds[4096];
@@ -55,6 +59,15 @@ static inline int peer_accept(peer *p)
 	int e = wire_recv(p->conn, &h, &p->hello, sizeof(p->hello), fds, &nfds);
 	if (!e && (h.type != WIRE_HELLO || h.length != sizeof(p->hello)))
 		e = -EPROTO;
+	if (p->table)
+		munmap(p->table, STATE_BYTES);
+	p->table = NULL;
+	if (!e && nfds == 1) {
+		void *m = mmap(NULL, STATE_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fds[0], 0);
+		p->table = m == MAP_FAILED ? NULL : m;
+	}
+	for (int i = 0; i < nfds; i++)
+		close(fds[i]);
 	return e;
 }
 

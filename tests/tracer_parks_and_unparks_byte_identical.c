@@ -45,9 +45,10 @@ int main(int argc, char **argv)
 	int present = peer_list(&t.p, &v, &n) == 0 && n == APP_NBUF;
 	for (size_t i = 0; present && i < n; i++)
 		present = v[i].state == WIRE_PRESENT;
-	free(v);
-	ok(present, "the buffers are listed present again");
+	ok(present && table_matches(t.p.table, v, n, t.pid),
+	   "the buffers are listed present again, and a new state table mirrors them");
 
+	free(v);
 	e = cycle(&t, &bytes, err, sizeof(err));
 	ok(e == 0 && bytes == 0 && traced_cmd(&t, 'v') == 'y', "a second park and unpark keeps them intact too");
 	traced_stop(&t);

@@ -124,4 +124,23 @@ static inline const wire_buffer *find_buffer(const wire_buffer *v, size_t n, uin
 	return NULL;
 }
 
+/* Whether the state table mirrors the listed buffers exactly. */
+static inline int table_matches(state_header *t, const wire_buffer *v, size_t n, pid_t pid)
+{
+	if (!t || t->magic != STATE_MAGIC || t->version != STATE_VERSION || t->pid != pid)
+		return 0;
+	size_t live = 0;
+	state_slot *s = state_slots(t);
+	for (uint32_t i = 0; i < atomic_load(&t->used); i++) {
+		uint64_t va = atomic_load(&s[i].va);
+		if (!va)
+			continue;
+		const wire_buffer *b = find_buffer(v, n, va);
+		if (!b || b->size != s[i].size || b->state != atomic_load(&s[i].state))
+			return 0;
+		live++;
+	}
+	return live == n && atomic_load(&t->pcie_pending) == 0;
+}
+
 #endif

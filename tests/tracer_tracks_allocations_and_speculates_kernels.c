@@ -10,7 +10,7 @@
 int main(int argc, char **argv)
 {
 	TRACER_TEST_MAIN(argc, argv);
-	plan(9);
+	plan(10);
 	traced t;
 	if (traced_start(&t, argv[0], 1))
 		bail("the traced program did not start");
@@ -27,6 +27,7 @@ int main(int argc, char **argv)
 		all = x && x->size == t.lay.size[b] && x->state == WIRE_PRESENT && x->device == 0;
 	}
 	ok(all, "its %d allocations are listed with their VA, size and state", APP_NBUF);
+	ok(table_matches(t.p.table, v, n, t.pid), "the state table it shared mirrors the buffer table");
 	uint64_t s1 = t.lay.va[BUF_S1], s2 = t.lay.va[BUF_S2];
 	ok(s1 % 256 == 0 && s2 % 256 == 0 && (s1 >> 21) != (t.lay.va[BUF_A] >> 21),
 	   "small allocations are 256-byte aligned blocks of slabs");

@@ -32,6 +32,7 @@ typedef struct object {
 typedef struct buffer {
 	uint64_t va, size;
 	uint32_t obj;
+	int slot; /* in the state table, or -1 */
 	bool live;
 	atomic_uint_fast64_t reads, writes;
 } buffer;
@@ -248,6 +249,7 @@ static CUresult buffer_add(uint64_t va, uint64_t size, uint32_t obj)
 	b->size = size;
 	b->obj = obj;
 	b->live = true;
+	b->slot = state_add(va, size, (uint32_t)objs[obj].dev, WIRE_PRESENT);
 	atomic_init(&b->reads, 0);
 	atomic_init(&b->writes, 0);
 	size_t i = index_in(v, n, va);
@@ -336,6 +338,7 @@ CUresult alloc_free(CUdeviceptr dptr)
 	buffer *b = buf(v[i - 1]);
 	object *o = &objs[b->obj];
 	b->live = false;
+	state_remove(b->slot);
 	index_begin();
 	memmove(&v[i - 1], &v[i], (n - i) * sizeof(*v));
 	atomic_store(&nby_va, n - 1);
@@ -435,6 +438,19 @@ void alloc_stats(uint64_t *buffers, uint64_t *objects, uint64_t *bytes)
 	pthread_rwlock_unlock(&lock);
 }
 
+void alloc_state_fill(struct state_header *t, int fd)
+{
+	pthread_rwlock_wrlock(&lock);
+	state_publish(t, fd);
+	uint32_t n = atomic_load(&nby_va);
+	const uint32_t *ids = atomic_load(&by_va);
+	for (uint32_t i = 0; i < n; i++) {
+		buffer *b = buf(ids[i]);
+		b->slot = state_add(b->va, b->size, (uint32_t)objs[b->obj].dev, parked ? WIRE_PARKED_STATE : WIRE_PRESENT);
+	}
+	pthread_rwlock_unlock(&lock);
+}
+
 bool alloc_parked(void)
 {
 	return parked;
@@ -526,8 +542,13 @@ int alloc_unpark(const wire_object *recs, const int *fds, int n)
 	bool all = true;
 	for (uint32_t i = 0; i < nobjs; i++)
 		all &= !objs[i].live || objs[i].h != 0;
-	if (all)
+	if (all && parked) {
 		parked = false;
+		uint32_t n = atomic_load(&nby_va);
+		const uint32_t *ids = atomic_load(&by_va);
+		for (uint32_t i = 0; i < n; i++)
+			state_set(buf(ids[i])->slot, WIRE_PRESENT);
+	}
 	pthread_rwlock_unlock(&lock);
 	return e ? e : (all ? 0 : -EAGAIN);
 }

@@ -144,7 +144,9 @@ TR_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t size, con
 #define RD(a, n) spec_range((uint64_t)(a), (n), true, false)
 #define WR(a, n) spec_range((uint64_t)(a), (n), false, true)
 
-#define COPY(name, params, args, dst, src, n)                                   \
+/* host: the copy crosses PCIe and runs before the call returns, so it
+ * counts in the state table's pcie_pending while it runs. */
+#define COPY_(name, params, args, dst, src, n, host)                            \
 	TR_EXPORT CUresult name params                                          \
 	{                                                                       \
 		REAL(CUresult, name, params);                                   \
@@ -153,21 +155,28 @@ TR_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t size, con
 		GATE();                                                         \
 		RD(src, n);                                                     \
 		WR(dst, n);                                                     \
-		return real_##name args;                                        \
+		if (host)                                                       \
+			state_transfer(1);                                      \
+		CUresult r_ = real_##name args;                                 \
+		if (host)                                                       \
+			state_transfer(-1);                                     \
+		return r_;                                                      \
 	}
+#define COPY(name, params, args, dst, src, n) COPY_(name, params, args, dst, src, n, 0)
+#define HOST_COPY(name, params, args, dst, src, n) COPY_(name, params, args, dst, src, n, 1)
 
-COPY(cuMemcpyHtoD_v2, (CUdeviceptr d, const void *h, size_t n), (d, h, n), d, 0, n)
-COPY(cuMemcpyDtoH_v2, (void *h, CUdeviceptr d, size_t n), (h, d, n), 0, d, n)
+HOST_COPY(cuMemcpyHtoD_v2, (CUdeviceptr d, const void *h, size_t n), (d, h, n), d, 0, n)
+HOST_COPY(cuMemcpyDtoH_v2, (void *h, CUdeviceptr d, size_t n), (h, d, n), 0, d, n)
 COPY(cuMemcpyDtoD_v2, (CUdeviceptr d, CUdeviceptr s, size_t n), (d, s, n), d, s, n)
-COPY(cuMemcpy, (CUdeviceptr d, CUdeviceptr s, size_t n), (d, s, n), d, s, n)
+HOST_COPY(cuMemcpy, (CUdeviceptr d, CUdeviceptr s, size_t n), (d, s, n), d, s, n)
 COPY(cuMemcpyHtoDAsync_v2, (CUdeviceptr d, const void *h, size_t n, CUstream st), (d, h, n, st), d, 0, n)
 COPY(cuMemcpyDtoHAsync_v2, (void *h, CUdeviceptr d, size_t n, CUstream st), (h, d, n, st), 0, d, n)
 COPY(cuMemcpyDtoDAsync_v2, (CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st), (d, s, n, st), d, s, n)
 COPY(cuMemcpyAsync, (CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st), (d, s, n, st), d, s, n)
-COPY(cuMemcpyHtoD_v2_ptds, (CUdeviceptr d, const void *h, size_t n), (d, h, n), d, 0, n)
-COPY(cuMemcpyDtoH_v2_ptds, (void *h, CUdeviceptr d, size_t n), (h, d, n), 0, d, n)
+HOST_COPY(cuMemcpyHtoD_v2_ptds, (CUdeviceptr d, const void *h, size_t n), (d, h, n), d, 0, n)
+HOST_COPY(cuMemcpyDtoH_v2_ptds, (void *h, CUdeviceptr d, size_t n), (h, d, n), 0, d, n)
 COPY(cuMemcpyDtoD_v2_ptds, (CUdeviceptr d, CUdeviceptr s, size_t n), (d, s, n), d, s, n)
-COPY(cuMemcpy_ptds, (CUdeviceptr d, CUdeviceptr s, size_t n), (d, s, n), d, s, n)
+HOST_COPY(cuMemcpy_ptds, (CUdeviceptr d, CUdeviceptr s, size_t n), (d, s, n), d, s, n)
 COPY(cuMemcpyHtoDAsync_v2_ptsz, (CUdeviceptr d, const void *h, size_t n, CUstream st), (d, h, n, st), d, 0, n)
 COPY(cuMemcpyDtoHAsync_v2_ptsz, (void *h, CUdeviceptr d, size_t n, CUstream st), (h, d, n, st), 0, d, n)
 COPY(cuMemcpyDtoDAsync_v2_ptsz, (CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st), (d, s, n, st), d, s, n)

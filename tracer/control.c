@@ -20,6 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../common/state.h"
 #include "tracer.h"
 
 #define BUF_BATCH (WIRE_MAX_PAYLOAD / sizeof(wire_buffer))
@@ -31,15 +32,19 @@ static int send_error(int sock, const char *msg)
 	return wire_send(sock, WIRE_ERROR, msg, (uint32_t)strlen(msg) + 1, 0, NULL, 0);
 }
 
+/* Says who we are, with the state table. */
 static int hello(int sock, uint32_t flags)
 {
+	int fd = state_open();
+	if (fd < 0)
+		tr_log("no state table (%s): phosfs gets none", strerror(-fd));
 	wire_hello h = { .pid = getpid(), .control_tid = gettid(), .flags = flags };
 	const char *why = alloc_stop_only_reason();
 	if (why) {
 		h.flags |= WIRE_HELLO_STOP_ONLY;
 		snprintf(h.stop_only_reason, sizeof(h.stop_only_reason), "%s", why);
 	}
-	return wire_send(sock, WIRE_HELLO, &h, sizeof(h), 1, NULL, 0);
+	return wire_send(sock, WIRE_HELLO, &h, sizeof(h), 1, fd >= 0 ? &fd : NULL, fd >= 0);
 }
 
 static int serve_list(int sock)
@@ -159,6 +164,7 @@ static int serve(int sock)
 				break;
 			}
 			/* Nothing shared with phosfs stays open while parked. */
+			state_close();
 			close(sock);
 			return unpark();
 		}

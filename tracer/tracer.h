@@ -120,6 +120,25 @@ int demangle_params(const char *mangled, param_kind *kinds, int max);
 void spec_launch(kernel_info *k, void **params, void **extra);
 void spec_range(uint64_t addr, size_t len, bool read, bool write);
 
+/* state.c: the state table shared with phosfs (common/state.h). */
+/* Makes the table and fills it; returns its fd (owned by state.c) or a
+ * negative errno. Called by the control thread. */
+int state_open(void);
+/* Unmaps and closes it (at park). */
+void state_close(void);
+/* Mirrors a buffer; returns its slot, or -1 if not mirrored. Called with
+ * the allocation lock held. */
+int state_add(uint64_t va, uint64_t size, uint32_t device, uint32_t state);
+void state_remove(int slot);
+void state_set(int slot, uint32_t state);
+/* Counts the application's host transfers in flight (+1 before, -1 after). */
+void state_transfer(int delta);
+/* alloc.c: takes the allocation lock, publishes a new table (state_publish)
+ * and puts every live buffer into it. */
+struct state_header;
+void alloc_state_fill(struct state_header *t, int fd);
+void state_publish(struct state_header *t, int fd);
+
 /* control.c: the channel to phosfs and the park/unpark protocol. */
 void control_start(void);
 

@@ -1,0 +1,52 @@
+/*
+ * The state table: a memfd the tracer creates and passes to phosfs with its
+ * HELLO, mapped shared by both, for coordination that must cost no system
+ * call on the application's hot path.
+ *
+ *   header   who, how many slots, and counters both sides read
+ *   slots    one per live allocation: VA, size, device, state
+ *
+ * The tracer writes the slots (under its allocation lock) and the
+ * pcie_pending counter; phosfs writes `copying`. The tracer unmaps and
+ * closes the table when it parks, and makes a new one, sent with its
+ * resuming HELLO, when it unparks.
+ */
+#ifndef PHOS_STATE_H
+#define PHOS_STATE_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#define STATE_MAGIC 0x54534850u /* "PHST" */
+#define STATE_VERSION 1
+#define STATE_SLOTS (1u << 20)
+
+typedef struct state_header {
+	uint32_t magic;
+	uint32_t version;
+	int32_t pid;
+	uint32_t capacity;          /* slots */
+	_Atomic uint32_t used;      /* slots ever used: phosfs scans [0, used) */
+	_Atomic uint32_t pcie_pending; /* the application's transfers to or from the host in flight */
+	_Atomic uint32_t copying;   /* set by phosfs while it copies device memory */
+	uint32_t reserved;
+	_Atomic uint64_t generation; /* bumped on every change of a slot */
+	uint8_t pad[24];
+} state_header;
+
+typedef struct state_slot {
+	_Atomic uint64_t va; /* 0: a free slot */
+	uint64_t size;
+	uint32_t device;
+	_Atomic uint32_t state; /* enum wire_buffer_state */
+	uint64_t reserved;
+} state_slot;
+
+#define STATE_BYTES (sizeof(state_header) + (uint64_t)STATE_SLOTS * sizeof(state_slot))
+
+static inline state_slot *state_slots(state_header *h)
+{
+	return (state_slot *)(h + 1);
+}
+
+#endif
