@@ -12,6 +12,9 @@
  *   tracer -> phosfs  UNPARKED   mapped again; the process runs
  *   phosfs -> tracer  LIST       ask for the buffer table
  *   tracer -> phosfs  BUFFERS    records of the buffer table (batches), then END
+ *   phosfs -> tracer  KERNELS    ask for the speculation counters per kernel
+ *   tracer -> phosfs  KERNELS    wire_kernel records, each followed by its
+ *                                name and padding to 8 bytes (batches), then END
  *   either            ERROR      a message a person can read
  *
  * While parked, the tracer keeps nothing open that phosfs holds the other
@@ -45,6 +48,7 @@ enum wire_type {
 	WIRE_BUFFERS,
 	WIRE_END,
 	WIRE_ERROR,
+	WIRE_KERNELS,
 };
 
 typedef struct wire_header {
@@ -85,6 +89,16 @@ typedef struct wire_buffer {
 	uint64_t reads;  /* calls that had it in their read set */
 	uint64_t writes; /* calls that had it in their write set */
 } wire_buffer;
+
+/* A kernel's speculation counters. */
+typedef struct wire_kernel {
+	uint64_t launches;
+	uint64_t reads;         /* buffers in read sets, summed over launches */
+	uint64_t writes;        /* buffers in write sets, summed over launches */
+	uint64_t bytes_written; /* bytes of those written buffers: whole buffers are the scope */
+	int32_t nparams;        /* -1: arguments unseen (no layout) */
+	uint32_t name_len;      /* name bytes after the record, then padding to 8 */
+} wire_kernel;
 
 /* Sends one message with count records of payload and nfds fds.
  * Returns 0 or a negative errno. */

@@ -96,6 +96,34 @@ static inline int peer_list(peer *p, wire_buffer **out, size_t *n)
 	return e;
 }
 
+/* Asks for the kernels' counters; returns the record of kernel `name` in
+ * *out, -ENOENT if it is not listed. */
+static inline int peer_kernel(peer *p, const char *name, wire_kernel *out)
+{
+	int e = wire_send(p->conn, WIRE_KERNELS, NULL, 0, 0, NULL, 0), found = 0;
+	static uint8_t buf[WIRE_MAX_PAYLOAD];
+	while (!e) {
+		wire_header h;
+		int fds[WIRE_MAX_FDS], nfds;
+		e = wire_recv(p->conn, &h, buf, sizeof(buf), fds, &nfds);
+		if (e || h.type == WIRE_END)
+			break;
+		if (h.type != WIRE_KERNELS)
+			return -EPROTO;
+		for (uint32_t i = 0, at = 0; i < h.count && at + sizeof(wire_kernel) <= h.length; i++) {
+			wire_kernel k;
+			memcpy(&k, buf + at, sizeof(k));
+			const char *kn = (const char *)buf + at + sizeof(k);
+			if (k.name_len == strlen(name) && !memcmp(kn, name, k.name_len)) {
+				*out = k;
+				found = 1;
+			}
+			at += (uint32_t)(sizeof(k) + (k.name_len + 7) / 8 * 8);
+		}
+	}
+	return e ? e : found ? 0 : -ENOENT;
+}
+
 /* Parks: takes every object's fd. The connection ends with it. */
 static inline int peer_park(peer *p, char *err, size_t errlen)
 {

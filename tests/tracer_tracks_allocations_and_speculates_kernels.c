@@ -10,7 +10,7 @@
 int main(int argc, char **argv)
 {
 	TRACER_TEST_MAIN(argc, argv);
-	plan(10);
+	plan(11);
 	traced t;
 	if (traced_start(&t, argv[0], 1))
 		bail("the traced program did not start");
@@ -44,6 +44,12 @@ int main(int argc, char **argv)
 	   "add(const float *a, const float *b, …) reads a and b and writes neither");
 	ok(d[BUF_C][1] == 1 && d[BUF_S1][0] == 0 && d[BUF_BIG][0] == 0 && d[BUF_BIG][1] == 0,
 	   "it writes c, and touches no other buffer");
+	wire_kernel k = { 0 };
+	e = peer_kernel(&t.p, "_Z3addPKfS0_Pfi", &k);
+	ok(e == 0 && k.launches == 1 && k.nparams == 4 && k.reads == 3 && k.writes == 1 &&
+		   k.bytes_written == APP_N * 4,
+	   "its kernel counters say 1 launch of 4 parameters, 3 buffers read, 1 written (%llu bytes)",
+	   (unsigned long long)k.bytes_written);
 	ok(traced_cmd(&t, 'v') == 'y', "the program computes the right results under the tracer");
 	ok(traced_cmd(&t, 'm') == 'y', "100000 small allocations share slabs instead of costing a VMM object each");
 	free(v);

@@ -5,6 +5,7 @@
  * phosfs is not there), says HELLO, then serves phosfs's requests:
  *
  *   LIST   the buffer table;
+ *   KERNELS the speculation counters of each kernel;
  *   PARK   quiesce, hand every device memory object over as an fd, release
  *          it, close the socket, and wait for WIRE_WAKE_SIGNAL; then
  *          connect again, take the fds back, map them, resume.
@@ -58,6 +59,17 @@ static int serve_list(int sock)
 	}
 	free(v);
 	return e ? e : wire_send(sock, WIRE_END, NULL, 0, (uint32_t)n, NULL, 0);
+}
+
+static int emit_kernels(const void *payload, uint32_t len, uint32_t count, void *arg)
+{
+	return wire_send(*(int *)arg, WIRE_KERNELS, payload, len, count, NULL, 0);
+}
+
+static int serve_kernels(int sock)
+{
+	int e = module_list(emit_kernels, &sock);
+	return e ? e : wire_send(sock, WIRE_END, NULL, 0, 0, NULL, 0);
 }
 
 static int emit_objects(const wire_object *objs, const int *fds, int n, void *arg)
@@ -141,6 +153,9 @@ static int serve(int sock)
 		switch (h.type) {
 		case WIRE_LIST:
 			e = serve_list(sock);
+			break;
+		case WIRE_KERNELS:
+			e = serve_kernels(sock);
 			break;
 		case WIRE_PARK: {
 			const char *why = alloc_stop_only_reason();

@@ -8,6 +8,7 @@
  * Launch-time lookups go through a lock-free open-addressing table from
  * handle to kernel; inserts take the mutex.
  */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -183,24 +184,67 @@ static int cmp_ptr(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-void module_stats(uint64_t *kernels, uint64_t *with_layout, uint64_t *launches)
+/* The distinct kernels of the table, sorted; *out is malloc'd. */
+static size_t kernels(kernel_info ***out)
 {
-	*kernels = *with_layout = *launches = 0;
 	kernel_info **v = malloc(TABLE_SIZE * sizeof(*v));
-	if (!v)
-		return;
-	size_t n = 0;
+	size_t n = 0, u = 0;
+	if (!v) {
+		*out = NULL;
+		return 0;
+	}
 	pthread_mutex_lock(&lock);
 	for (size_t i = 0; i < TABLE_SIZE; i++)
 		if (atomic_load(&keys[i]) && (v[n] = atomic_load(&values[i])))
 			n++;
 	pthread_mutex_unlock(&lock);
-	/* Several handles may share a kernel; count each kernel once. */
+	/* Several handles may share a kernel; each counts once. */
 	qsort(v, n, sizeof(*v), cmp_ptr);
+	for (size_t i = 0; i < n; i++)
+		if (!i || v[i] != v[i - 1])
+			v[u++] = v[i];
+	*out = v;
+	return u;
+}
+
+int module_list(module_emit_fn emit, void *arg)
+{
+	kernel_info **v;
+	size_t n = kernels(&v);
+	static uint8_t buf[WIRE_MAX_PAYLOAD];
+	uint32_t len = 0, count = 0;
+	int e = v ? 0 : -ENOMEM;
+	for (size_t i = 0; i < n && !e; i++) {
+		size_t nl = strlen(v[i]->name);
+		if (nl > 4000)
+			nl = 4000; /* a name longer than that is cut */
+		size_t rec = sizeof(wire_kernel) + (nl + 7) / 8 * 8;
+		if (len + rec > sizeof(buf)) {
+			e = emit(buf, len, count, arg);
+			len = count = 0;
+		}
+		wire_kernel k = { .launches = atomic_load(&v[i]->launches), .reads = atomic_load(&v[i]->reads),
+				  .writes = atomic_load(&v[i]->writes), .bytes_written = atomic_load(&v[i]->bytes_written),
+				  .nparams = v[i]->nparams, .name_len = (uint32_t)nl };
+		memcpy(buf + len, &k, sizeof(k));
+		memset(buf + len + sizeof(k), 0, rec - sizeof(k));
+		memcpy(buf + len + sizeof(k), v[i]->name, nl);
+		len += (uint32_t)rec;
+		count++;
+	}
+	if (!e && count)
+		e = emit(buf, len, count, arg);
+	free(v);
+	return e;
+}
+
+void module_stats(uint64_t *kernels_out, uint64_t *with_layout, uint64_t *launches)
+{
+	kernel_info **v;
+	size_t n = kernels(&v);
+	*kernels_out = n;
+	*with_layout = *launches = 0;
 	for (size_t i = 0; i < n; i++) {
-		if (i && v[i] == v[i - 1])
-			continue;
-		(*kernels)++;
 		*with_layout += v[i]->nparams >= 0;
 		*launches += atomic_load(&v[i]->launches);
 	}

@@ -109,6 +109,10 @@ void module_unloaded(void *module);
 void module_function(void *module, void *fn, const char *name, bool is_kernel);
 /* The information of a launched function (found or built on first use). */
 kernel_info *module_kernel(CUfunction fn);
+/* Calls emit with batches of wire_kernel records (with their names) of
+ * every kernel known; returns emit's first error. */
+typedef int (*module_emit_fn)(const void *payload, uint32_t len, uint32_t count, void *arg);
+int module_list(module_emit_fn emit, void *arg);
 /* Kernels known, those with a parameter layout, and launches. */
 void module_stats(uint64_t *kernels, uint64_t *with_layout, uint64_t *launches);
 
