@@ -172,11 +172,14 @@ deps:
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include/phos \
 		$(DESTDIR)$(PREFIX)/libexec/phos $(DESTDIR)$(PREFIX)/share/doc/phos \
-		$(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/man/man5
+		$(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/man/man3 $(DESTDIR)$(PREFIX)/share/man/man5
 	install -m 0755 $(PHOS_IMAGE) $(DESTDIR)$(PREFIX)/bin/phos-image
 	install -m 0644 $(LIBPHOSIMG) $(DESTDIR)$(PREFIX)/lib/libphosimg.a
 	install -m 0644 image-format/phosimg.h $(DESTDIR)$(PREFIX)/include/phos/phosimg.h
+	install -m 0755 $(LIBPHOS) $(DESTDIR)$(PREFIX)/lib/libphos.so
+	install -m 0644 include/phos.h $(DESTDIR)$(PREFIX)/include/phos.h
 	install -m 0644 man/*.1 $(DESTDIR)$(PREFIX)/share/man/man1/
+	install -m 0644 man/*.3 $(DESTDIR)$(PREFIX)/share/man/man3/
 	install -m 0644 man/*.5 $(DESTDIR)$(PREFIX)/share/man/man5/
 	test ! -x $(CRIU) || install -m 0755 $(CRIU) $(DESTDIR)$(PREFIX)/libexec/phos/criu
 	install -m 0644 README.md image-format/FORMAT.md $(DESTDIR)$(PREFIX)/share/doc/phos/
