@@ -19,6 +19,7 @@
 
 #include "phosimg.h"
 #include "tap.h"
+#include "testpath.h"
 
 /* A fresh scratch directory under $TMPDIR, removed by rm_rf. */
 static inline char *scratch_dir(const char *tag)
@@ -98,18 +99,7 @@ static inline int reads_back(phosimg *img, uint32_t obj, const uint8_t *want, ui
 /* The phos-image tool beside the tests. */
 static inline const char *tool_path(void)
 {
-	static char path[PATH_MAX];
-	const char *env = getenv("PHOS_IMAGE_TOOL");
-	if (env)
-		return env;
-	char exe[PATH_MAX - 32];
-	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-	exe[n > 0 ? n : 0] = 0;
-	char *slash = strrchr(exe, '/');
-	if (slash)
-		*slash = 0;
-	snprintf(path, sizeof(path), "%s/../phos-image", exe);
-	return path;
+	return test_path("PHOS_IMAGE_TOOL", "../phos-image");
 }
 
 /* Runs phos-image with args, output to out_file (or /dev/null); returns its

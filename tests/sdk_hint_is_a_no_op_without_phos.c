@@ -9,6 +9,7 @@
 
 #include "../include/phos.h"
 #include "tap.h"
+#include "testpath.h"
 
 int main(int argc, char **argv)
 {
@@ -16,14 +17,8 @@ int main(int argc, char **argv)
 		return phos_hint() == 0 ? 0 : 1;
 	plan(2);
 	ok(phos_hint() == -1, "without phos, phos_hint() is a no-op that returns -1");
-	const char *lib = getenv("PHOS_LIBPHOS");
-	char path[PATH_MAX];
-	if (!lib) {
-		snprintf(path, sizeof(path), "%s", argv[0]);
-		char *slash = strrchr(path, '/');
-		snprintf(slash ? slash + 1 : path, sizeof(path) - (size_t)(slash ? slash + 1 - path : 0), "../libphos.so");
-		lib = path;
-	}
+	char lib[PATH_MAX];
+	snprintf(lib, sizeof(lib), "%s", test_path("PHOS_LIBPHOS", "../libphos.so"));
 	char cmd[PATH_MAX * 2 + 128];
 	snprintf(cmd, sizeof(cmd),
 		 "LD_PRELOAD=%s ASAN_OPTIONS=verify_asan_link_order=0 PHOS_SOCKET=/nonexistent %s child", lib,

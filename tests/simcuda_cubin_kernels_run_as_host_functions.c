@@ -4,6 +4,7 @@
  * layout read from the cubin; arguments are taken by value at launch; bad
  * images and kernels without an implementation fail cleanly.
  */
+#include <limits.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +15,7 @@
 
 #include "simcuda/simcuda.h"
 #include "tap.h"
+#include "testpath.h"
 
 #define N 100000
 
@@ -57,19 +59,8 @@ static void hold(void *arg)
 
 static char *kernel_path(const char *file)
 {
-	static char path[4096];
-	const char *dir = getenv("PHOS_KERNELS");
-	if (dir) {
-		snprintf(path, sizeof(path), "%s/%s", dir, file);
-	} else {
-		char exe[4000];
-		ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-		exe[n > 0 ? n : 0] = 0;
-		char *slash = strrchr(exe, '/');
-		if (slash)
-			*slash = 0;
-		snprintf(path, sizeof(path), "%s/../kernels/%s", exe, file);
-	}
+	static char path[PATH_MAX + 64];
+	snprintf(path, sizeof(path), "%s/%s", test_path("PHOS_KERNELS", "../kernels"), file);
 	return path;
 }
 

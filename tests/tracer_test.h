@@ -13,6 +13,7 @@
 
 #include "peer.h"
 #include "tap.h"
+#include "testpath.h"
 #include "tracer_app.h"
 
 typedef struct traced {
@@ -23,31 +24,15 @@ typedef struct traced {
 	char sock[108];
 } traced;
 
-static inline const char *beside_exe(const char *env, const char *rel)
-{
-	static char path[PATH_MAX];
-	const char *e = getenv(env);
-	if (e)
-		return e;
-	char exe[PATH_MAX - 64];
-	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-	exe[n > 0 ? n : 0] = 0;
-	char *slash = strrchr(exe, '/');
-	if (slash)
-		*slash = 0;
-	snprintf(path, sizeof(path), "%s/%s", exe, rel);
-	return path;
-}
-
 #define TRACER_TEST_MAIN(argc, argv)                                                         \
 	do {                                                                                 \
 		if ((argc) == 3 && !strcmp((argv)[1], "app"))                                 \
-			return app_main(atoi((argv)[2]), beside_exe("PHOS_KERNELS", "../kernels")); \
+			return app_main(atoi((argv)[2]), test_path("PHOS_KERNELS", "../kernels")); \
 		char cubin[PATH_MAX];                                                        \
-		snprintf(cubin, sizeof(cubin), "%s/vector.cubin", beside_exe("PHOS_KERNELS", "../kernels")); \
+		snprintf(cubin, sizeof(cubin), "%s/vector.cubin", test_path("PHOS_KERNELS", "../kernels")); \
 		if (access(cubin, R_OK) != 0)                                                \
 			skip_all("no nvcc-built kernels (nvcc missing when building)");      \
-		if (access(beside_exe("PHOS_LIBPHOS", "../libphos.so"), R_OK) != 0)           \
+		if (access(test_path("PHOS_LIBPHOS", "../libphos.so"), R_OK) != 0)           \
 			skip_all("no libphos.so");                                           \
 	} while (0)
 
@@ -62,7 +47,7 @@ static inline int traced_start(traced *t, const char *argv0, int trace)
 	if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv))
 		return -1;
 	char lib[PATH_MAX];
-	snprintf(lib, sizeof(lib), "%s", beside_exe("PHOS_LIBPHOS", "../libphos.so"));
+	snprintf(lib, sizeof(lib), "%s", test_path("PHOS_LIBPHOS", "../libphos.so"));
 	t->pid = fork();
 	if (t->pid == 0) {
 		close(sv[0]);

@@ -15,6 +15,7 @@
 #include <cuda.h>
 
 #include "tap.h"
+#include "testpath.h"
 
 static int in_libphos(void *p)
 {
@@ -32,15 +33,8 @@ int main(int argc, char **argv)
 {
 	(void)argc;
 	if (!getenv("LD_PRELOAD")) {
-		const char *lib = getenv("PHOS_LIBPHOS");
-		char path[PATH_MAX];
-		if (!lib) {
-			snprintf(path, sizeof(path), "%s", argv[0]);
-			char *slash = strrchr(path, '/');
-			snprintf(slash ? slash + 1 : path, sizeof(path) - (size_t)(slash ? slash + 1 - path : 0),
-				 "../libphos.so");
-			lib = path;
-		}
+		char lib[PATH_MAX];
+		snprintf(lib, sizeof(lib), "%s", test_path("PHOS_LIBPHOS", "../libphos.so"));
 		if (access(lib, R_OK) != 0)
 			skip_all("no libphos.so");
 		setenv("LD_PRELOAD", lib, 1);
