@@ -481,19 +481,18 @@ int alloc_park(alloc_emit_fn emit, void *arg)
 		}
 		recs[n] = (wire_object){ .va = o->va, .size = o->size, .device = (uint32_t)o->dev };
 		fds[n++] = fd;
-		if (n == BATCH || i + 1 == nobjs) {
+		if (n == BATCH) {
 			e = emit(recs, fds, n, arg);
 			for (int k = 0; k < n; k++)
 				close(fds[k]);
 			n = 0;
 		}
 	}
-	if (n) {
-		if (!e)
-			e = emit(recs, fds, n, arg);
-		for (int k = 0; k < n; k++)
-			close(fds[k]);
-	}
+	/* The last batch; or, after an error, only the fds to close. */
+	if (n && !e)
+		e = emit(recs, fds, n, arg);
+	for (int k = 0; k < n; k++)
+		close(fds[k]);
 	if (!e) {
 		for (uint32_t i = 0; i < nobjs; i++) {
 			object *o = &objs[i];
