@@ -72,11 +72,14 @@ typedef struct wire_hello {
 
 /* A device memory object (a VMM allocation) parked by the tracer. */
 typedef struct wire_object {
-	uint64_t va;
+	uint64_t key; /* names it when it comes back */
+	uint64_t va;  /* where it is mapped; 0 if nowhere */
 	uint64_t size;
 	uint32_t device;
-	uint32_t flags;
+	uint32_t flags; /* WIRE_OBJ_* */
 } wire_object;
+
+#define WIRE_OBJ_APP 0x1u /* the application's own cuMemCreate allocation */
 
 enum wire_buffer_state { WIRE_PRESENT = 0, WIRE_PARKED_STATE = 1, WIRE_ABSENT = 2 };
 

@@ -7,9 +7,14 @@
  *   v  check every buffer's bytes           -> 'y' or 'n'
  *   t  start 8 threads issuing calls        -> 'y'
  *   s  stop them; check nothing was lost    -> 'y' or 'n' (and a diag line)
+ *   r  unmap and release its own VMM allocation by its original handle
+ *                                           -> 'y' or 'n'
  *   m  make 100000 allocations of 64 bytes  -> 'y' if they fit in little
  *      device memory (slabs, not one VMM object each), and free them
  *   q  quit
+ *
+ * Besides its cuMemAlloc buffers, it maps a VMM allocation of its own
+ * (cuMemCreate without asking for an exportable handle), checked by 'v'.
  *
  * At start it writes an app_layout (its buffers' addresses) to the pipe.
  */
@@ -45,6 +50,42 @@ static CUdeviceptr app_buf[APP_NBUF];
 static CUcontext app_ctx;
 static CUfunction app_add;
 static atomic_int app_stop;
+
+/* Its own VMM allocation. */
+#define APP_VMM_BYTES (4u << 20)
+static CUmemGenericAllocationHandle app_vmm_h;
+static CUdeviceptr app_vmm_va;
+
+static inline int app_vmm_make(void)
+{
+	CUmemAllocationProp prop = { .type = CU_MEM_ALLOCATION_TYPE_PINNED,
+				     .location = { .type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0 } };
+	CUmemAccessDesc acc = { .location = prop.location, .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
+	return cuMemCreate(&app_vmm_h, APP_VMM_BYTES, &prop, 0) ||
+	       cuMemAddressReserve(&app_vmm_va, APP_VMM_BYTES, 0, 0, 0) ||
+	       cuMemMap(app_vmm_va, APP_VMM_BYTES, 0, app_vmm_h, 0) ||
+	       cuMemSetAccess(app_vmm_va, APP_VMM_BYTES, &acc, 1) ||
+	       cuMemsetD32(app_vmm_va, 0xA5A5F00Du, APP_VMM_BYTES / 4);
+}
+
+static inline int app_vmm_check(void)
+{
+	uint32_t *h = malloc(APP_VMM_BYTES);
+	int ok = h && cuMemcpyDtoH(h, app_vmm_va, APP_VMM_BYTES) == CUDA_SUCCESS;
+	for (size_t i = 0; ok && i < APP_VMM_BYTES / 4; i++)
+		ok = h[i] == 0xA5A5F00Du;
+	free(h);
+	return ok;
+}
+
+/* Unmaps and releases it by the handle the driver first gave. */
+static inline int app_vmm_drop(void)
+{
+	CUmemAllocationProp p;
+	return cuMemGetAllocationPropertiesFromHandle(&p, app_vmm_h) == CUDA_SUCCESS &&
+	       cuMemUnmap(app_vmm_va, APP_VMM_BYTES) == CUDA_SUCCESS && cuMemRelease(app_vmm_h) == CUDA_SUCCESS &&
+	       cuMemAddressFree(app_vmm_va, APP_VMM_BYTES) == CUDA_SUCCESS;
+}
 
 static inline void app_host_add(const simcuda_launch *l)
 {
@@ -142,7 +183,8 @@ static inline int app_main(int fd, const char *kernels)
 		lay.va[b] = app_buf[b];
 		lay.size[b] = app_sizes[b];
 	}
-	if (app_fill() || cuModuleLoad(&mod, path) || cuModuleGetFunction(&app_add, mod, "_Z3addPKfS0_Pfi"))
+	if (app_fill() || app_vmm_make() || cuModuleLoad(&mod, path) ||
+	    cuModuleGetFunction(&app_add, mod, "_Z3addPKfS0_Pfi"))
 		goto report;
 	lay.ok = 1;
 report:
@@ -163,7 +205,9 @@ report:
 			    : 'n';
 			launched = 1;
 		} else if (c == 'v') {
-			r = app_check(launched) ? 'y' : 'n';
+			r = app_check(launched) && app_vmm_check() ? 'y' : 'n';
+		} else if (c == 'r') {
+			r = app_vmm_drop() ? 'y' : 'n';
 		} else if (c == 't') {
 			atomic_store(&app_stop, 0);
 			for (int i = 0; i < APP_THREADS; i++) {

@@ -1,8 +1,10 @@
 /*
  * Park and unpark under the test peer: the tracer hands every device
- * memory object over as an fd and releases it, after which the driver's
- * checkpoint would copy 0 device bytes; the fds come back, are mapped at
- * the same VAs, and every byte is as before; twice in a row.
+ * memory object over as an fd and releases it, the program's own VMM
+ * allocation too, after which the driver's checkpoint would copy 0 device
+ * bytes; the fds come back, are mapped at the same VAs, and every byte is
+ * as before; twice in a row. Afterwards the program still unmaps and
+ * releases its own allocation by its original handle.
  */
 #include "tracer_test.h"
 
@@ -22,7 +24,7 @@ static int cycle(traced *t, uint64_t *bytes, char *err, size_t errlen)
 int main(int argc, char **argv)
 {
 	TRACER_TEST_MAIN(argc, argv);
-	plan(7);
+	plan(9);
 	traced t;
 	if (traced_start(&t, argv[0], 1) || traced_hello(&t, 5000))
 		bail("the traced program did not start");
@@ -30,7 +32,11 @@ int main(int argc, char **argv)
 
 	char err[160] = "";
 	int e = peer_park(&t.p, err, sizeof(err));
+	int app_objs = 0;
+	for (int i = 0; i < t.p.nobjs; i++)
+		app_objs += (t.p.objs[i].flags & WIRE_OBJ_APP) != 0;
 	ok(e == 0 && t.p.nobjs >= 5, "park hands over %d device memory objects as fds (%s)", t.p.nobjs, err);
+	ok(app_objs == 1, "the program's own VMM allocation is one of them");
 	uint64_t bytes = 1;
 	e = cuCheckpointProcessLock(t.pid, NULL) || cuCheckpointProcessCheckpoint(t.pid, NULL);
 	int be = simcuda_checkpoint_bytes(t.pid, &bytes);
@@ -51,6 +57,7 @@ int main(int argc, char **argv)
 	free(v);
 	e = cycle(&t, &bytes, err, sizeof(err));
 	ok(e == 0 && bytes == 0 && traced_cmd(&t, 'v') == 'y', "a second park and unpark keeps them intact too");
+	ok(traced_cmd(&t, 'r') == 'y', "the program unmaps and releases its own allocation by its original handle");
 	traced_stop(&t);
 	return done();
 }

@@ -479,7 +479,7 @@ int alloc_park(alloc_emit_fn emit, void *arg)
 			e = -EIO;
 			break;
 		}
-		recs[n] = (wire_object){ .va = o->va, .size = o->size, .device = (uint32_t)o->dev };
+		recs[n] = (wire_object){ .key = o->va, .va = o->va, .size = o->size, .device = (uint32_t)o->dev };
 		fds[n++] = fd;
 		if (n == BATCH) {
 			e = emit(recs, fds, n, arg);
@@ -516,8 +516,10 @@ int alloc_unpark(const wire_object *recs, const int *fds, int n)
 	pthread_rwlock_wrlock(&lock);
 	int e = 0;
 	for (int k = 0; k < n && !e; k++) {
+		if (recs[k].flags & WIRE_OBJ_APP)
+			continue; /* vmm.c's */
 		uint32_t i = 0;
-		while (i < nobjs && !(objs[i].live && objs[i].va == recs[k].va && objs[i].size == recs[k].size))
+		while (i < nobjs && !(objs[i].live && objs[i].va == recs[k].key && objs[i].size == recs[k].size))
 			i++;
 		if (i == nobjs || objs[i].h) {
 			e = -ENOENT;

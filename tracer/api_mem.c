@@ -119,24 +119,90 @@ TR_EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytes, unsigned i
 }
 
 /* The application's own VMM allocations get the POSIX fd handle type too,
- * so that they can be exported when parked. */
+ * so that they can be exported when parked (vmm.c). */
 TR_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t size, const CUmemAllocationProp *prop,
 			       unsigned long long flags)
 {
 	REAL(CUresult, cuMemCreate,
 	     (CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *, unsigned long long));
-	if (!tr_enabled() || !prop)
+	if (!tr_enabled() || !prop || !h)
 		return real_cuMemCreate(h, size, prop, flags);
 	CUmemAllocationProp p = *prop;
 	p.requestedHandleTypes = (CUmemAllocationHandleType)(p.requestedHandleTypes |
 							     CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
 	GATE();
 	CUresult r = real_cuMemCreate(h, size, &p, flags);
-	if (r == CUDA_ERROR_NOT_SUPPORTED || r == CUDA_ERROR_INVALID_VALUE)
+	if (r == CUDA_SUCCESS) {
+		vmm_created(*h, size, prop->location.id);
+	} else if (r == CUDA_ERROR_NOT_SUPPORTED || r == CUDA_ERROR_INVALID_VALUE) {
 		r = real_cuMemCreate(h, size, prop, flags); /* that type is refused here */
-	if (r == CUDA_SUCCESS)
-		alloc_mark_stop_only("it maps its own VMM allocations, which the tracer does not park yet");
+		if (r == CUDA_SUCCESS)
+			alloc_mark_stop_only("its VMM allocations cannot be exported as fds");
+	}
 	return r;
+}
+
+TR_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle h)
+{
+	REAL(CUresult, cuMemRelease, (CUmemGenericAllocationHandle));
+	if (!tr_enabled())
+		return real_cuMemRelease(h);
+	GATE();
+	return vmm_release(h);
+}
+
+TR_EXPORT CUresult cuMemMap(CUdeviceptr va, size_t size, size_t offset, CUmemGenericAllocationHandle h,
+			    unsigned long long flags)
+{
+	REAL(CUresult, cuMemMap, (CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long));
+	if (!tr_enabled())
+		return real_cuMemMap(va, size, offset, h, flags);
+	GATE();
+	return vmm_map(va, size, offset, h, flags);
+}
+
+TR_EXPORT CUresult cuMemUnmap(CUdeviceptr va, size_t size)
+{
+	REAL(CUresult, cuMemUnmap, (CUdeviceptr, size_t));
+	if (!tr_enabled())
+		return real_cuMemUnmap(va, size);
+	GATE();
+	return vmm_unmap(va, size);
+}
+
+TR_EXPORT CUresult cuMemSetAccess(CUdeviceptr va, size_t size, const CUmemAccessDesc *desc, size_t count)
+{
+	REAL(CUresult, cuMemSetAccess, (CUdeviceptr, size_t, const CUmemAccessDesc *, size_t));
+	if (!tr_enabled())
+		return real_cuMemSetAccess(va, size, desc, count);
+	GATE();
+	CUresult r = real_cuMemSetAccess(va, size, desc, count);
+	if (r == CUDA_SUCCESS && desc)
+		vmm_set_access(va, size, desc, count);
+	return r;
+}
+
+TR_EXPORT CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *h, void *addr)
+{
+	REAL(CUresult, cuMemRetainAllocationHandle, (CUmemGenericAllocationHandle *, void *));
+	if (!tr_enabled() || !h)
+		return real_cuMemRetainAllocationHandle(h, addr);
+	GATE();
+	return vmm_retain(h, addr);
+}
+
+TR_EXPORT CUresult cuMemExportToShareableHandle(void *out, CUmemGenericAllocationHandle h,
+						CUmemAllocationHandleType type, unsigned long long flags)
+{
+	REAL(CUresult, cuMemExportToShareableHandle,
+	     (void *, CUmemGenericAllocationHandle, CUmemAllocationHandleType, unsigned long long));
+	return real_cuMemExportToShareableHandle(out, tr_enabled() ? vmm_current(h) : h, type, flags);
+}
+
+TR_EXPORT CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp *prop, CUmemGenericAllocationHandle h)
+{
+	REAL(CUresult, cuMemGetAllocationPropertiesFromHandle, (CUmemAllocationProp *, CUmemGenericAllocationHandle));
+	return real_cuMemGetAllocationPropertiesFromHandle(prop, tr_enabled() ? vmm_current(h) : h);
 }
 
 /* ---- copies and sets ------------------------------------------------------ */

@@ -107,12 +107,16 @@ static int unpark(void)
 			break;
 		if (h.type == WIRE_OBJECTS && h.count == (uint32_t)nfds && h.length == h.count * sizeof(wire_object)) {
 			int r = alloc_unpark(recs, fds, nfds);
+			if (!r || r == -EAGAIN) {
+				int rv = vmm_unpark(recs, fds, nfds);
+				r = rv ? rv : r;
+			}
 			if (r && r != -EAGAIN) {
 				tr_log("unpark failed: %s", strerror(-r));
 				e = r;
 			}
 		} else if (h.type == WIRE_UNPARK) {
-			if (alloc_parked()) {
+			if (alloc_parked() || vmm_parked()) {
 				send_error(sock, "unpark: some device memory did not come back");
 				e = -ENOENT;
 			} else {
@@ -172,6 +176,8 @@ static int serve(int sock)
 				break;
 			}
 			e = alloc_park(emit_objects, &sock);
+			if (!e)
+				e = vmm_park(emit_objects, &sock);
 			if (!e)
 				e = wire_send(sock, WIRE_PARKED, NULL, 0, 0, NULL, 0);
 			if (e) {

@@ -92,6 +92,22 @@ bool alloc_parked(void);
 /* Live buffers and objects, for the debug summary. */
 void alloc_stats(uint64_t *buffers, uint64_t *objects, uint64_t *bytes);
 
+/* vmm.c: the application's own VMM allocations. The wrappers of the VMM
+ * calls go through these, which translate the application's handles. */
+void vmm_created(CUmemGenericAllocationHandle h, uint64_t size, CUdevice dev);
+CUmemGenericAllocationHandle vmm_current(CUmemGenericAllocationHandle app);
+CUresult vmm_release(CUmemGenericAllocationHandle app);
+CUresult vmm_map(CUdeviceptr va, size_t size, size_t offset, CUmemGenericAllocationHandle app,
+		 unsigned long long flags);
+CUresult vmm_unmap(CUdeviceptr va, size_t size);
+void vmm_set_access(CUdeviceptr va, size_t size, const CUmemAccessDesc *desc, size_t count);
+CUresult vmm_retain(CUmemGenericAllocationHandle *out, void *addr);
+/* Park and unpark, as alloc_park and alloc_unpark, for these; their
+ * records carry WIRE_OBJ_APP. */
+int vmm_park(alloc_emit_fn emit, void *arg);
+int vmm_unpark(const wire_object *objs, const int *fds, int n);
+bool vmm_parked(void);
+
 /* module.c: modules, libraries and their functions. */
 typedef enum { PARAM_SCALAR, PARAM_PTR_CONST, PARAM_PTR_MUT, PARAM_UNKNOWN } param_kind;
 typedef struct kernel_info {

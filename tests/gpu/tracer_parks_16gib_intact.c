@@ -3,7 +3,8 @@
  * tracer, parks (its memory handed to this test as fds, then released) and
  * unparks with every byte intact; the driver's lock+checkpoint of the
  * parked process is timed, and so is that of an untraced process of the
- * same size, for comparison.
+ * same size, for comparison. The process also maps a VMM allocation of its
+ * own, which parks too and is released by its original handle afterwards.
  */
 #include <fcntl.h>
 #include <limits.h>
@@ -43,15 +44,33 @@ static const char *bundle_file(const char *rel)
 /* ---- the application ------------------------------------------------------ */
 
 static CUfunction fill_fn, check_fn;
-static CUdeviceptr bufs[NBUF];
+static CUdeviceptr bufs[NBUF + 1]; /* the last: its own VMM allocation */
+static CUmemGenericAllocationHandle own_h;
+#define OWN_BYTES (64ull << 20)
+
+static int make_own(void)
+{
+	CUmemAllocationProp prop = { .type = CU_MEM_ALLOCATION_TYPE_PINNED,
+				     .location = { .type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0 } };
+	CUmemAccessDesc acc = { .location = prop.location, .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
+	size_t g = 0;
+	cuMemGetAllocationGranularity(&g, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+	return cuMemCreate(&own_h, OWN_BYTES, &prop, 0) || cuMemAddressReserve(&bufs[NBUF], OWN_BYTES, g, 0, 0) ||
+	       cuMemMap(bufs[NBUF], OWN_BYTES, 0, own_h, 0) || cuMemSetAccess(bufs[NBUF], OWN_BYTES, &acc, 1);
+}
+
+static int drop_own(void)
+{
+	return cuMemUnmap(bufs[NBUF], OWN_BYTES) || cuMemRelease(own_h) || cuMemAddressFree(bufs[NBUF], OWN_BYTES);
+}
 
 static int launch_all(int check, unsigned long long *bad)
 {
 	CUdeviceptr dbad;
 	if (check && (cuMemAlloc(&dbad, 8) || cuMemsetD8(dbad, 0, 8)))
 		return -1;
-	for (int b = 0; b < NBUF; b++) {
-		unsigned long long n = BUF_BYTES / 4;
+	for (int b = 0; b <= NBUF; b++) {
+		unsigned long long n = (b < NBUF ? BUF_BYTES : OWN_BYTES) / 4;
 		unsigned seed = 1234u + (unsigned)b;
 		void *fa[] = { &bufs[b], &n, &seed };
 		void *ca[] = { &bufs[b], &n, &seed, &dbad };
@@ -81,12 +100,20 @@ static int app(int fd)
 		for (int b = 0; b < NBUF && r == 'y'; b++)
 			r = cuMemAlloc(&bufs[b], BUF_BYTES) ? 'n' : 'y';
 		if (r == 'y')
+			r = make_own() ? 'n' : 'y';
+		if (r == 'y')
 			r = launch_all(0, NULL) ? 'n' : 'y';
 	}
 	if (write(fd, &r, 1) != 1 || r != 'y')
 		return 1;
 	char c;
 	while (read(fd, &c, 1) == 1 && c != 'q') {
+		if (c == 'r') {
+			r = drop_own() ? 'n' : 'y';
+			if (write(fd, &r, 1) != 1)
+				return 1;
+			continue;
+		}
 		unsigned long long bad = 1;
 		r = launch_all(1, &bad) == 0 && bad == 0 ? 'y' : 'n';
 		if (r != 'y')
@@ -143,7 +170,7 @@ int main(int argc, char **argv)
 	int count = 0;
 	if (cuInit(0) || cuDeviceGetCount(&count) || count == 0)
 		skip_all("no CUDA device");
-	plan(6);
+	plan(7);
 	char sock[108];
 	snprintf(sock, sizeof(sock), "/tmp/phos-gpu-peer-%d.sock", (int)getpid());
 	peer p;
@@ -164,7 +191,7 @@ int main(int argc, char **argv)
 	uint64_t parked = 0;
 	for (int i = 0; i < p.nobjs; i++)
 		parked += p.objs[i].size;
-	ok(e == 0 && parked >= NBUF * BUF_BYTES, "park hands over %llu bytes in %d objects in %.3f s (%s)",
+	ok(e == 0 && parked >= NBUF * BUF_BYTES + OWN_BYTES, "park hands over %llu bytes in %d objects in %.3f s (%s)",
 	   (unsigned long long)parked, p.nobjs, t_park, err);
 
 	t0 = now();
@@ -180,7 +207,8 @@ int main(int argc, char **argv)
 	t0 = now();
 	e = r2 == CUDA_SUCCESS ? peer_unpark(&p) : -EIO;
 	ok(e == 0, "unpark maps the memory back in %.3f s", now() - t0);
-	ok(ask(fd, 'v') == 'y', "all 16 GiB hold the same bytes as before");
+	ok(ask(fd, 'v') == 'y', "all 16 GiB, and its own 64 MiB VMM allocation, hold the same bytes as before");
+	ok(ask(fd, 'r') == 'y', "it unmaps and releases its own allocation by its original handle");
 	stop(pid, fd);
 
 	/* The same program, untraced: the driver copies its memory. */

@@ -1,0 +1,314 @@
+/*
+ * The application's own VMM allocations: handles it made with cuMemCreate
+ * (to which the tracer added the POSIX fd handle type) and where it mapped
+ * them. Parking exports each handle, unmaps its mappings and releases it;
+ * unparking imports the same fd and maps it again where it was, with the
+ * same access.
+ *
+ * The application keeps the handle values it was given, which the driver
+ * no longer knows after an unpark: the wrappers translate them to the
+ * current handle. From then on the driver holds one reference, and the
+ * application's retains and releases are counted here.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "tracer.h"
+
+#define MAX_ACCESS 4
+
+typedef struct handle_rec {
+	CUmemGenericAllocationHandle app; /* the value the application holds */
+	CUmemGenericAllocationHandle cur; /* the driver's handle now; 0 while parked */
+	uint64_t size;
+	CUdevice dev;
+	int refs;          /* references the application holds */
+	bool counted_here; /* after an unpark: the driver holds 1, refs is ours */
+	bool live;
+} handle_rec;
+
+typedef struct mapping {
+	uint64_t va, size, offset;
+	uint32_t h; /* handle_rec index */
+	CUmemAccessDesc acc[MAX_ACCESS];
+	int nacc;
+	bool live;
+} mapping;
+
+/* Guarded by lock. */
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static handle_rec *hs;
+static uint32_t nh, hcap;
+static mapping *ms;
+static uint32_t nm, mcap;
+static bool parked;
+
+static int find_handle(CUmemGenericAllocationHandle app)
+{
+	for (uint32_t i = 0; i < nh; i++)
+		if (hs[i].live && hs[i].app == app)
+			return (int)i;
+	return -1;
+}
+
+static bool mapped(uint32_t h)
+{
+	for (uint32_t i = 0; i < nm; i++)
+		if (ms[i].live && ms[i].h == h)
+			return true;
+	return false;
+}
+
+/* Forgets a handle that is released and mapped nowhere. */
+static void maybe_forget(uint32_t h)
+{
+	if (hs[h].refs <= 0 && !mapped(h))
+		hs[h].live = false;
+}
+
+void vmm_created(CUmemGenericAllocationHandle h, uint64_t size, CUdevice dev)
+{
+	pthread_mutex_lock(&lock);
+	if (nh == hcap) {
+		uint32_t cap = hcap ? hcap * 2 : 64;
+		handle_rec *v = realloc(hs, cap * sizeof(*v));
+		if (!v) {
+			pthread_mutex_unlock(&lock);
+			alloc_mark_stop_only("out of memory for the table of its VMM allocations");
+			return;
+		}
+		hs = v;
+		hcap = cap;
+	}
+	hs[nh++] = (handle_rec){ .app = h, .cur = h, .size = size, .dev = dev, .refs = 1, .live = true };
+	pthread_mutex_unlock(&lock);
+}
+
+CUmemGenericAllocationHandle vmm_current(CUmemGenericAllocationHandle app)
+{
+	pthread_mutex_lock(&lock);
+	int i = find_handle(app);
+	CUmemGenericAllocationHandle cur = i >= 0 ? hs[i].cur : app;
+	pthread_mutex_unlock(&lock);
+	return cur;
+}
+
+CUresult vmm_release(CUmemGenericAllocationHandle app)
+{
+	REAL(CUresult, cuMemRelease, (CUmemGenericAllocationHandle));
+	pthread_mutex_lock(&lock);
+	int i = find_handle(app);
+	CUresult r = CUDA_SUCCESS;
+	if (i < 0) {
+		r = real_cuMemRelease(app);
+	} else if (hs[i].counted_here) {
+		if (--hs[i].refs == 0)
+			r = real_cuMemRelease(hs[i].cur);
+		maybe_forget((uint32_t)i);
+	} else {
+		r = real_cuMemRelease(hs[i].cur);
+		if (r == CUDA_SUCCESS) {
+			hs[i].refs--;
+			maybe_forget((uint32_t)i);
+		}
+	}
+	pthread_mutex_unlock(&lock);
+	return r;
+}
+
+CUresult vmm_map(CUdeviceptr va, size_t size, size_t offset, CUmemGenericAllocationHandle app,
+		 unsigned long long flags)
+{
+	REAL(CUresult, cuMemMap, (CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long));
+	pthread_mutex_lock(&lock);
+	int i = find_handle(app);
+	CUresult r = real_cuMemMap(va, size, offset, i >= 0 ? hs[i].cur : app, flags);
+	if (r == CUDA_SUCCESS && i >= 0) {
+		if (nm == mcap) {
+			uint32_t cap = mcap ? mcap * 2 : 64;
+			mapping *v = realloc(ms, cap * sizeof(*v));
+			if (v) {
+				ms = v;
+				mcap = cap;
+			}
+		}
+		if (nm < mcap)
+			ms[nm++] = (mapping){ .va = va, .size = size, .offset = offset, .h = (uint32_t)i, .live = true };
+		else
+			alloc_mark_stop_only("out of memory for the table of its VMM mappings");
+	}
+	pthread_mutex_unlock(&lock);
+	return r;
+}
+
+CUresult vmm_unmap(CUdeviceptr va, size_t size)
+{
+	REAL(CUresult, cuMemUnmap, (CUdeviceptr, size_t));
+	pthread_mutex_lock(&lock);
+	CUresult r = real_cuMemUnmap(va, size);
+	if (r == CUDA_SUCCESS) {
+		for (uint32_t k = 0; k < nm; k++) {
+			if (ms[k].live && ms[k].va >= va && ms[k].va + ms[k].size <= va + size) {
+				ms[k].live = false;
+				maybe_forget(ms[k].h);
+			}
+		}
+	}
+	pthread_mutex_unlock(&lock);
+	return r;
+}
+
+void vmm_set_access(CUdeviceptr va, size_t size, const CUmemAccessDesc *desc, size_t count)
+{
+	pthread_mutex_lock(&lock);
+	for (uint32_t k = 0; k < nm; k++) {
+		mapping *m = &ms[k];
+		if (!m->live || m->va + m->size <= va || m->va >= va + size)
+			continue;
+		for (size_t d = 0; d < count; d++) {
+			int j = 0;
+			while (j < m->nacc && (m->acc[j].location.type != desc[d].location.type ||
+					       m->acc[j].location.id != desc[d].location.id))
+				j++;
+			if (j < MAX_ACCESS) {
+				m->acc[j] = desc[d];
+				if (j == m->nacc)
+					m->nacc++;
+			}
+		}
+	}
+	pthread_mutex_unlock(&lock);
+}
+
+/* The application asks for the handle of what is mapped at addr. */
+CUresult vmm_retain(CUmemGenericAllocationHandle *out, void *addr)
+{
+	REAL(CUresult, cuMemRetainAllocationHandle, (CUmemGenericAllocationHandle *, void *));
+	REAL(CUresult, cuMemRelease, (CUmemGenericAllocationHandle));
+	CUmemGenericAllocationHandle cur;
+	CUresult r = real_cuMemRetainAllocationHandle(&cur, addr);
+	if (r != CUDA_SUCCESS)
+		return r;
+	pthread_mutex_lock(&lock);
+	int i = -1;
+	for (uint32_t k = 0; k < nh && i < 0; k++)
+		if (hs[k].live && hs[k].cur == cur)
+			i = (int)k;
+	if (i >= 0) {
+		if (hs[i].counted_here)
+			real_cuMemRelease(cur); /* the driver keeps its one reference */
+		hs[i].refs++;
+		*out = hs[i].app;
+	} else {
+		*out = cur;
+	}
+	pthread_mutex_unlock(&lock);
+	return CUDA_SUCCESS;
+}
+
+#define BATCH 64
+
+int vmm_park(alloc_emit_fn emit, void *arg)
+{
+	REAL(CUresult, cuMemExportToShareableHandle,
+	     (void *, CUmemGenericAllocationHandle, CUmemAllocationHandleType, unsigned long long));
+	REAL(CUresult, cuMemUnmap, (CUdeviceptr, size_t));
+	REAL(CUresult, cuMemRelease, (CUmemGenericAllocationHandle));
+	pthread_mutex_lock(&lock);
+	wire_object recs[BATCH];
+	int fds[BATCH], n = 0, e = 0;
+	for (uint32_t i = 0; i < nh && !e; i++) {
+		if (!hs[i].live)
+			continue;
+		int fd = -1;
+		if (real_cuMemExportToShareableHandle(&fd, hs[i].cur, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0)) {
+			e = -EIO;
+			break;
+		}
+		uint64_t va = 0;
+		for (uint32_t k = 0; k < nm && !va; k++)
+			if (ms[k].live && ms[k].h == i)
+				va = ms[k].va;
+		recs[n] = (wire_object){ .key = i, .va = va, .size = hs[i].size, .device = (uint32_t)hs[i].dev,
+					 .flags = WIRE_OBJ_APP };
+		fds[n++] = fd;
+		if (n == BATCH) {
+			e = emit(recs, fds, n, arg);
+			for (int k = 0; k < n; k++)
+				close(fds[k]);
+			n = 0;
+		}
+	}
+	if (n && !e)
+		e = emit(recs, fds, n, arg);
+	for (int k = 0; k < n; k++)
+		close(fds[k]);
+	if (!e) {
+		/* phosfs holds every one of them: let go of ours. */
+		for (uint32_t k = 0; k < nm; k++)
+			if (ms[k].live)
+				real_cuMemUnmap(ms[k].va, ms[k].size);
+		for (uint32_t i = 0; i < nh; i++) {
+			if (!hs[i].live)
+				continue;
+			int held = hs[i].counted_here ? 1 : hs[i].refs;
+			for (int k = 0; k < held; k++)
+				real_cuMemRelease(hs[i].cur);
+			hs[i].cur = 0;
+		}
+		parked = true;
+	}
+	pthread_mutex_unlock(&lock);
+	return e;
+}
+
+int vmm_unpark(const wire_object *recs, const int *fds, int n)
+{
+	REAL(CUresult, cuMemImportFromShareableHandle,
+	     (CUmemGenericAllocationHandle *, void *, CUmemAllocationHandleType));
+	REAL(CUresult, cuMemMap, (CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long));
+	REAL(CUresult, cuMemSetAccess, (CUdeviceptr, size_t, const CUmemAccessDesc *, size_t));
+	pthread_mutex_lock(&lock);
+	int e = 0;
+	for (int k = 0; k < n && !e; k++) {
+		if (!(recs[k].flags & WIRE_OBJ_APP))
+			continue;
+		uint64_t i = recs[k].key;
+		if (i >= nh || !hs[i].live || hs[i].cur || hs[i].size != recs[k].size) {
+			e = -ENOENT;
+			break;
+		}
+		CUmemGenericAllocationHandle h;
+		if (real_cuMemImportFromShareableHandle(&h, (void *)(intptr_t)fds[k],
+							CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)) {
+			e = -EIO;
+			break;
+		}
+		hs[i].cur = h;
+		hs[i].counted_here = true;
+		for (uint32_t m = 0; m < nm && !e; m++) {
+			if (!ms[m].live || ms[m].h != i)
+				continue;
+			if (real_cuMemMap(ms[m].va, ms[m].size, ms[m].offset, h, 0) ||
+			    (ms[m].nacc && real_cuMemSetAccess(ms[m].va, ms[m].size, ms[m].acc, (size_t)ms[m].nacc)))
+				e = -EIO;
+		}
+	}
+	bool all = true;
+	for (uint32_t i = 0; i < nh; i++)
+		all &= !hs[i].live || hs[i].cur != 0;
+	if (all)
+		parked = false;
+	pthread_mutex_unlock(&lock);
+	return e;
+}
+
+bool vmm_parked(void)
+{
+	pthread_mutex_lock(&lock);
+	bool p = parked;
+	pthread_mutex_unlock(&lock);
+	return p;
+}
