@@ -43,8 +43,12 @@ static const size_t app_sizes[APP_NBUF] = { APP_N * 4, APP_N * 4, APP_N * 4, 100
 typedef struct app_layout {
 	uint64_t va[APP_NBUF];
 	uint64_t size[APP_NBUF];
+	uint64_t vmm_va; /* its own VMM allocation, APP_VMM_BYTES */
 	int ok;
 } app_layout;
+
+/* Buffers the tracer lists: APP_NBUF, and the mapping of its own. */
+#define APP_LISTED (APP_NBUF + 1)
 
 static CUdeviceptr app_buf[APP_NBUF];
 static CUcontext app_ctx;
@@ -186,6 +190,7 @@ static inline int app_main(int fd, const char *kernels)
 	if (app_fill() || app_vmm_make() || cuModuleLoad(&mod, path) ||
 	    cuModuleGetFunction(&app_add, mod, "_Z3addPKfS0_Pfi"))
 		goto report;
+	lay.vmm_va = app_vmm_va;
 	lay.ok = 1;
 report:
 	if (write(fd, &lay, sizeof(lay)) != (ssize_t)sizeof(lay) || !lay.ok)

@@ -24,7 +24,7 @@ static int cycle(traced *t, uint64_t *bytes, char *err, size_t errlen)
 int main(int argc, char **argv)
 {
 	TRACER_TEST_MAIN(argc, argv);
-	plan(9);
+	plan(10);
 	traced t;
 	if (traced_start(&t, argv[0], 1) || traced_hello(&t, 5000))
 		bail("the traced program did not start");
@@ -48,7 +48,7 @@ int main(int argc, char **argv)
 
 	wire_buffer *v;
 	size_t n;
-	int present = peer_list(&t.p, &v, &n) == 0 && n == APP_NBUF;
+	int present = peer_list(&t.p, &v, &n) == 0 && n == APP_LISTED;
 	for (size_t i = 0; present && i < n; i++)
 		present = v[i].state == WIRE_PRESENT;
 	ok(present && table_matches(t.p.table, v, n, t.pid),
@@ -58,6 +58,9 @@ int main(int argc, char **argv)
 	e = cycle(&t, &bytes, err, sizeof(err));
 	ok(e == 0 && bytes == 0 && traced_cmd(&t, 'v') == 'y', "a second park and unpark keeps them intact too");
 	ok(traced_cmd(&t, 'r') == 'y', "the program unmaps and releases its own allocation by its original handle");
+	int gone = peer_list(&t.p, &v, &n) == 0 && n == APP_NBUF && !find_buffer(v, n, t.lay.vmm_va);
+	free(v);
+	ok(gone, "and it leaves the buffer table");
 	traced_stop(&t);
 	return done();
 }

@@ -66,7 +66,7 @@ int main(int argc, char **argv)
 		drain(t.p.conn);
 		e = peer_list(&t.p, &v, &n);
 	}
-	ok(e == 0 && n == APP_NBUF, "the control thread still serves the buffer table");
+	ok(e == 0 && n == APP_LISTED, "the control thread still serves the buffer table");
 	free(v);
 	ok(traced_cmd(&t, 'l') == 'y' && traced_cmd(&t, 'v') == 'y' && traced_stop(&t) == 0,
 	   "the program runs on, with the right results, and exits cleanly");

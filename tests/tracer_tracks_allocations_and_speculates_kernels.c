@@ -21,12 +21,15 @@ int main(int argc, char **argv)
 	wire_buffer *v = NULL, *w = NULL;
 	size_t n = 0, m = 0;
 	int e = peer_list(&t.p, &v, &n);
-	int all = e == 0 && n == APP_NBUF;
+	int all = e == 0 && n == APP_LISTED;
 	for (int b = 0; all && b < APP_NBUF; b++) {
 		const wire_buffer *x = find_buffer(v, n, t.lay.va[b]);
 		all = x && x->size == t.lay.size[b] && x->state == WIRE_PRESENT && x->device == 0;
 	}
-	ok(all, "its %d allocations are listed with their VA, size and state", APP_NBUF);
+	const wire_buffer *own = find_buffer(v, n, t.lay.vmm_va);
+	ok(all && own && own->size == APP_VMM_BYTES,
+	   "its %d allocations, and the VMM allocation it mapped itself, are listed with their VA, size and state",
+	   APP_NBUF);
 	ok(table_matches(t.p.table, v, n, t.pid), "the state table it shared mirrors the buffer table");
 	uint64_t s1 = t.lay.va[BUF_S1], s2 = t.lay.va[BUF_S2];
 	ok(s1 % 256 == 0 && s2 % 256 == 0 && (s1 >> 21) != (t.lay.va[BUF_A] >> 21),

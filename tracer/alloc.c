@@ -29,9 +29,12 @@ typedef struct object {
 	bool live;
 } object;
 
+#define NO_OBJECT UINT32_MAX /* a mapping of the application's own (vmm.c) */
+
 typedef struct buffer {
 	uint64_t va, size;
-	uint32_t obj;
+	uint32_t obj; /* or NO_OBJECT */
+	uint32_t device;
 	int slot; /* in the state table, or -1 */
 	bool live;
 	atomic_uint_fast64_t reads, writes;
@@ -217,7 +220,7 @@ static void index_end(void)
 	atomic_fetch_add(&seq, 1);
 }
 
-static CUresult buffer_add(uint64_t va, uint64_t size, uint32_t obj)
+static CUresult buffer_add(uint64_t va, uint64_t size, uint32_t obj, uint32_t device)
 {
 	uint32_t id = atomic_load(&nbufs);
 	if (id % BLOCK_BUFS == 0) {
@@ -248,8 +251,9 @@ static CUresult buffer_add(uint64_t va, uint64_t size, uint32_t obj)
 	b->va = va;
 	b->size = size;
 	b->obj = obj;
+	b->device = device;
 	b->live = true;
-	b->slot = state_add(va, size, (uint32_t)objs[obj].dev, WIRE_PRESENT);
+	b->slot = state_add(va, size, device, WIRE_PRESENT);
 	atomic_init(&b->reads, 0);
 	atomic_init(&b->writes, 0);
 	size_t i = index_in(v, n, va);
@@ -260,6 +264,19 @@ static CUresult buffer_add(uint64_t va, uint64_t size, uint32_t obj)
 	atomic_store(&nby_va, n + 1);
 	index_end();
 	return CUDA_SUCCESS;
+}
+
+/* Removes buffer at position i of the index; lock held for writing. */
+static void index_remove(size_t i)
+{
+	uint32_t *v = atomic_load(&by_va), n = atomic_load(&nby_va);
+	buffer *b = buf(v[i]);
+	b->live = false;
+	state_remove(b->slot);
+	index_begin();
+	memmove(&v[i], &v[i + 1], (n - i - 1) * sizeof(*v));
+	atomic_store(&nby_va, n - 1);
+	index_end();
 }
 
 static CUresult current_device(CUdevice *dev)
@@ -316,7 +333,7 @@ CUresult alloc_device(CUdeviceptr *dptr, size_t bytes)
 		}
 	}
 	if (!r)
-		r = buffer_add(va, bytes, id);
+		r = buffer_add(va, bytes, id, (uint32_t)dev);
 	pthread_rwlock_unlock(&lock);
 	if (!r)
 		*dptr = va;
@@ -334,22 +351,21 @@ CUresult alloc_free(CUdeviceptr dptr)
 	}
 	/* cuMemFree waits for the device; work in flight may use the memory. */
 	real_cuCtxSynchronize();
-	uint32_t *v = atomic_load(&by_va), n = atomic_load(&nby_va);
-	buffer *b = buf(v[i - 1]);
+	buffer *b = buf(atomic_load(&by_va)[i - 1]);
+	if (b->obj == NO_OBJECT) { /* not cuMemAlloc's: cuMemFree refuses it */
+		pthread_rwlock_unlock(&lock);
+		return CUDA_ERROR_INVALID_VALUE;
+	}
 	object *o = &objs[b->obj];
-	b->live = false;
-	state_remove(b->slot);
-	index_begin();
-	memmove(&v[i - 1], &v[i], (n - i) * sizeof(*v));
-	atomic_store(&nby_va, n - 1);
-	index_end();
+	uint32_t id = b->obj;
+	index_remove(i - 1);
 	if (o->block) {
 		uint64_t k = (dptr - o->va) / o->block;
 		o->bitmap[k / 64] &= ~(1ull << (k % 64));
 		if (--o->used == 0)
-			object_drop(b->obj);
+			object_drop(id);
 	} else {
-		object_drop(b->obj);
+		object_drop(id);
 	}
 	pthread_rwlock_unlock(&lock);
 	return CUDA_SUCCESS;
@@ -397,7 +413,7 @@ int alloc_list(wire_buffer **out, size_t *n)
 	if (v) {
 		for (uint32_t i = 0; i < count; i++) {
 			buffer *b = buf(ids[i]);
-			v[i] = (wire_buffer){ .va = b->va, .size = b->size, .device = (uint32_t)objs[b->obj].dev,
+			v[i] = (wire_buffer){ .va = b->va, .size = b->size, .device = b->device,
 					      .state = parked ? WIRE_PARKED_STATE : WIRE_PRESENT,
 					      .reads = atomic_load(&b->reads), .writes = atomic_load(&b->writes) };
 		}
@@ -406,6 +422,37 @@ int alloc_list(wire_buffer **out, size_t *n)
 	pthread_rwlock_unlock(&lock);
 	*out = v;
 	return v ? 0 : -ENOMEM;
+}
+
+int alloc_add_mapping(uint64_t va, uint64_t size, uint32_t device)
+{
+	pthread_rwlock_wrlock(&lock);
+	CUresult r = buffer_add(va, size, NO_OBJECT, device);
+	pthread_rwlock_unlock(&lock);
+	return r ? -ENOMEM : 0;
+}
+
+void alloc_remove_mappings(uint64_t va, uint64_t size)
+{
+	pthread_rwlock_wrlock(&lock);
+	for (size_t i = by_va_index(va); i > 0;) {
+		buffer *b = buf(atomic_load(&by_va)[i - 1]);
+		if (b->obj != NO_OBJECT || b->va < va || b->va + b->size > va + size)
+			break;
+		index_remove(--i);
+	}
+	/* Mappings that start above va too. */
+	size_t i = by_va_index(va);
+	while (i < atomic_load(&nby_va)) {
+		buffer *b = buf(atomic_load(&by_va)[i]);
+		if (b->va >= va + size)
+			break;
+		if (b->obj == NO_OBJECT && b->va + b->size <= va + size)
+			index_remove(i);
+		else
+			i++;
+	}
+	pthread_rwlock_unlock(&lock);
 }
 
 void alloc_mark_stop_only(const char *reason)
@@ -446,7 +493,7 @@ void alloc_state_fill(struct state_header *t, int fd)
 	const uint32_t *ids = atomic_load(&by_va);
 	for (uint32_t i = 0; i < n; i++) {
 		buffer *b = buf(ids[i]);
-		b->slot = state_add(b->va, b->size, (uint32_t)objs[b->obj].dev, parked ? WIRE_PARKED_STATE : WIRE_PRESENT);
+		b->slot = state_add(b->va, b->size, b->device, parked ? WIRE_PARKED_STATE : WIRE_PRESENT);
 	}
 	pthread_rwlock_unlock(&lock);
 }

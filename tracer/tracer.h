@@ -80,6 +80,11 @@ bool alloc_find(uint64_t addr, buffer_ref *out);
 void alloc_count(uint32_t id, bool read, bool write);
 /* Copies out the buffer table; the caller frees *out. */
 int alloc_list(wire_buffer **out, size_t *n);
+/* The application's own mappings (vmm.c) are buffers too, for speculation
+ * and for phosfs; they have no object of the tracer's. */
+int alloc_add_mapping(uint64_t va, uint64_t size, uint32_t device);
+/* Drops the mapping buffers lying within [va, va+size). */
+void alloc_remove_mappings(uint64_t va, uint64_t size);
 void alloc_mark_stop_only(const char *reason);
 const char *alloc_stop_only_reason(void); /* NULL if parkable */
 /* Park: exports every object's fd and gives records+fds to emit in

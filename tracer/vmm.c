@@ -134,9 +134,10 @@ CUresult vmm_map(CUdeviceptr va, size_t size, size_t offset, CUmemGenericAllocat
 				mcap = cap;
 			}
 		}
-		if (nm < mcap)
+		if (nm < mcap) {
 			ms[nm++] = (mapping){ .va = va, .size = size, .offset = offset, .h = (uint32_t)i, .live = true };
-		else
+			alloc_add_mapping(va, size, (uint32_t)hs[i].dev);
+		} else
 			alloc_mark_stop_only("out of memory for the table of its VMM mappings");
 	}
 	pthread_mutex_unlock(&lock);
@@ -149,6 +150,7 @@ CUresult vmm_unmap(CUdeviceptr va, size_t size)
 	pthread_mutex_lock(&lock);
 	CUresult r = real_cuMemUnmap(va, size);
 	if (r == CUDA_SUCCESS) {
+		alloc_remove_mappings(va, size);
 		for (uint32_t k = 0; k < nm; k++) {
 			if (ms[k].live && ms[k].va >= va && ms[k].va + ms[k].size <= va + size) {
 				ms[k].live = false;
