@@ -503,8 +503,6 @@ bool alloc_parked(void)
 	return parked;
 }
 
-#define BATCH 64
-
 int alloc_park(alloc_emit_fn emit, void *arg)
 {
 	REAL(CUresult, cuMemExportToShareableHandle,
@@ -513,11 +511,11 @@ int alloc_park(alloc_emit_fn emit, void *arg)
 	REAL(CUresult, cuMemRelease, (CUmemGenericAllocationHandle));
 	pthread_rwlock_wrlock(&lock);
 	int e = parked ? -EALREADY : 0;
-	wire_object recs[BATCH];
-	int fds[BATCH], n = 0;
+	obj_batch batch;
+	batch_init(&batch, emit, arg);
 	/* Hand over every object first: nothing is released until phosfs
 	 * holds all of them. */
-	for (uint32_t i = 0; i < nobjs && !e; i++) {
+	for (uint32_t i = 0; i < nobjs && !e && !batch.err; i++) {
 		object *o = &objs[i];
 		if (!o->live)
 			continue;
@@ -526,20 +524,11 @@ int alloc_park(alloc_emit_fn emit, void *arg)
 			e = -EIO;
 			break;
 		}
-		recs[n] = (wire_object){ .key = o->va, .va = o->va, .size = o->size, .device = (uint32_t)o->dev };
-		fds[n++] = fd;
-		if (n == BATCH) {
-			e = emit(recs, fds, n, arg);
-			for (int k = 0; k < n; k++)
-				close(fds[k]);
-			n = 0;
-		}
+		wire_object rec = { .key = o->va, .va = o->va, .size = o->size, .device = (uint32_t)o->dev };
+		batch_add(&batch, &rec, fd);
 	}
-	/* The last batch; or, after an error, only the fds to close. */
-	if (n && !e)
-		e = emit(recs, fds, n, arg);
-	for (int k = 0; k < n; k++)
-		close(fds[k]);
+	int be = batch_finish(&batch);
+	e = e ? e : be;
 	if (!e) {
 		for (uint32_t i = 0; i < nobjs; i++) {
 			object *o = &objs[i];

@@ -91,6 +91,21 @@ const char *alloc_stop_only_reason(void); /* NULL if parkable */
  * batches, then unmaps and releases them all. The gate is closed. */
 typedef int (*alloc_emit_fn)(const wire_object *objs, const int *fds, int n, void *arg);
 int alloc_park(alloc_emit_fn emit, void *arg);
+
+/* batch.c: objects go to emit in batches; each fd added is the batch's, and
+ * is closed once sent (or, after an error, not sent). */
+#define OBJ_BATCH 64
+typedef struct obj_batch {
+	wire_object recs[OBJ_BATCH];
+	int fds[OBJ_BATCH];
+	int n, err;
+	alloc_emit_fn emit;
+	void *arg;
+} obj_batch;
+void batch_init(obj_batch *b, alloc_emit_fn emit, void *arg);
+void batch_add(obj_batch *b, const wire_object *rec, int fd);
+/* Sends what is left; returns the first error of emit. */
+int batch_finish(obj_batch *b);
 /* Unpark: maps the given fds at their objects' VAs again. */
 int alloc_unpark(const wire_object *objs, const int *fds, int n);
 bool alloc_parked(void);

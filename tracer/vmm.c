@@ -210,8 +210,6 @@ CUresult vmm_retain(CUmemGenericAllocationHandle *out, void *addr)
 	return CUDA_SUCCESS;
 }
 
-#define BATCH 64
-
 int vmm_park(alloc_emit_fn emit, void *arg)
 {
 	REAL(CUresult, cuMemExportToShareableHandle,
@@ -219,9 +217,10 @@ int vmm_park(alloc_emit_fn emit, void *arg)
 	REAL(CUresult, cuMemUnmap, (CUdeviceptr, size_t));
 	REAL(CUresult, cuMemRelease, (CUmemGenericAllocationHandle));
 	pthread_mutex_lock(&lock);
-	wire_object recs[BATCH];
-	int fds[BATCH], n = 0, e = 0;
-	for (uint32_t i = 0; i < nh && !e; i++) {
+	obj_batch batch;
+	batch_init(&batch, emit, arg);
+	int e = 0;
+	for (uint32_t i = 0; i < nh && !e && !batch.err; i++) {
 		if (!hs[i].live)
 			continue;
 		int fd = -1;
@@ -233,20 +232,12 @@ int vmm_park(alloc_emit_fn emit, void *arg)
 		for (uint32_t k = 0; k < nm && !va; k++)
 			if (ms[k].live && ms[k].h == i)
 				va = ms[k].va;
-		recs[n] = (wire_object){ .key = i, .va = va, .size = hs[i].size, .device = (uint32_t)hs[i].dev,
-					 .flags = WIRE_OBJ_APP };
-		fds[n++] = fd;
-		if (n == BATCH) {
-			e = emit(recs, fds, n, arg);
-			for (int k = 0; k < n; k++)
-				close(fds[k]);
-			n = 0;
-		}
+		wire_object rec = { .key = i, .va = va, .size = hs[i].size, .device = (uint32_t)hs[i].dev,
+				    .flags = WIRE_OBJ_APP };
+		batch_add(&batch, &rec, fd);
 	}
-	if (n && !e)
-		e = emit(recs, fds, n, arg);
-	for (int k = 0; k < n; k++)
-		close(fds[k]);
+	int be = batch_finish(&batch);
+	e = e ? e : be;
 	if (!e) {
 		/* phosfs holds every one of them: let go of ours. */
 		for (uint32_t k = 0; k < nm; k++)
