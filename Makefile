@@ -38,7 +38,7 @@ NVCC_ARCH := -gencode=arch=compute_90,code=sm_90 -gencode=arch=compute_90,code=c
 .PHONY: all check deps install gpu-bundle check-gpu bench clean
 .DELETE_ON_ERROR:
 
-all: simcuda image-format tracer tests bench
+all: simcuda image-format tracer phosfs tests bench
 
 # ---- common/: code two or more components share --------------------------------
 
@@ -65,6 +65,24 @@ $(BUILD)/tracer/%.o: tracer/%.c tracer/tracer.h $(wildcard common/*.h) include/p
 # No -lcuda: the real driver is found at run time, whichever it is.
 $(LIBPHOS): $(TRACER_OBJ) $(BUILD)/common/cubin.o $(BUILD)/common/cuversions.o $(BUILD)/common/wire.o
 	$(CC) $(XLDFLAGS) $(LDFLAGS) -shared -Wl,-soname,libphos.so -Wl,-z,defs -o $@ $^ -lpthread -ldl
+
+# ---- phosfs/: the daemon -------------------------------------------------------------
+
+PHOSFS_SRC := $(wildcard phosfs/*.c)
+PHOSFS_OBJ := $(PHOSFS_SRC:phosfs/%.c=$(BUILD)/phosfs/%.o)
+PHOSFS := $(BUILD)/phosfs/phosfs
+FUSE_CFLAGS := $(shell pkg-config --cflags fuse3 2>/dev/null)
+FUSE_LIBS := $(shell pkg-config --libs fuse3 2>/dev/null)
+
+.PHONY: phosfs
+phosfs: $(PHOSFS)
+
+$(BUILD)/phosfs/%.o: phosfs/%.c phosfs/phosfs.h $(wildcard common/*.h)
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) $(FUSE_CFLAGS) $(XCFLAGS) $(CFLAGS) -c -o $@ $<
+
+$(PHOSFS): $(PHOSFS_OBJ) $(BUILD)/common/wire.o
+	$(CC) $(XLDFLAGS) $(LDFLAGS) -o $@ $^ $(FUSE_LIBS) -lpthread
 
 # ---- tests/simcuda: the software CUDA driver --------------------------------
 
@@ -149,7 +167,7 @@ TEST_BIN := $(TEST_C:tests/%.c=$(BUILD)/tests/%) $(TEST_SH:tests/%.sh=$(BUILD)/t
 .PHONY: tests
 tests: $(TEST_BIN) $(KERNELS)
 
-$(BUILD)/tests/%: tests/%.c $(wildcard tests/*.h) tests/simcuda/simcuda.h $(SIMCUDA_LIB) $(LIBPHOSIMG) $(LIBPHOS) $(BUILD)/common/wire.o
+$(BUILD)/tests/%: tests/%.c $(wildcard tests/*.h) tests/simcuda/simcuda.h $(SIMCUDA_LIB) $(LIBPHOSIMG) $(LIBPHOS) $(BUILD)/common/wire.o | $(PHOSFS)
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) $(XCFLAGS) $(CFLAGS) -Iimage-format -o $@ $< $(LIBPHOSIMG) $(BUILD)/common/wire.o $(XLDFLAGS) $(LDFLAGS) \
 		-rdynamic -L$(BUILD)/simcuda -lcuda -Wl,-rpath,'$$ORIGIN/../simcuda' $(IMG_LIBS) -ldl
@@ -159,7 +177,7 @@ $(BUILD)/tests/%: tests/%.sh
 	install -m 0755 $< $@
 
 # Tests find the project's CRIU and the kernels through these.
-TEST_ENV := PHOS_CRIU=$(abspath $(CRIU)) PHOS_KERNELS=$(abspath $(BUILD)/kernels) PHOS_SRCDIR=$(CURDIR) PHOS_LIBPHOS=$(abspath $(LIBPHOS))
+TEST_ENV := PHOS_CRIU=$(abspath $(CRIU)) PHOS_KERNELS=$(abspath $(BUILD)/kernels) PHOS_SRCDIR=$(CURDIR) PHOS_LIBPHOS=$(abspath $(LIBPHOS)) PHOS_PHOSFS=$(abspath $(PHOSFS))
 
 check: all
 	$(TEST_ENV) $(PROVE) $(PROVE_FLAGS) $(TEST_BIN)

@@ -36,13 +36,19 @@ typedef struct traced {
 			skip_all("no libphos.so");                                           \
 	} while (0)
 
-/* Starts the app under the tracer (or, with trace 0, with PHOS_TRACE=0). */
-static inline int traced_start(traced *t, const char *argv0, int trace)
+/* Starts the app under the tracer (or, with trace 0, with PHOS_TRACE=0),
+ * registering with the test's peer, or with whatever listens on sock. */
+static inline int traced_start_at(traced *t, const char *argv0, int trace, const char *sock)
 {
 	memset(t, 0, sizeof(*t));
-	snprintf(t->sock, sizeof(t->sock), "/tmp/phos-peer-%d.sock", (int)getpid());
-	if (peer_listen(&t->p, t->sock))
-		return -1;
+	t->p.lfd = t->p.conn = -1;
+	if (sock) {
+		snprintf(t->sock, sizeof(t->sock), "%s", sock);
+	} else {
+		snprintf(t->sock, sizeof(t->sock), "/tmp/phos-peer-%d.sock", (int)getpid());
+		if (peer_listen(&t->p, t->sock))
+			return -1;
+	}
 	int sv[2];
 	if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv))
 		return -1;
@@ -66,6 +72,11 @@ static inline int traced_start(traced *t, const char *argv0, int trace)
 	if (read(t->fd, &t->lay, sizeof(t->lay)) != (ssize_t)sizeof(t->lay) || !t->lay.ok)
 		return -1;
 	return 0;
+}
+
+static inline int traced_start(traced *t, const char *argv0, int trace)
+{
+	return traced_start_at(t, argv0, trace, NULL);
 }
 
 /* Waits up to ms for the tracer to connect and say HELLO. */
@@ -95,8 +106,10 @@ static inline int traced_stop(traced *t)
 	close(t->fd);
 	if (t->p.conn >= 0)
 		close(t->p.conn);
-	close(t->p.lfd);
-	unlink(t->sock);
+	if (t->p.lfd >= 0) {
+		close(t->p.lfd);
+		unlink(t->sock);
+	}
 	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 

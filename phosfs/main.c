@@ -1,0 +1,111 @@
+/*
+ * phosfs: the phos file system daemon.
+ *
+ *   phosfs [--socket PATH] [--store DIR] [FUSE options] MOUNTPOINT
+ *
+ * Registers traced processes on the socket (default /run/phos/phosfs.sock)
+ * and shows them under MOUNTPOINT. FUSE's own options apply: -f to stay in
+ * the foreground, -d to debug, -o …. SIGTERM, SIGINT and SIGHUP unmount
+ * and exit with status 0.
+ */
+#define FUSE_USE_VERSION 312
+#include <errno.h>
+#include <fuse.h>
+#include <fuse_lowlevel.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "phosfs.h"
+
+extern const struct fuse_operations phosfs_ops;
+
+static void *init(struct fuse_conn_info *conn, struct fuse_config *cfg)
+{
+	(void)conn;
+	cfg->direct_io = 1; /* sizes of generated files are not known */
+	cfg->attr_timeout = 0;
+	cfg->entry_timeout = 0;
+	cfg->negative_timeout = 0;
+	return NULL;
+}
+
+static int usage(FILE *f)
+{
+	fprintf(f, "usage: phosfs [--socket PATH] [--store DIR] [-f] [-d] [-o OPTIONS] MOUNTPOINT\n");
+	return f == stdout ? 0 : 2;
+}
+
+int main(int argc, char **argv)
+{
+	const char *sock = wire_socket_path();
+	char **argl = calloc((size_t)argc + 4, sizeof(*argl));
+	int n = 0;
+	if (!argl)
+		return 1;
+	argl[n++] = argv[0];
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--socket") && i + 1 < argc) {
+			sock = argv[++i];
+		} else if (!strcmp(argv[i], "--store") && i + 1 < argc) {
+			i++; /* where images go: with the checkpoint protocols */
+		} else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+			free(argl);
+			return usage(stdout);
+		} else {
+			argl[n++] = argv[i];
+		}
+	}
+	/* Everyone may look; what each sees is decided per process. */
+	argl[n++] = "-o";
+	argl[n++] = "allow_other,default_permissions";
+	struct fuse_args args = FUSE_ARGS_INIT(n, argl);
+	struct fuse_cmdline_opts opts;
+	if (fuse_parse_cmdline(&args, &opts) != 0 || !opts.mountpoint) {
+		fuse_opt_free_args(&args);
+		free(argl);
+		return usage(stderr);
+	}
+	struct fuse_operations ops = phosfs_ops;
+	ops.init = init;
+	int rc = 1;
+	struct fuse *f = fuse_new(&args, &ops, sizeof(ops), NULL);
+	if (!f)
+		goto out;
+	if (fuse_mount(f, opts.mountpoint) != 0) {
+		fprintf(stderr, "phosfs: cannot mount %s\n", opts.mountpoint);
+		goto out_destroy;
+	}
+	if (fuse_daemonize(opts.foreground) != 0)
+		goto out_unmount;
+	/* After daemonizing: the registry's thread must be the daemon's. */
+	int e = registry_start(sock);
+	if (e) {
+		fprintf(stderr, "phosfs: cannot listen on %s: %s\n", sock, strerror(-e));
+		goto out_unmount;
+	}
+	struct fuse_session *se = fuse_get_session(f);
+	if (fuse_set_signal_handlers(se) != 0)
+		goto out_registry;
+	struct fuse_loop_config *cfg = fuse_loop_cfg_create();
+	fuse_loop_cfg_set_max_threads(cfg, 16);
+	int res = fuse_loop_mt(f, cfg);
+	fuse_loop_cfg_destroy(cfg);
+	fuse_remove_signal_handlers(se);
+	/* The loop ends with the number of the signal that asked it to. */
+	rc = res == 0 || res == SIGTERM || res == SIGINT || res == SIGHUP ? 0 : 1;
+	if (rc)
+		fprintf(stderr, "phosfs: the file system failed: %s\n", strerror(res < 0 ? -res : EIO));
+out_registry:
+	registry_stop();
+out_unmount:
+	fuse_unmount(f);
+out_destroy:
+	fuse_destroy(f);
+out:
+	free(opts.mountpoint);
+	fuse_opt_free_args(&args);
+	free(argl);
+	return rc;
+}

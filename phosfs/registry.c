@@ -1,0 +1,292 @@
+/*
+ * The registry of traced processes. A thread accepts the tracers'
+ * connections on the socket, reads each HELLO (with its state table) and
+ * keeps the process until its connection ends. Requests to a process are
+ * made by the file system's threads, one at a time per process.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "phosfs.h"
+
+/* Guarded by lock: procs, and every proc's refs and next. */
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static proc *procs;
+static int listen_fd = -1;
+static int stop_pipe[2] = { -1, -1 };
+static pthread_t thread;
+static char sock_path[108];
+
+static uid_t owner_of(pid_t pid)
+{
+	char path[64];
+	struct stat st;
+	snprintf(path, sizeof(path), "/proc/%d", (int)pid);
+	return stat(path, &st) == 0 ? st.st_uid : (uid_t)-1;
+}
+
+static void proc_free(proc *p)
+{
+	if (p->table)
+		munmap(p->table, STATE_BYTES);
+	if (p->conn >= 0)
+		close(p->conn);
+	pthread_mutex_destroy(&p->lock);
+	free(p);
+}
+
+/* Takes a new connection: its HELLO makes (or renews) a process. */
+static void accept_one(void)
+{
+	int c = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC);
+	if (c < 0)
+		return;
+	/* SO_PEERCRED: who is at the other end, whatever the HELLO says. */
+	struct ucred cred;
+	socklen_t cl = sizeof(cred);
+	wire_header h;
+	wire_hello hello;
+	int fds[WIRE_MAX_FDS], nfds = 0;
+	struct pollfd pf = { c, POLLIN, 0 };
+	if (getsockopt(c, SOL_SOCKET, SO_PEERCRED, &cred, &cl) != 0 || poll(&pf, 1, 2000) != 1 ||
+	    wire_recv(c, &h, &hello, sizeof(hello), fds, &nfds) != 0 || h.type != WIRE_HELLO ||
+	    h.length != sizeof(hello) || hello.pid != cred.pid) {
+		for (int i = 0; i < nfds; i++)
+			close(fds[i]);
+		close(c);
+		return;
+	}
+	proc *p = calloc(1, sizeof(*p));
+	if (!p) {
+		close(c);
+		return;
+	}
+	p->pid = cred.pid;
+	p->uid = owner_of(cred.pid);
+	p->hello = hello;
+	p->conn = c;
+	pthread_mutex_init(&p->lock, NULL);
+	if (nfds == 1) {
+		void *m = mmap(NULL, STATE_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fds[0], 0);
+		p->table = m == MAP_FAILED ? NULL : m;
+	}
+	for (int i = 0; i < nfds; i++)
+		close(fds[i]);
+	p->refs = 1;
+	pthread_mutex_lock(&lock);
+	/* A process that connects again replaces its old entry. */
+	for (proc *q = procs; q; q = q->next)
+		if (q->pid == p->pid)
+			q->gone = true;
+	p->next = procs;
+	procs = p;
+	pthread_mutex_unlock(&lock);
+}
+
+/* Drops processes whose connection ended, or that were replaced. */
+static void reap(void)
+{
+	pthread_mutex_lock(&lock);
+	for (proc **pp = &procs; *pp;) {
+		proc *p = *pp;
+		if (!p->gone && p->conn >= 0 && pthread_mutex_trylock(&p->lock) == 0) {
+			/* Nobody is talking to it: see whether it hung up. */
+			char b;
+			ssize_t n = recv(p->conn, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+			if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK))
+				p->gone = true;
+			pthread_mutex_unlock(&p->lock);
+		}
+		if (p->gone) {
+			*pp = p->next;
+			if (--p->refs == 0)
+				proc_free(p);
+			continue;
+		}
+		pp = &p->next;
+	}
+	pthread_mutex_unlock(&lock);
+}
+
+static void *registry_main(void *arg)
+{
+	(void)arg;
+	for (;;) {
+		struct pollfd pf[2] = { { listen_fd, POLLIN, 0 }, { stop_pipe[0], POLLIN, 0 } };
+		int n = poll(pf, 2, 200);
+		if (n < 0 && errno != EINTR)
+			break;
+		if (pf[1].revents)
+			break;
+		if (n > 0 && (pf[0].revents & POLLIN))
+			accept_one();
+		reap();
+	}
+	return NULL;
+}
+
+int registry_start(const char *path)
+{
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	if (strlen(path) >= sizeof(a.sun_path))
+		return -ENAMETOOLONG;
+	snprintf(sock_path, sizeof(sock_path), "%s", path);
+	snprintf(a.sun_path, sizeof(a.sun_path), "%s", path);
+	/* The directory of the default socket may not exist yet. */
+	char dir[108];
+	snprintf(dir, sizeof(dir), "%s", path);
+	char *slash = strrchr(dir, '/');
+	if (slash && slash != dir) {
+		*slash = 0;
+		mkdir(dir, 0755);
+	}
+	unlink(path);
+	listen_fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (listen_fd < 0)
+		return -errno;
+	/* Any user's process may register; SO_PEERCRED tells who it is. */
+	if (bind(listen_fd, (struct sockaddr *)&a, sizeof(a)) != 0 || chmod(path, 0666) != 0 ||
+	    listen(listen_fd, 64) != 0 || pipe2(stop_pipe, O_CLOEXEC) != 0) {
+		int e = -errno;
+		close(listen_fd);
+		listen_fd = -1;
+		return e;
+	}
+	if (pthread_create(&thread, NULL, registry_main, NULL) != 0)
+		return -EAGAIN;
+	return 0;
+}
+
+void registry_stop(void)
+{
+	if (listen_fd < 0)
+		return;
+	(void)!write(stop_pipe[1], "x", 1);
+	pthread_join(thread, NULL);
+	close(listen_fd);
+	close(stop_pipe[0]);
+	close(stop_pipe[1]);
+	listen_fd = -1;
+	unlink(sock_path);
+	pthread_mutex_lock(&lock);
+	while (procs) {
+		proc *p = procs;
+		procs = p->next;
+		if (--p->refs == 0)
+			proc_free(p);
+	}
+	pthread_mutex_unlock(&lock);
+}
+
+proc *registry_get(pid_t pid)
+{
+	pthread_mutex_lock(&lock);
+	proc *p = procs;
+	while (p && (p->pid != pid || p->gone))
+		p = p->next;
+	if (p)
+		p->refs++;
+	pthread_mutex_unlock(&lock);
+	return p;
+}
+
+void registry_put(proc *p)
+{
+	pthread_mutex_lock(&lock);
+	bool last = --p->refs == 0;
+	pthread_mutex_unlock(&lock);
+	if (last)
+		proc_free(p);
+}
+
+int registry_pids(pid_t **out, size_t *n)
+{
+	pthread_mutex_lock(&lock);
+	size_t k = 0;
+	for (proc *p = procs; p; p = p->next)
+		k += !p->gone;
+	pid_t *v = malloc((k ? k : 1) * sizeof(*v));
+	if (v) {
+		k = 0;
+		for (proc *p = procs; p; p = p->next)
+			if (!p->gone)
+				v[k++] = p->pid;
+	}
+	pthread_mutex_unlock(&lock);
+	*out = v;
+	*n = k;
+	return v ? 0 : -ENOMEM;
+}
+
+/* One request and its replies until END; payloads appended to *out. */
+static int request(proc *p, uint16_t type, uint16_t reply, uint8_t **out, size_t *len, uint32_t *count)
+{
+	static _Thread_local uint8_t buf[WIRE_MAX_PAYLOAD];
+	pthread_mutex_lock(&p->lock);
+	int e = p->gone ? -ESRCH : wire_send(p->conn, type, NULL, 0, 0, NULL, 0);
+	*out = NULL;
+	*len = 0;
+	*count = 0;
+	while (!e) {
+		wire_header h;
+		int fds[WIRE_MAX_FDS], nfds;
+		struct pollfd pf = { p->conn, POLLIN, 0 };
+		if (poll(&pf, 1, 5000) != 1) {
+			e = -ETIMEDOUT;
+			break;
+		}
+		e = wire_recv(p->conn, &h, buf, sizeof(buf), fds, &nfds);
+		for (int i = 0; i < nfds; i++)
+			close(fds[i]);
+		if (e || h.type == WIRE_END)
+			break;
+		if (h.type != reply) {
+			e = -EPROTO;
+			break;
+		}
+		uint8_t *v = realloc(*out, *len + h.length + 1);
+		if (!v) {
+			e = -ENOMEM;
+			break;
+		}
+		memcpy(v + *len, buf, h.length);
+		*out = v;
+		*len += h.length;
+		*count += h.count;
+	}
+	if (e == -ECONNRESET || e == -EPIPE)
+		p->gone = true;
+	pthread_mutex_unlock(&p->lock);
+	if (e) {
+		free(*out);
+		*out = NULL;
+	}
+	return e;
+}
+
+int proc_list(proc *p, wire_buffer **out, size_t *n)
+{
+	uint8_t *raw;
+	size_t len;
+	uint32_t count;
+	int e = request(p, WIRE_LIST, WIRE_BUFFERS, &raw, &len, &count);
+	if (e)
+		return e;
+	*out = (wire_buffer *)raw;
+	*n = len / sizeof(wire_buffer);
+	return 0;
+}
+
+int proc_kernels(proc *p, uint8_t **out, size_t *len, uint32_t *count)
+{
+	return request(p, WIRE_KERNELS, WIRE_KERNELS, out, len, count);
+}
