@@ -190,7 +190,8 @@ deps:
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include/phos \
 		$(DESTDIR)$(PREFIX)/libexec/phos $(DESTDIR)$(PREFIX)/share/doc/phos \
-		$(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/man/man3 $(DESTDIR)$(PREFIX)/share/man/man5
+		$(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/man/man3 $(DESTDIR)$(PREFIX)/share/man/man5 \
+		$(DESTDIR)$(PREFIX)/share/man/man8 $(DESTDIR)$(PREFIX)/sbin
 	install -m 0755 $(PHOS_IMAGE) $(DESTDIR)$(PREFIX)/bin/phos-image
 	install -m 0644 $(LIBPHOSIMG) $(DESTDIR)$(PREFIX)/lib/libphosimg.a
 	install -m 0644 image-format/phosimg.h $(DESTDIR)$(PREFIX)/include/phos/phosimg.h
@@ -199,6 +200,8 @@ install: all
 	install -m 0644 man/*.1 $(DESTDIR)$(PREFIX)/share/man/man1/
 	install -m 0644 man/*.3 $(DESTDIR)$(PREFIX)/share/man/man3/
 	install -m 0644 man/*.5 $(DESTDIR)$(PREFIX)/share/man/man5/
+	install -m 0644 man/*.8 $(DESTDIR)$(PREFIX)/share/man/man8/
+	install -m 0755 $(PHOSFS) $(DESTDIR)$(PREFIX)/sbin/phosfs
 	test ! -x $(CRIU) || install -m 0755 $(CRIU) $(DESTDIR)$(PREFIX)/libexec/phos/criu
 	install -m 0644 README.md image-format/FORMAT.md $(DESTDIR)$(PREFIX)/share/doc/phos/
 
