@@ -1,5 +1,6 @@
 /* The tracer <-> phosfs wire protocol (wire.h). */
 #include <errno.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -102,4 +103,46 @@ int wire_recv(int sock, wire_header *h, void *buf, size_t cap, int *fds, int *nf
 		return -EPROTO;
 	}
 	return 0;
+}
+
+int wire_request(int sock, uint16_t type, uint16_t reply, int timeout_ms, uint8_t **out, size_t *len,
+		 uint32_t *count)
+{
+	static _Thread_local uint8_t buf[WIRE_MAX_PAYLOAD];
+	int e = wire_send(sock, type, NULL, 0, 0, NULL, 0);
+	*out = NULL;
+	*len = 0;
+	*count = 0;
+	while (!e) {
+		wire_header h;
+		int fds[WIRE_MAX_FDS], nfds;
+		struct pollfd pf = { sock, POLLIN, 0 };
+		if (poll(&pf, 1, timeout_ms) != 1) {
+			e = -ETIMEDOUT;
+			break;
+		}
+		e = wire_recv(sock, &h, buf, sizeof(buf), fds, &nfds);
+		for (int i = 0; i < nfds; i++)
+			close(fds[i]);
+		if (e || h.type == WIRE_END)
+			break;
+		if (h.type != reply) {
+			e = -EPROTO;
+			break;
+		}
+		uint8_t *v = realloc(*out, *len + h.length + 1);
+		if (!v) {
+			e = -ENOMEM;
+			break;
+		}
+		memcpy(v + *len, buf, h.length);
+		*out = v;
+		*len += h.length;
+		*count += h.count;
+	}
+	if (e) {
+		free(*out);
+		*out = NULL;
+	}
+	return e;
 }

@@ -114,6 +114,15 @@ int wire_send(int sock, uint16_t type, const void *payload, uint32_t length, uin
  * (peer gone), or a negative errno. */
 int wire_recv(int sock, wire_header *h, void *buf, size_t cap, int *fds, int *nfds);
 
+/* Sends a request of `type` (no payload) and collects the payloads of the
+ * `reply` messages that answer it, until END, into a malloc'd *out (one
+ * spare byte past *len). Waits at most timeout_ms for each message (-1:
+ * for ever). Fds that come along are closed. Returns 0, -ETIMEDOUT,
+ * -EPROTO (another message came), -ENOMEM, or wire_recv's errors; on
+ * failure *out is NULL. */
+int wire_request(int sock, uint16_t type, uint16_t reply, int timeout_ms, uint8_t **out, size_t *len,
+		 uint32_t *count);
+
 /* The socket path: $PHOS_SOCKET or WIRE_SOCKET_DEFAULT. */
 const char *wire_socket_path(void);
 

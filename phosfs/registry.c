@@ -227,49 +227,14 @@ int registry_pids(pid_t **out, size_t *n)
 	return v ? 0 : -ENOMEM;
 }
 
-/* One request and its replies until END; payloads appended to *out. */
+/* One request and its replies, one request at a time per process. */
 static int request(proc *p, uint16_t type, uint16_t reply, uint8_t **out, size_t *len, uint32_t *count)
 {
-	static _Thread_local uint8_t buf[WIRE_MAX_PAYLOAD];
 	pthread_mutex_lock(&p->lock);
-	int e = p->gone ? -ESRCH : wire_send(p->conn, type, NULL, 0, 0, NULL, 0);
-	*out = NULL;
-	*len = 0;
-	*count = 0;
-	while (!e) {
-		wire_header h;
-		int fds[WIRE_MAX_FDS], nfds;
-		struct pollfd pf = { p->conn, POLLIN, 0 };
-		if (poll(&pf, 1, 5000) != 1) {
-			e = -ETIMEDOUT;
-			break;
-		}
-		e = wire_recv(p->conn, &h, buf, sizeof(buf), fds, &nfds);
-		for (int i = 0; i < nfds; i++)
-			close(fds[i]);
-		if (e || h.type == WIRE_END)
-			break;
-		if (h.type != reply) {
-			e = -EPROTO;
-			break;
-		}
-		uint8_t *v = realloc(*out, *len + h.length + 1);
-		if (!v) {
-			e = -ENOMEM;
-			break;
-		}
-		memcpy(v + *len, buf, h.length);
-		*out = v;
-		*len += h.length;
-		*count += h.count;
-	}
+	int e = p->gone ? -ESRCH : wire_request(p->conn, type, reply, 5000, out, len, count);
 	if (e == -ECONNRESET || e == -EPIPE)
 		p->gone = true;
 	pthread_mutex_unlock(&p->lock);
-	if (e) {
-		free(*out);
-		*out = NULL;
-	}
 	return e;
 }
 

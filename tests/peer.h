@@ -74,25 +74,12 @@ static inline int peer_accept(peer *p)
 /* Asks for the buffer table; *out is malloc'd. */
 static inline int peer_list(peer *p, wire_buffer **out, size_t *n)
 {
-	int e = wire_send(p->conn, WIRE_LIST, NULL, 0, 0, NULL, 0);
-	static uint8_t buf[WIRE_MAX_PAYLOAD];
-	wire_buffer *v = NULL;
-	*n = 0;
-	while (!e) {
-		wire_header h;
-		int fds[WIRE_MAX_FDS], nfds;
-		e = wire_recv(p->conn, &h, buf, sizeof(buf), fds, &nfds);
-		if (e || h.type == WIRE_END)
-			break;
-		if (h.type != WIRE_BUFFERS) {
-			e = -EPROTO;
-			break;
-		}
-		v = realloc(v, (*n + h.count) * sizeof(*v));
-		memcpy(v + *n, buf, h.count * sizeof(*v));
-		*n += h.count;
-	}
-	*out = v;
+	uint8_t *raw;
+	size_t len;
+	uint32_t count;
+	int e = wire_request(p->conn, WIRE_LIST, WIRE_BUFFERS, -1, &raw, &len, &count);
+	*out = (wire_buffer *)raw;
+	*n = e ? 0 : len / sizeof(wire_buffer);
 	return e;
 }
 
@@ -100,27 +87,21 @@ static inline int peer_list(peer *p, wire_buffer **out, size_t *n)
  * *out, -ENOENT if it is not listed. */
 static inline int peer_kernel(peer *p, const char *name, wire_kernel *out)
 {
-	int e = wire_send(p->conn, WIRE_KERNELS, NULL, 0, 0, NULL, 0), found = 0;
-	static uint8_t buf[WIRE_MAX_PAYLOAD];
-	while (!e) {
-		wire_header h;
-		int fds[WIRE_MAX_FDS], nfds;
-		e = wire_recv(p->conn, &h, buf, sizeof(buf), fds, &nfds);
-		if (e || h.type == WIRE_END)
-			break;
-		if (h.type != WIRE_KERNELS)
-			return -EPROTO;
-		for (uint32_t i = 0, at = 0; i < h.count && at + sizeof(wire_kernel) <= h.length; i++) {
-			wire_kernel k;
-			memcpy(&k, buf + at, sizeof(k));
-			const char *kn = (const char *)buf + at + sizeof(k);
-			if (k.name_len == strlen(name) && !memcmp(kn, name, k.name_len)) {
-				*out = k;
-				found = 1;
-			}
-			at += (uint32_t)(sizeof(k) + (k.name_len + 7) / 8 * 8);
+	uint8_t *raw;
+	size_t len;
+	uint32_t count;
+	int e = wire_request(p->conn, WIRE_KERNELS, WIRE_KERNELS, -1, &raw, &len, &count), found = 0;
+	for (size_t i = 0, at = 0; !e && i < count && at + sizeof(wire_kernel) <= len; i++) {
+		wire_kernel k;
+		memcpy(&k, raw + at, sizeof(k));
+		const char *kn = (const char *)raw + at + sizeof(k);
+		if (k.name_len == strlen(name) && !memcmp(kn, name, k.name_len)) {
+			*out = k;
+			found = 1;
 		}
+		at += sizeof(k) + (k.name_len + 7) / 8 * 8;
 	}
+	free(raw);
 	return e ? e : found ? 0 : -ENOENT;
 }
 
