@@ -121,6 +121,8 @@ int fmt_write_all(int fd, const void *buf, size_t len, uint64_t off);
 int fmt_read_all(int fd, void *buf, size_t len, uint64_t off);
 /* Reads a whole small file into a malloc'd buffer of at most max bytes. */
 int fmt_slurp(int dirfd, const char *name, const char *shown, size_t max, uint8_t **buf, size_t *len);
+/* A malloc'd string made as printf would, or NULL. */
+char *fmt_strdupf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Splits path into its directory ("." or "/" where it has none) and its
  * last component, both malloc'd. Errors: -EINVAL (no usable last
  * component: empty, ".", ".."), -ENOMEM. */

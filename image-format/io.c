@@ -1,6 +1,8 @@
 /* Whole-buffer file I/O that survives short transfers and EINTR. */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -113,4 +115,14 @@ int fmt_split_path(const char *path, char **dir, char **base)
 		return -EINVAL;
 	}
 	return 0;
+}
+
+char *fmt_strdupf(const char *fmt, ...)
+{
+	va_list ap;
+	char *s;
+	va_start(ap, fmt);
+	int n = vasprintf(&s, fmt, ap);
+	va_end(ap);
+	return n < 0 ? NULL : s;
 }

@@ -51,15 +51,6 @@ static int cmp_location(const void *a, const void *b)
 	return x->location < y->location ? -1 : x->location > y->location;
 }
 
-static char *join(const char *dir, const char *name)
-{
-	size_t n = strlen(dir) + strlen(name) + 2;
-	char *s = malloc(n);
-	if (s)
-		snprintf(s, n, "%s/%s", dir, name);
-	return s;
-}
-
 /* Reads and checks gpu.index against the manifest. */
 static int load_index(phosimg *img)
 {
@@ -267,7 +258,7 @@ static int open_one(const char *path, phosimg **out)
 	img->dirfd = img->data_fd = -1;
 	pthread_mutex_init(&img->lock, NULL);
 	img->path = strdup(path);
-	img->criu_path = join(path, CRIU_DIR);
+	img->criu_path = fmt_strdupf("%s/" CRIU_DIR, path);
 	int e = -ENOMEM;
 	if (!img->path || !img->criu_path)
 		goto fail;
@@ -306,7 +297,7 @@ static char *parent_path(const char *child, const char *stored)
 	free(real);
 	if (e)
 		return NULL;
-	char *s = join(dir, stored);
+	char *s = fmt_strdupf("%s/%s", dir, stored);
 	free(dir);
 	free(base);
 	return s;

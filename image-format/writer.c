@@ -79,15 +79,6 @@ static uint64_t now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-static char *str_printf(const char *fmt, const char *a, const char *b)
-{
-	size_t n = strlen(fmt) + strlen(a) + strlen(b) + 32;
-	char *s = malloc(n);
-	if (s)
-		snprintf(s, n, fmt, a, b);
-	return s;
-}
-
 /* Removes a directory tree of the shape an image has (files, one level of
  * subdirectories). */
 static void rm_tree(int parentfd, const char *name)
@@ -222,7 +213,7 @@ int phosimg_writer_create(const char *path, const phosimg_writer_opts *opts, pho
 			e = fmt_fail(-EINVAL, "parent path '%s' is empty or too long", o.parent);
 			goto fail;
 		}
-		char *pp = o.parent[0] == '/' ? strdup(o.parent) : str_printf("%s/%s", dir, o.parent);
+		char *pp = o.parent[0] == '/' ? strdup(o.parent) : fmt_strdupf("%s/%s", dir, o.parent);
 		w->parent_stored = strdup(o.parent);
 		if (!pp || !w->parent_stored) {
 			free(pp);
@@ -259,7 +250,7 @@ int phosimg_writer_create(const char *path, const phosimg_writer_opts *opts, pho
 	w->path = strdup(path);
 	char pid[32];
 	snprintf(pid, sizeof(pid), "%d", (int)getpid());
-	char *name = str_printf(".%s.tmp-%s", base, pid);
+	char *name = fmt_strdupf(".%s.tmp-%s", base, pid);
 	if (!w->path || !name) {
 		free(name);
 		e = -ENOMEM;
@@ -279,7 +270,7 @@ int phosimg_writer_create(const char *path, const phosimg_writer_opts *opts, pho
 		char n2[32];
 		snprintf(n2, sizeof(n2), "%u", atomic_fetch_add(&seq, 1));
 		free(unique);
-		unique = str_printf("%s.%s", name, n2);
+		unique = fmt_strdupf("%s.%s", name, n2);
 		if (!unique)
 			break;
 		if (mkdirat(dfd, unique, 0755) == 0 || errno != EEXIST)
@@ -291,7 +282,7 @@ int phosimg_writer_create(const char *path, const phosimg_writer_opts *opts, pho
 		e = -ENOMEM;
 		goto fail;
 	}
-	w->tmp = str_printf("%s/%s", dir, unique);
+	w->tmp = fmt_strdupf("%s/%s", dir, unique);
 	w->dirfd = openat(dfd, unique, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	free(unique);
 	close(dfd);
@@ -299,7 +290,7 @@ int phosimg_writer_create(const char *path, const phosimg_writer_opts *opts, pho
 		e = w->tmp ? fmt_fail(-errno, "%s: cannot create: %m", w->tmp ? w->tmp : path) : -ENOMEM;
 		goto fail_tmp;
 	}
-	w->criu = str_printf("%s/%s", w->tmp, CRIU_DIR);
+	w->criu = fmt_strdupf("%s/%s", w->tmp, CRIU_DIR);
 	if (!w->criu) {
 		e = -ENOMEM;
 		goto fail_tmp;

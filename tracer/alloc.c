@@ -11,6 +11,7 @@
  * fds come back and are mapped at the same VAs.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -465,9 +466,14 @@ void alloc_mark_stop_only(const char *reason)
 	pthread_rwlock_unlock(&lock);
 }
 
-const char *alloc_stop_only_reason(void)
+bool alloc_stop_only(char *why, size_t n)
 {
-	return stop_only[0] ? stop_only : NULL;
+	pthread_rwlock_rdlock(&lock);
+	bool stop = stop_only[0] != 0;
+	if (stop)
+		snprintf(why, n, "%s", stop_only);
+	pthread_rwlock_unlock(&lock);
+	return stop;
 }
 
 void alloc_stats(uint64_t *buffers, uint64_t *objects, uint64_t *bytes)

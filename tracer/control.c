@@ -40,11 +40,8 @@ static int hello(int sock, uint32_t flags)
 	if (fd < 0)
 		tr_log("no state table (%s): phosfs gets none", strerror(-fd));
 	wire_hello h = { .pid = getpid(), .control_tid = gettid(), .flags = flags };
-	const char *why = alloc_stop_only_reason();
-	if (why) {
+	if (alloc_stop_only(h.stop_only_reason, sizeof(h.stop_only_reason)))
 		h.flags |= WIRE_HELLO_STOP_ONLY;
-		snprintf(h.stop_only_reason, sizeof(h.stop_only_reason), "%s", why);
-	}
 	return wire_send(sock, WIRE_HELLO, &h, sizeof(h), 1, fd >= 0 ? &fd : NULL, fd >= 0);
 }
 
@@ -162,8 +159,8 @@ static int serve(int sock)
 			e = serve_kernels(sock);
 			break;
 		case WIRE_PARK: {
-			const char *why = alloc_stop_only_reason();
-			if (why) {
+			char why[96];
+			if (alloc_stop_only(why, sizeof(why))) {
 				char msg[160];
 				snprintf(msg, sizeof(msg), "cannot park: %s", why);
 				e = send_error(sock, msg);

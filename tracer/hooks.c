@@ -167,9 +167,12 @@ static void *wrap_proc(const char *sym, void *p, int version, cuuint64_t flags)
 	}
 	snprintf(cand[n++], sizeof(cand[0]), "%s", base);
 	/* The entry point whose address the driver gave. */
-	for (int i = 0; i < n; i++)
-		if (tr_real(cand[i]) == p)
-			return wrapper_of(cand[i]) ? wrapper_of(cand[i]) : p;
+	for (int i = 0; i < n; i++) {
+		if (tr_real(cand[i]) == p) {
+			void *w = wrapper_of(cand[i]);
+			return w ? w : p;
+		}
+	}
 	/* An address the driver does not export: trust the version table. */
 	for (int i = 0; i < n; i++) {
 		if (tr_real(cand[i])) {

@@ -86,7 +86,8 @@ int alloc_add_mapping(uint64_t va, uint64_t size, uint32_t device);
 /* Drops the mapping buffers lying within [va, va+size). */
 void alloc_remove_mappings(uint64_t va, uint64_t size);
 void alloc_mark_stop_only(const char *reason);
-const char *alloc_stop_only_reason(void); /* NULL if parkable */
+/* Whether the process cannot be parked, and why (copied into why). */
+bool alloc_stop_only(char *why, size_t n);
 /* Park: exports every object's fd and gives records+fds to emit in
  * batches, then unmaps and releases them all. The gate is closed. */
 typedef int (*alloc_emit_fn)(const wire_object *objs, const int *fds, int n, void *arg);
