@@ -23,6 +23,9 @@ BUILD     ?= build
 SAN_FLAGS :=
 endif
 
+LIBPHOSIMG := $(BUILD)/libphosimg.a
+IMG_LIBS := -luring -llz4 -lxxhash -lpthread
+
 CRIU_PREFIX := deps/criu
 CRIU        := $(CRIU_PREFIX)/sbin/criu
 BUNDLE      ?= gpu-bundle
@@ -38,7 +41,7 @@ NVCC_ARCH := -gencode=arch=compute_90,code=sm_90 -gencode=arch=compute_90,code=c
 .PHONY: all check deps install gpu-bundle check-gpu bench clean
 .DELETE_ON_ERROR:
 
-all: simcuda image-format tracer phosfs tests bench
+all: simcuda image-format tracer phosfs examples tests bench
 
 # ---- common/: code two or more components share --------------------------------
 
@@ -68,21 +71,39 @@ $(LIBPHOS): $(TRACER_OBJ) $(BUILD)/common/cubin.o $(BUILD)/common/cuversions.o $
 
 # ---- phosfs/: the daemon -------------------------------------------------------------
 
-PHOSFS_SRC := $(wildcard phosfs/*.c)
+PHOSFS_SRC := $(filter-out phosfs/phos.c,$(wildcard phosfs/*.c))
 PHOSFS_OBJ := $(PHOSFS_SRC:phosfs/%.c=$(BUILD)/phosfs/%.o)
+ENGINE_SRC := $(wildcard engine/*.c) $(wildcard restore/*.c)
+ENGINE_OBJ := $(ENGINE_SRC:%.c=$(BUILD)/%.o)
+ENGINE_H := $(wildcard engine/*.h restore/*.h common/*.h) image-format/phosimg.h
 PHOSFS := $(BUILD)/phosfs/phosfs
+PHOS_CLI := $(BUILD)/phos
 FUSE_CFLAGS := $(shell pkg-config --cflags fuse3 2>/dev/null)
 FUSE_LIBS := $(shell pkg-config --libs fuse3 2>/dev/null)
 
 .PHONY: phosfs
-phosfs: $(PHOSFS)
+phosfs: $(PHOSFS) $(PHOS_CLI)
 
-$(BUILD)/phosfs/%.o: phosfs/%.c phosfs/phosfs.h $(wildcard common/*.h)
+$(BUILD)/phosfs/%.o: phosfs/%.c $(wildcard phosfs/*.h) $(ENGINE_H)
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) $(FUSE_CFLAGS) $(XCFLAGS) $(CFLAGS) -c -o $@ $<
 
-$(PHOSFS): $(PHOSFS_OBJ) $(BUILD)/common/wire.o
-	$(CC) $(XLDFLAGS) $(LDFLAGS) -o $@ $^ $(FUSE_LIBS) -lpthread
+# engine/ and restore/ run inside phosfs (and its job processes).
+$(BUILD)/engine/%.o $(BUILD)/restore/%.o: $(ENGINE_H)
+$(BUILD)/engine/%.o: engine/%.c
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) $(XCFLAGS) $(CFLAGS) -c -o $@ $<
+$(BUILD)/restore/%.o: restore/%.c
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) $(XCFLAGS) $(CFLAGS) -c -o $@ $<
+
+# No -lcuda: the driver is loaded at the first job, so phosfs runs without one.
+$(PHOSFS): $(PHOSFS_OBJ) $(ENGINE_OBJ) $(BUILD)/common/wire.o $(LIBPHOSIMG)
+	$(CC) $(XLDFLAGS) $(LDFLAGS) -o $@ $^ $(FUSE_LIBS) $(IMG_LIBS) -ldl -lpthread
+
+$(PHOS_CLI): phosfs/phos.c
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) -DPHOS_LIBDIR='"$(PREFIX)/lib"' $(XCFLAGS) $(CFLAGS) -o $@ $< $(XLDFLAGS) $(LDFLAGS)
 
 # ---- tests/simcuda: the software CUDA driver --------------------------------
 
@@ -109,12 +130,21 @@ $(SIMCUDA_LIB): $(SIMCUDA_OBJ) $(BUILD)/simcuda/stubs.o $(BUILD)/common/cubin.o 
 $(BUILD)/simcuda/libcuda.so: $(SIMCUDA_LIB)
 	ln -sf libcuda.so.1 $@
 
+# ---- examples/ ------------------------------------------------------------------
+
+# Linked against whichever libcuda.so.1 is found at run time: the GPU's, or
+# simcuda's with LD_LIBRARY_PATH=$(BUILD)/simcuda.
+.PHONY: examples
+examples: $(BUILD)/examples/counter
+
+$(BUILD)/examples/counter: examples/counter.c $(SIMCUDA_LIB)
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) $(XCFLAGS) $(CFLAGS) -o $@ $< $(XLDFLAGS) $(LDFLAGS) -L$(BUILD)/simcuda -lcuda
+
 # ---- image-format: libphosimg and phos-image -----------------------------------
 
 IMG_SRC := $(filter-out image-format/phos-image.c,$(wildcard image-format/*.c))
 IMG_OBJ := $(IMG_SRC:image-format/%.c=$(BUILD)/image-format/%.o)
-LIBPHOSIMG := $(BUILD)/libphosimg.a
-IMG_LIBS := -luring -llz4 -lxxhash -lpthread
 PHOS_IMAGE := $(BUILD)/phos-image
 
 .PHONY: image-format
@@ -202,6 +232,7 @@ install: all
 	install -m 0644 man/*.5 $(DESTDIR)$(PREFIX)/share/man/man5/
 	install -m 0644 man/*.8 $(DESTDIR)$(PREFIX)/share/man/man8/
 	install -m 0755 $(PHOSFS) $(DESTDIR)$(PREFIX)/sbin/phosfs
+	install -m 0755 $(PHOS_CLI) $(DESTDIR)$(PREFIX)/bin/phos
 	test ! -x $(CRIU) || install -m 0755 $(CRIU) $(DESTDIR)$(PREFIX)/libexec/phos/criu
 	install -m 0644 README.md image-format/FORMAT.md $(DESTDIR)$(PREFIX)/share/doc/phos/
 

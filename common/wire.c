@@ -1,5 +1,7 @@
 /* The tracer <-> phosfs wire protocol (wire.h). */
 #include <errno.h>
+#include <stddef.h>
+#include <stdio.h>
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +27,45 @@ int wire_connect(const char *path)
 	if (fd < 0)
 		return -errno;
 	if (connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0) {
+		int e = -errno;
+		close(fd);
+		return e;
+	}
+	return fd;
+}
+
+/* The abstract address "phos-resume.<pid>". */
+static socklen_t resume_addr(pid_t pid, struct sockaddr_un *a)
+{
+	memset(a, 0, sizeof(*a));
+	a->sun_family = AF_UNIX;
+	int n = snprintf(a->sun_path + 1, sizeof(a->sun_path) - 1, "phos-resume.%d", (int)pid);
+	return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
+}
+
+int wire_listen_resume(pid_t pid)
+{
+	struct sockaddr_un a;
+	socklen_t len = resume_addr(pid, &a);
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	if (bind(fd, (struct sockaddr *)&a, len) != 0 || listen(fd, 4) != 0) {
+		int e = -errno;
+		close(fd);
+		return e;
+	}
+	return fd;
+}
+
+int wire_connect_resume(pid_t pid)
+{
+	struct sockaddr_un a;
+	socklen_t len = resume_addr(pid, &a);
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	if (connect(fd, (struct sockaddr *)&a, len) != 0) {
 		int e = -errno;
 		close(fd);
 		return e;

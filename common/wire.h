@@ -20,7 +20,7 @@
  * While parked, the tracer keeps nothing open that phosfs holds the other
  * end of (CRIU cannot dump such a process); phosfs wakes it with the signal
  * WIRE_WAKE_SIGNAL sent to its control thread, after which it connects
- * again and says HELLO with WIRE_HELLO_RESUME.
+ * again (see wire_listen_resume) and says HELLO with WIRE_HELLO_RESUME.
  */
 #ifndef PHOS_WIRE_H
 #define PHOS_WIRE_H
@@ -28,6 +28,7 @@
 #include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #define WIRE_MAGIC 0x52574850u /* "PHWR" */
 #define WIRE_VERSION 1
@@ -128,5 +129,13 @@ const char *wire_socket_path(void);
 
 /* Connects to the socket at path. Returns an fd or a negative errno. */
 int wire_connect(const char *path);
+
+/* The resume rendezvous: whoever parked pid (a phosfs job, which may
+ * outlive phosfs itself) listens on the abstract socket
+ * "phos-resume.<pid>" before waking it, and the woken tracer connects
+ * there first, and to the main socket only if nobody listens. Return an
+ * fd or a negative errno (-EADDRINUSE: another job holds it). */
+int wire_listen_resume(pid_t pid);
+int wire_connect_resume(pid_t pid);
 
 #endif

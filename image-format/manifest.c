@@ -152,7 +152,7 @@ int manifest_encode(const manifest *m, uint8_t **out, size_t *len)
 		add64(&b, o->va);
 		add64(&b, o->size);
 		add32(&b, o->flags);
-		add32(&b, 0);
+		add32(&b, o->key);
 	}
 	close_section(&b, s);
 
@@ -354,6 +354,7 @@ static int dec_objects(cursor *c, manifest *m)
 		o->va = get64(p + 8);
 		o->size = get64(p + 16);
 		o->flags = get32(p + 24);
+		o->key = m->info.version_minor >= 1 ? get32(p + 28) : 0;
 		if (o->id != i || o->size == 0 || o->va + o->size < o->va)
 			return BAD(c, "%s: offset %llu: object record %u is invalid (id %u, size %llu)", c->shown,
 				   (unsigned long long)(c->base + c->at - OBJECT_RECORD_SIZE), i, o->id,

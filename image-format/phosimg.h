@@ -29,7 +29,7 @@ extern "C" {
 #endif
 
 #define PHOSIMG_VERSION_MAJOR 1
-#define PHOSIMG_VERSION_MINOR 0
+#define PHOSIMG_VERSION_MINOR 1
 
 #define PHOSIMG_CHUNK_DEFAULT (4u << 20)
 #define PHOSIMG_CHUNK_MIN (4u << 10)
@@ -67,6 +67,10 @@ typedef struct phosimg_object {
 	uint64_t va;
 	uint64_t size;
 	uint32_t flags;
+	/* The tracer's handle number for a PHOSIMG_OBJ_APP_VMM object, by
+	 * which it maps the memory again after a restore; 0 otherwise.
+	 * Format 1.1; read as 0 from 1.0 images. */
+	uint32_t key;
 } phosimg_object;
 
 /* What the checkpoint is of. */

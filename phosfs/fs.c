@@ -1,128 +1,344 @@
 /*
- * The /phos tree, as far as it goes now:
+ * The /phos tree:
  *
- *   /version            r   phosfs and format versions
- *   /<pid>/             dr  a traced process: root and its owner only
- *   /<pid>/status       r   key: value lines
- *   /<pid>/buffers      r   one line per allocation: va size device state reads writes
- *   /<pid>/kernels      r   one line per kernel: launches reads writes bytes_written params name
+ *   /version                     r   phosfs, wire and image format versions, the store
+ *   /ctl                         w   restore DIR [eager|lazy]          (root)
+ *   /status                      r   the last restore: job, error
+ *   /<pid>/                      dr  root and the process owner only
+ *   /<pid>/ctl                   w   checkpoint [cow|recopy|stop] [name=N] [kill] | cancel
+ *   /<pid>/status                r   key: value lines
+ *   /<pid>/buffers               r   va size device state reads writes
+ *   /<pid>/kernels               r   launches reads writes bytes_written params name
+ *   /<pid>/checkpoints/<n>/…     r   the image, from the store
+ *   /<pid>/checkpoints/latest        -> <n>
  *
- * Generated files are made whole at open (a snapshot, as lxcfs does) and
- * read with direct_io, since their size is not known beforehand.
+ * /<pid> exists for a registered (traced) process, for any live process
+ * (so that an untraced one can be checkpointed), and for a pid with a job
+ * or checkpoints. Generated files are made whole at open (a snapshot, as
+ * lxcfs does) and read with direct_io. Anything inside a checkpoint that
+ * is still being written waits until it is published, so a copy taken
+ * meanwhile is whole.
  */
 #define FUSE_USE_VERSION 31
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <fuse.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include "../image-format/phosimg.h"
 #include "phosfs.h"
 
-enum node { N_ROOT, N_VERSION, N_PROC, N_STATUS, N_BUFFERS, N_KERNELS, N_NONE };
+enum node {
+	N_ROOT,
+	N_VERSION,
+	N_ROOT_CTL,
+	N_ROOT_STATUS,
+	N_PROC,
+	N_CTL,
+	N_STATUS,
+	N_BUFFERS,
+	N_KERNELS,
+	N_CKPTS,
+	N_LATEST,
+	N_IMAGE, /* a checkpoint, or something inside one */
+	N_NONE
+};
 
-static const char *const proc_files[] = { "status", "buffers", "kernels" };
+static const char *const proc_files[] = { "ctl", "status", "buffers", "kernels", "checkpoints" };
 
-/* Parses a path into what it names and, below /<pid>, the pid. */
-static enum node parse(const char *path, pid_t *pid)
+/* A parsed path. */
+typedef struct where {
+	enum node n;
+	pid_t pid;
+	char name[CTL_NAME_MAX + 1]; /* N_IMAGE: the checkpoint */
+	const char *rest;            /* N_IMAGE: "" or "/…" inside it */
+} where;
+
+static where parse(const char *path)
 {
+	where w = { .n = N_NONE, .rest = "" };
 	if (!strcmp(path, "/"))
-		return N_ROOT;
+		return w.n = N_ROOT, w;
 	if (!strcmp(path, "/version"))
-		return N_VERSION;
+		return w.n = N_VERSION, w;
+	if (!strcmp(path, "/ctl"))
+		return w.n = N_ROOT_CTL, w;
+	if (!strcmp(path, "/status"))
+		return w.n = N_ROOT_STATUS, w;
 	char *end;
 	long v = strtol(path + 1, &end, 10);
-	if (path[1] < '1' || path[1] > '9' || v <= 0 || v > 4194304)
-		return N_NONE;
-	*pid = (pid_t)v;
-	if (!*end)
-		return N_PROC;
-	if (!strcmp(end, "/status"))
-		return N_STATUS;
-	if (!strcmp(end, "/buffers"))
-		return N_BUFFERS;
-	if (!strcmp(end, "/kernels"))
-		return N_KERNELS;
-	return N_NONE;
+	if (path[1] < '1' || path[1] > '9' || v <= 0 || v > 4194304 || (*end && *end != '/'))
+		return w;
+	w.pid = (pid_t)v;
+	static const struct {
+		const char *s;
+		enum node n;
+	} files[] = { { "", N_PROC },	       { "/ctl", N_CTL },	  { "/status", N_STATUS },
+		      { "/buffers", N_BUFFERS }, { "/kernels", N_KERNELS }, { "/checkpoints", N_CKPTS },
+		      { "/checkpoints/latest", N_LATEST } };
+	for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++)
+		if (!strcmp(end, files[i].s))
+			return w.n = files[i].n, w;
+	if (strncmp(end, "/checkpoints/", 13))
+		return w;
+	const char *name = end + 13;
+	size_t len = strcspn(name, "/");
+	if (len > CTL_NAME_MAX)
+		return w;
+	memcpy(w.name, name, len);
+	w.name[len] = 0;
+	if (!ctl_name_ok(w.name))
+		return w;
+	w.rest = name + len;
+	w.n = N_IMAGE;
+	return w;
 }
 
-/* Whether the caller may see a process's directory. */
-static bool may_see(const proc *p)
+static uid_t caller(void)
 {
-	uid_t uid = fuse_get_context()->uid;
-	return uid == 0 || uid == p->uid;
+	return fuse_get_context()->uid;
+}
+
+/* The owner of /<pid>, and whether it exists at all. */
+static bool exists(pid_t pid, uid_t *uid)
+{
+	proc *p = registry_get(pid);
+	if (p) {
+		*uid = p->uid;
+		registry_put(p);
+		return true;
+	}
+	char path[PATH_MAX];
+	struct stat st;
+	snprintf(path, sizeof(path), "/proc/%d", (int)pid);
+	if (stat(path, &st) == 0) {
+		*uid = st.st_uid;
+		return true;
+	}
+	target *t = target_get(pid, false);
+	if (t) {
+		pthread_mutex_lock(&t->lock);
+		*uid = t->uid;
+		pthread_mutex_unlock(&t->lock);
+		return true;
+	}
+	snprintf(path, sizeof(path), "%s/%d", phosfs_store, (int)pid);
+	if (stat(path, &st) == 0) {
+		*uid = st.st_uid;
+		return true;
+	}
+	return false;
+}
+
+/* Whether the caller may see /<pid>: root and the owner only. */
+static int visible(pid_t pid, uid_t *uid)
+{
+	if (!exists(pid, uid))
+		return -ENOENT;
+	uid_t c = caller();
+	return c == 0 || c == *uid ? 0 : -ENOENT;
+}
+
+static void store_path(char *out, size_t len, const where *w)
+{
+	snprintf(out, len, "%s/%d/%s%s", phosfs_store, (int)w->pid, w->name, w->rest);
 }
 
 static int fs_getattr(const char *path, struct stat *st, struct fuse_file_info *fi)
 {
 	(void)fi;
-	pid_t pid = 0;
-	enum node n = parse(path, &pid);
+	where w = parse(path);
 	memset(st, 0, sizeof(*st));
-	switch (n) {
+	st->st_nlink = 1;
+	switch (w.n) {
 	case N_ROOT:
 		st->st_mode = S_IFDIR | 0755;
 		st->st_nlink = 2;
 		return 0;
 	case N_VERSION:
+	case N_ROOT_STATUS:
 		st->st_mode = S_IFREG | 0444;
-		st->st_nlink = 1;
+		return 0;
+	case N_ROOT_CTL:
+		st->st_mode = S_IFREG | 0200;
 		return 0;
 	case N_NONE:
 		return -ENOENT;
 	default:
 		break;
 	}
-	proc *p = registry_get(pid);
-	if (!p)
-		return -ENOENT;
-	int e = may_see(p) ? 0 : -ENOENT;
-	st->st_uid = p->uid;
-	st->st_mode = n == N_PROC ? S_IFDIR | 0500 : S_IFREG | 0400;
-	st->st_nlink = n == N_PROC ? 2 : 1;
-	registry_put(p);
-	return e;
+	uid_t uid;
+	int e = visible(w.pid, &uid);
+	if (e)
+		return e;
+	st->st_uid = uid;
+	switch (w.n) {
+	case N_PROC:
+	case N_CKPTS:
+		st->st_mode = S_IFDIR | 0500;
+		st->st_nlink = 2;
+		return 0;
+	case N_CTL:
+		st->st_mode = S_IFREG | 0200;
+		return 0;
+	case N_LATEST: {
+		char p[PATH_MAX], link[PATH_MAX];
+		snprintf(p, sizeof(p), "%s/%d/latest", phosfs_store, (int)w.pid);
+		ssize_t n = readlink(p, link, sizeof(link));
+		if (n < 0)
+			return -ENOENT;
+		st->st_mode = S_IFLNK | 0777;
+		st->st_size = n;
+		return 0;
+	}
+	case N_IMAGE: {
+		target *t = target_get(w.pid, false);
+		if (t && target_in_progress(t, w.name, *w.rest != 0)) {
+			if (!*w.rest) {
+				st->st_mode = S_IFDIR | 0500;
+				st->st_nlink = 2;
+				return 0;
+			}
+		}
+		char p[PATH_MAX + 300];
+		store_path(p, sizeof(p), &w);
+		struct stat real;
+		if (lstat(p, &real) != 0)
+			return -errno;
+		st->st_mode = (real.st_mode & S_IFMT) | (S_ISDIR(real.st_mode) ? 0500 : 0400);
+		st->st_nlink = real.st_nlink;
+		st->st_size = real.st_size;
+		st->st_mtim = real.st_mtim;
+		st->st_blocks = real.st_blocks;
+		return 0;
+	}
+	default:
+		st->st_mode = S_IFREG | 0400;
+		return 0;
+	}
+}
+
+static void add_name(void *buf, fuse_fill_dir_t fill, pid_t pid)
+{
+	char name[16];
+	snprintf(name, sizeof(name), "%d", (int)pid);
+	fill(buf, name, NULL, 0, 0);
+}
+
+static int list_root(void *buf, fuse_fill_dir_t fill)
+{
+	fill(buf, "version", NULL, 0, 0);
+	fill(buf, "ctl", NULL, 0, 0);
+	fill(buf, "status", NULL, 0, 0);
+	pid_t *a, *b;
+	size_t na, nb;
+	if (registry_pids(&a, &na))
+		return -ENOMEM;
+	if (target_pids(&b, &nb)) {
+		free(a);
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < na + nb; i++) {
+		pid_t pid = i < na ? a[i] : b[i - na];
+		bool dup = false;
+		for (size_t k = 0; k < i && !dup; k++)
+			dup = (k < na ? a[k] : b[k - na]) == pid;
+		uid_t uid;
+		if (!dup && visible(pid, &uid) == 0)
+			add_name(buf, fill, pid);
+	}
+	free(a);
+	free(b);
+	return 0;
+}
+
+/* Lists a store directory, leaving out what is hidden (temporary, logs). */
+static int list_store(const char *dir, void *buf, fuse_fill_dir_t fill, const char *also)
+{
+	DIR *d = opendir(dir);
+	if (!d && !also)
+		return -errno;
+	struct dirent *de;
+	while (d && (de = readdir(d)))
+		if (de->d_name[0] != '.' && (!also || strcmp(de->d_name, also)))
+			fill(buf, de->d_name, NULL, 0, 0);
+	if (also)
+		fill(buf, also, NULL, 0, 0);
+	if (d)
+		closedir(d);
+	return 0;
 }
 
 static int fs_readdir(const char *path, void *buf, fuse_fill_dir_t fill, off_t off, struct fuse_file_info *fi,
 		      enum fuse_readdir_flags flags)
 {
 	(void)off, (void)fi, (void)flags;
-	pid_t pid = 0;
-	enum node n = parse(path, &pid);
+	where w = parse(path);
+	if (w.n == N_ROOT) {
+		fill(buf, ".", NULL, 0, 0);
+		fill(buf, "..", NULL, 0, 0);
+		return list_root(buf, fill);
+	}
+	if (w.n != N_PROC && w.n != N_CKPTS && w.n != N_IMAGE)
+		return w.n == N_NONE ? -ENOENT : -ENOTDIR;
+	uid_t uid;
+	int e = visible(w.pid, &uid);
+	if (e)
+		return e;
 	fill(buf, ".", NULL, 0, 0);
 	fill(buf, "..", NULL, 0, 0);
-	if (n == N_ROOT) {
-		fill(buf, "version", NULL, 0, 0);
-		pid_t *v;
-		size_t k;
-		if (registry_pids(&v, &k))
-			return -ENOMEM;
-		for (size_t i = 0; i < k; i++) {
-			proc *p = registry_get(v[i]);
-			if (p && may_see(p)) {
-				char name[16];
-				snprintf(name, sizeof(name), "%d", (int)v[i]);
-				fill(buf, name, NULL, 0, 0);
-			}
-			if (p)
-				registry_put(p);
-		}
-		free(v);
+	if (w.n == N_PROC) {
+		for (size_t i = 0; i < sizeof(proc_files) / sizeof(proc_files[0]); i++)
+			fill(buf, proc_files[i], NULL, 0, 0);
 		return 0;
 	}
-	if (n != N_PROC)
-		return -ENOTDIR;
-	proc *p = registry_get(pid);
-	if (!p)
-		return -ENOENT;
-	int e = may_see(p) ? 0 : -ENOENT;
-	for (size_t i = 0; !e && i < sizeof(proc_files) / sizeof(proc_files[0]); i++)
-		fill(buf, proc_files[i], NULL, 0, 0);
-	registry_put(p);
-	return e;
+	char dir[PATH_MAX + 300];
+	target *t = target_get(w.pid, false);
+	if (w.n == N_CKPTS) {
+		char busy[CTL_NAME_MAX + 1] = "";
+		if (t) {
+			pthread_mutex_lock(&t->lock);
+			if (t->busy && t->kind == CTL_CHECKPOINT)
+				snprintf(busy, sizeof(busy), "%s", t->name);
+			pthread_mutex_unlock(&t->lock);
+		}
+		snprintf(dir, sizeof(dir), "%s/%d", phosfs_store, (int)w.pid);
+		list_store(dir, buf, fill, *busy ? busy : NULL);
+		return 0;
+	}
+	if (t)
+		target_in_progress(t, w.name, true);
+	store_path(dir, sizeof(dir), &w);
+	return list_store(dir, buf, fill, NULL);
+}
+
+static int fs_readlink(const char *path, char *buf, size_t size)
+{
+	where w = parse(path);
+	uid_t uid;
+	if (w.n != N_LATEST && w.n != N_IMAGE)
+		return -EINVAL;
+	int e = visible(w.pid, &uid);
+	if (e)
+		return e;
+	char p[PATH_MAX + 300];
+	if (w.n == N_LATEST)
+		snprintf(p, sizeof(p), "%s/%d/latest", phosfs_store, (int)w.pid);
+	else
+		store_path(p, sizeof(p), &w);
+	ssize_t n = readlink(p, buf, size ? size - 1 : 0);
+	if (n < 0)
+		return -errno;
+	buf[n] = 0;
+	return 0;
 }
 
 /* A file's contents, made at open. */
@@ -165,25 +381,68 @@ static const char *state_name(uint32_t s)
 	return s == WIRE_PRESENT ? "present" : s == WIRE_PARKED_STATE ? "parked" : "absent";
 }
 
-static int make_status(proc *p, text *t)
+/* The job part of status, for a process or for the root. */
+static void job_status(target *t, text *out)
 {
-	wire_buffer *v;
-	size_t n;
-	int e = proc_list(p, &v, &n);
-	if (e)
-		return e;
-	uint64_t bytes = 0;
-	for (size_t i = 0; i < n; i++)
-		bytes += v[i].size;
+	if (!t) {
+		add(out, "job: none\nerror: none\n");
+		return;
+	}
+	pthread_mutex_lock(&t->lock);
+	if (t->busy && t->sh) {
+		engine_progress *p = &t->sh->prog;
+		add(out, "job: %s\n", t->job);
+		add(out, "step: %s\n", engine_step_name(atomic_load(&p->step)));
+		add(out, "progress: %" PRIu64 "/%" PRIu64 " bytes\n", atomic_load(&p->done), atomic_load(&p->total));
+	} else {
+		add(out, "job: none\n");
+		if (*t->job)
+			add(out, "last job: %s: %s\n", t->job, t->result ? "failed" : "done");
+		if (*t->job && t->kind == CTL_CHECKPOINT)
+			add(out, "stall ms: %.1f\n", t->last_stall_ns / 1e6);
+	}
+	if (*t->last)
+		add(out, "last checkpoint: %s\n", t->last);
+	if (!t->pid && t->restored > 0 && !t->result)
+		add(out, "restored pid: %d\n", (int)t->restored);
+	add(out, "error: %s\n", *t->error ? t->error : "none");
+	pthread_mutex_unlock(&t->lock);
+}
+
+static int make_status(pid_t pid, text *t)
+{
+	target *tg = target_get(pid, false);
+	bool busy = false;
+	if (tg) {
+		pthread_mutex_lock(&tg->lock);
+		busy = tg->busy;
+		pthread_mutex_unlock(&tg->lock);
+	}
+	add(t, "pid: %d\n", (int)pid);
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%d", (int)pid);
+	bool alive = access(path, F_OK) == 0;
+	proc *p = registry_get(pid);
+	wire_buffer *v = NULL;
+	size_t n = 0;
+	if (p && proc_list(p, &v, &n) == 0) {
+		uint64_t bytes = 0;
+		for (size_t i = 0; i < n; i++)
+			bytes += v[i].size;
+		add(t, "state: %s\n", busy ? "checkpointing" : "running");
+		add(t, "traced: yes\n");
+		add(t, "stop-only: %s\n", p->hello.flags & WIRE_HELLO_STOP_ONLY ? p->hello.stop_only_reason : "no");
+		add(t, "buffers: %zu\n", n);
+		add(t, "device bytes: %" PRIu64 "\n", bytes);
+		add(t, "app transfers pending: %u\n", p->table ? atomic_load(&p->table->pcie_pending) : 0);
+	} else {
+		add(t, "state: %s\n", busy ? "checkpointing" : alive ? "running" : "gone");
+		add(t, "traced: %s\n", busy && tg->traced ? "yes (parked)" : "no");
+	}
 	free(v);
-	add(t, "pid: %d\n", (int)p->pid);
-	add(t, "state: running\n");
-	add(t, "traced: yes\n");
-	add(t, "stop-only: %s\n", p->hello.flags & WIRE_HELLO_STOP_ONLY ? p->hello.stop_only_reason : "no");
-	add(t, "buffers: %zu\n", n);
-	add(t, "device bytes: %" PRIu64 "\n", bytes);
-	add(t, "app transfers pending: %u\n", p->table ? atomic_load(&p->table->pcie_pending) : 0);
-	add(t, "job: none\n");
+	if (p)
+		registry_put(p);
+	job_status(tg, t);
 	return 0;
 }
 
@@ -224,41 +483,76 @@ static int make_kernels(proc *p, text *t)
 	return 0;
 }
 
+/* An open file: generated text, a file of the store, or a ctl. */
+typedef struct handle {
+	int fd; /* a store file, or -1 */
+	text t;
+} handle;
+
+static int make_text(const where *w, text *t)
+{
+	if (w->n == N_VERSION) {
+		add(t, "phosfs %s\nwire protocol %d\nimage format %d.%d\nstore %s\n", PHOS_VERSION, WIRE_VERSION,
+		    PHOSIMG_VERSION_MAJOR, PHOSIMG_VERSION_MINOR, phosfs_store);
+		return 0;
+	}
+	if (w->n == N_ROOT_STATUS) {
+		job_status(target_root(), t);
+		return 0;
+	}
+	if (w->n == N_STATUS)
+		return make_status(w->pid, t);
+	proc *p = registry_get(w->pid);
+	if (!p)
+		return 0; /* not traced, or parked: nothing to list */
+	int e = w->n == N_BUFFERS ? make_buffers(p, t) : make_kernels(p, t);
+	registry_put(p);
+	return e == -ESRCH || e == -ECONNRESET ? 0 : e ? -EIO : 0;
+}
+
 static int fs_open(const char *path, struct fuse_file_info *fi)
 {
-	pid_t pid = 0;
-	enum node n = parse(path, &pid);
-	if ((fi->flags & O_ACCMODE) != O_RDONLY)
-		return -EACCES;
-	text *t = calloc(1, sizeof(*t));
-	if (!t)
-		return -ENOMEM;
-	int e = 0;
-	if (n == N_VERSION) {
-		add(t, "phosfs %s\nwire protocol %d\nimage format 1.0\n", PHOS_VERSION, WIRE_VERSION);
-	} else if (n == N_STATUS || n == N_BUFFERS || n == N_KERNELS) {
-		proc *p = registry_get(pid);
-		if (!p || !may_see(p))
-			e = -ENOENT;
-		else
-			e = n == N_STATUS ? make_status(p, t) : n == N_BUFFERS ? make_buffers(p, t) : make_kernels(p, t);
-		if (p)
-			registry_put(p);
-		if (e == -ESRCH || e == -ECONNRESET)
-			e = -ENOENT; /* it went away meanwhile */
-		else if (e && e != -ENOENT)
-			e = -EIO;
-	} else {
-		e = n == N_NONE ? -ENOENT : -EISDIR;
+	where w = parse(path);
+	int acc = fi->flags & O_ACCMODE;
+	bool ctl = w.n == N_CTL || w.n == N_ROOT_CTL;
+	if (w.n == N_NONE || w.n == N_ROOT)
+		return w.n == N_NONE ? -ENOENT : -EISDIR;
+	uid_t uid = 0;
+	if (w.n != N_VERSION && w.n != N_ROOT_STATUS && w.n != N_ROOT_CTL) {
+		int e = visible(w.pid, &uid);
+		if (e)
+			return e;
 	}
-	if (!e && t->oom)
-		e = -ENOMEM;
+	if (ctl ? acc != O_WRONLY : acc != O_RDONLY)
+		return -EACCES;
+	if (w.n == N_ROOT_CTL && caller() != 0)
+		return -EACCES;
+	if (w.n == N_PROC || w.n == N_CKPTS)
+		return -EISDIR;
+	handle *h = calloc(1, sizeof(*h));
+	if (!h)
+		return -ENOMEM;
+	h->fd = -1;
+	int e = 0;
+	if (w.n == N_IMAGE) {
+		target *t = target_get(w.pid, false);
+		if (t)
+			target_in_progress(t, w.name, true);
+		char p[PATH_MAX + 300];
+		store_path(p, sizeof(p), &w);
+		h->fd = open(p, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+		e = h->fd < 0 ? -errno : 0;
+	} else if (!ctl) {
+		e = make_text(&w, &h->t);
+		if (!e && h->t.oom)
+			e = -ENOMEM;
+	}
 	if (e) {
-		free(t->s);
-		free(t);
+		free(h->t.s);
+		free(h);
 		return e;
 	}
-	fi->fh = (uint64_t)(uintptr_t)t;
+	fi->fh = (uint64_t)(uintptr_t)h;
 	fi->direct_io = 1;
 	return 0;
 }
@@ -266,21 +560,67 @@ static int fs_open(const char *path, struct fuse_file_info *fi)
 static int fs_read(const char *path, char *buf, size_t size, off_t off, struct fuse_file_info *fi)
 {
 	(void)path;
-	text *t = (text *)(uintptr_t)fi->fh;
-	if (off < 0 || (size_t)off >= t->len)
+	handle *h = (handle *)(uintptr_t)fi->fh;
+	if (h->fd >= 0) {
+		ssize_t n = pread(h->fd, buf, size, off);
+		return n < 0 ? -errno : (int)n;
+	}
+	if (off < 0 || (size_t)off >= h->t.len)
 		return 0;
-	size_t n = t->len - (size_t)off < size ? t->len - (size_t)off : size;
-	memcpy(buf, t->s + off, n);
+	size_t n = h->t.len - (size_t)off < size ? h->t.len - (size_t)off : size;
+	memcpy(buf, h->t.s + off, n);
 	return (int)n;
+}
+
+static int fs_write(const char *path, const char *buf, size_t size, off_t off, struct fuse_file_info *fi)
+{
+	(void)off, (void)fi;
+	where w = parse(path);
+	char err[ENGINE_ERR_MAX + 100] = "";
+	ctl_cmd *c = malloc(sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	target *t = w.n == N_ROOT_CTL ? target_root() : target_get(w.pid, true);
+	int e = !t ? -ENOMEM : ctl_parse(buf, size, w.n == N_ROOT_CTL, c, err, sizeof(err));
+	if (e == -EINVAL) {
+		target_error(t, "bad command: %s", err);
+	} else if (!e && c->verb == CTL_RESTORE) {
+		pid_t pid = 0;
+		e = job_restore(c, &pid, err, sizeof(err));
+	} else if (!e) {
+		char proc_path[64];
+		snprintf(proc_path, sizeof(proc_path), "/proc/%d", (int)w.pid);
+		if (c->verb == CTL_CANCEL)
+			e = job_cancel(t, err, sizeof(err));
+		else if (access(proc_path, F_OK) != 0)
+			e = engine_fail(-ESRCH, err, sizeof(err), "process %d is not running", (int)w.pid);
+		else
+			e = job_checkpoint(t, c, err, sizeof(err));
+		if (e)
+			target_error(t, "%s", err);
+	}
+	free(c);
+	if (e == -ENOSYS)
+		e = -EIO; /* no CUDA driver: not a missing system call */
+	return e ? e : (int)size;
+}
+
+static int fs_truncate(const char *path, off_t size, struct fuse_file_info *fi)
+{
+	(void)size, (void)fi;
+	where w = parse(path);
+	return w.n == N_CTL || w.n == N_ROOT_CTL ? 0 : -EACCES;
 }
 
 static int fs_release(const char *path, struct fuse_file_info *fi)
 {
 	(void)path;
-	text *t = (text *)(uintptr_t)fi->fh;
-	if (t) {
-		free(t->s);
-		free(t);
+	handle *h = (handle *)(uintptr_t)fi->fh;
+	if (h) {
+		if (h->fd >= 0)
+			close(h->fd);
+		free(h->t.s);
+		free(h);
 	}
 	return 0;
 }
@@ -288,7 +628,10 @@ static int fs_release(const char *path, struct fuse_file_info *fi)
 const struct fuse_operations phosfs_ops = {
 	.getattr = fs_getattr,
 	.readdir = fs_readdir,
+	.readlink = fs_readlink,
 	.open = fs_open,
 	.read = fs_read,
+	.write = fs_write,
+	.truncate = fs_truncate,
 	.release = fs_release,
 };

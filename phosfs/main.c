@@ -1,12 +1,15 @@
 /*
  * phosfs: the phos file system daemon.
  *
- *   phosfs [--socket PATH] [--store DIR] [FUSE options] MOUNTPOINT
+ *   phosfs [--socket PATH] [--store DIR] [--criu PATH] [FUSE options] MOUNTPOINT
  *
  * Registers traced processes on the socket (default /run/phos/phosfs.sock)
- * and shows them under MOUNTPOINT. FUSE's own options apply: -f to stay in
- * the foreground, -d to debug, -o …. SIGTERM, SIGINT and SIGHUP unmount
- * and exit with status 0.
+ * and shows them under MOUNTPOINT; images go under the store (default
+ * /var/lib/phos). FUSE's own options apply: -f to stay in the foreground
+ * (logging to stderr as well as syslog), -d to debug, -o …. SIGTERM,
+ * SIGINT and SIGHUP unmount and exit with status 0.
+ *
+ * `phosfs --job …` is a job process, started by phosfs itself (engine/job.c).
  */
 #define FUSE_USE_VERSION 312
 #include <errno.h>
@@ -16,8 +19,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <syslog.h>
+#include <limits.h>
+#include <unistd.h>
 
 #include "phosfs.h"
+
+const char *phosfs_store;
+const char *phosfs_criu;
+const char *phosfs_self;
 
 extern const struct fuse_operations phosfs_ops;
 
@@ -33,13 +44,40 @@ static void *init(struct fuse_conn_info *conn, struct fuse_config *cfg)
 
 static int usage(FILE *f)
 {
-	fprintf(f, "usage: phosfs [--socket PATH] [--store DIR] [-f] [-d] [-o OPTIONS] MOUNTPOINT\n");
+	fprintf(f, "usage: phosfs [--socket PATH] [--store DIR] [--criu PATH] [-f] [-d] [-o OPTIONS] MOUNTPOINT\n");
 	return f == stdout ? 0 : 2;
+}
+
+/* Makes the store and its run/ folder (where `phos run` writes output). */
+static int make_store(const char *dir, char *abs)
+{
+	char tmp[PATH_MAX + 8];
+	snprintf(tmp, sizeof(tmp), "%s", dir);
+	for (char *s = tmp + 1; *s; s++) {
+		if (*s == '/') {
+			*s = 0;
+			mkdir(tmp, 0755);
+			*s = '/';
+		}
+	}
+	if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
+		return -errno;
+	if (!realpath(dir, abs))
+		return -errno;
+	snprintf(tmp, sizeof(tmp), "%s/run", abs);
+	if ((mkdir(tmp, 01777) != 0 && errno != EEXIST) || chmod(tmp, 01777) != 0)
+		return -errno;
+	return 0;
 }
 
 int main(int argc, char **argv)
 {
+	if (argc > 1 && !strcmp(argv[1], "--job"))
+		return engine_job_main(argc, argv);
 	const char *sock = wire_socket_path();
+	const char *store = "/var/lib/phos";
+	static char store_abs[PATH_MAX], self[PATH_MAX];
+	phosfs_criu = getenv("PHOS_CRIU") && *getenv("PHOS_CRIU") ? getenv("PHOS_CRIU") : "criu";
 	char **argl = calloc((size_t)argc + 4, sizeof(*argl));
 	int n = 0;
 	if (!argl)
@@ -49,7 +87,9 @@ int main(int argc, char **argv)
 		if (!strcmp(argv[i], "--socket") && i + 1 < argc) {
 			sock = argv[++i];
 		} else if (!strcmp(argv[i], "--store") && i + 1 < argc) {
-			i++; /* where images go: with the checkpoint protocols */
+			store = argv[++i];
+		} else if (!strcmp(argv[i], "--criu") && i + 1 < argc) {
+			phosfs_criu = argv[++i];
 		} else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
 			free(argl);
 			return usage(stdout);
@@ -67,6 +107,19 @@ int main(int argc, char **argv)
 		free(argl);
 		return usage(stderr);
 	}
+	int se_ = make_store(store, store_abs);
+	if (se_) {
+		fprintf(stderr, "phosfs: cannot use the store %s: %s\n", store, strerror(-se_));
+		fuse_opt_free_args(&args);
+		free(opts.mountpoint);
+		free(argl);
+		return 1;
+	}
+	phosfs_store = store_abs;
+	ssize_t sl = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	self[sl > 0 ? sl : 0] = 0;
+	phosfs_self = self;
+	openlog("phosfs", LOG_PID | (opts.foreground ? LOG_PERROR : 0), LOG_DAEMON);
 	struct fuse_operations ops = phosfs_ops;
 	ops.init = init;
 	int rc = 1;
@@ -99,6 +152,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "phosfs: the file system failed: %s\n", strerror(res < 0 ? -res : EIO));
 out_registry:
 	registry_stop();
+	targets_free();
 out_unmount:
 	fuse_unmount(f);
 out_destroy:

@@ -14,8 +14,15 @@
 
 #include "../common/state.h"
 #include "../common/wire.h"
+#include "../engine/engine.h"
+#include "ctl.h"
 
 #define PHOS_VERSION "0.1"
+
+/* Set by main before anything starts; read-only afterwards. */
+extern const char *phosfs_store; /* --store: where images go */
+extern const char *phosfs_criu;  /* --criu or $PHOS_CRIU: the criu binary */
+extern const char *phosfs_self;  /* this binary, to start jobs with */
 
 /* A traced process, as registered. Owned by the registry; callers get
  * references through registry_get and give them back with registry_put. */
@@ -40,9 +47,53 @@ void registry_put(proc *p);
 /* The pids registered now; *out is malloc'd. */
 int registry_pids(pid_t **out, size_t *n);
 
+/* Takes p's connection away from the registry (for a job that parks the
+ * process): p is dropped, and the caller owns the returned fd, or -1. */
+int registry_take(proc *p);
+
 /* Requests to a process; the replies are malloc'd. */
 int proc_list(proc *p, wire_buffer **out, size_t *n);
 /* Raw KERNELS payloads, concatenated: wire_kernel records with names. */
 int proc_kernels(proc *p, uint8_t **out, size_t *len, uint32_t *count);
+
+
+/* A pid phosfs has been asked about: its job, last error and last
+ * checkpoint. Targets live as long as phosfs. */
+typedef struct target {
+	pid_t pid;                  /* 0: the root target, of /ctl */
+	pthread_mutex_t lock;       /* guards every field below */
+	pthread_cond_t done;        /* broadcast when a job ends */
+	uid_t uid;                  /* the process owner */
+	bool busy;                  /* a job runs */
+	bool traced;                /* the running job parks the process */
+	int kind;                   /* enum ctl_verb of the job */
+	char job[160];              /* the job, as status shows it */
+	char name[CTL_NAME_MAX + 1];/* the checkpoint being written */
+	engine_shared *sh;          /* the running job's progress */
+	pid_t job_pid;
+	int result;                 /* of the last job */
+	int last_step;
+	pid_t restored;             /* the pid a restore brought back */
+	uint64_t last_stall_ns;
+	char last[CTL_NAME_MAX + 1];/* the last checkpoint this phosfs made */
+	char error[ENGINE_ERR_MAX + 200]; /* the last error, "" if none */
+	struct target *next;        /* guarded by the list's lock */
+} target;
+
+/* jobs.c */
+target *target_get(pid_t pid, bool create);
+target *target_root(void);
+int target_pids(pid_t **out, size_t *n);
+void targets_free(void);
+/* Records an error for status (and syslog). */
+void target_error(target *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Whether checkpoint `name` is being written; with wait, until it is not. */
+bool target_in_progress(target *t, const char *name, bool wait);
+/* Starts a checkpoint job. Errors: -EBUSY, -EEXIST, -EOPNOTSUPP, … with err. */
+int job_checkpoint(target *t, const ctl_cmd *c, char *err, size_t errlen);
+/* Asks the running job to stop early. Errors: -EINVAL (none runs). */
+int job_cancel(target *t, char *err, size_t errlen);
+/* Runs a restore to its end; *pid is the restored process. */
+int job_restore(const ctl_cmd *c, pid_t *pid, char *err, size_t errlen);
 
 #endif

@@ -227,6 +227,16 @@ int registry_pids(pid_t **out, size_t *n)
 	return v ? 0 : -ENOMEM;
 }
 
+int registry_take(proc *p)
+{
+	pthread_mutex_lock(&p->lock);
+	int c = p->gone ? -1 : p->conn;
+	p->conn = -1;
+	p->gone = true;
+	pthread_mutex_unlock(&p->lock);
+	return c;
+}
+
 /* One request and its replies, one request at a time per process. */
 static int request(proc *p, uint16_t type, uint16_t reply, uint8_t **out, size_t *len, uint32_t *count)
 {

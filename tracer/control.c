@@ -89,7 +89,9 @@ static int unpark(void)
 {
 	wait_wake();
 	int sock;
-	for (int tries = 0; (sock = wire_connect(wire_socket_path())) < 0; tries++) {
+	for (int tries = 0; (sock = wire_connect_resume(getpid())) < 0 &&
+			    (sock = wire_connect(wire_socket_path())) < 0;
+	     tries++) {
 		if (tries == 50)
 			tr_log("cannot reach phosfs to unpark (%s); still trying", strerror(-sock));
 		usleep(100000);

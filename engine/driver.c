@@ -1,0 +1,196 @@
+/*
+ * The CUDA driver as phosfs uses it: loaded with dlopen at the first job,
+ * so that phosfs starts (and shows processes) where there is no driver.
+ * phosfs holds the primary context of each device it touches.
+ */
+#include <dlfcn.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "driver.h"
+
+/* Set once under once; read-only afterwards. */
+struct driver_api cu;
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+static int load_error; /* 0, -ENOSYS or -EIO */
+static char load_msg[256];
+
+/* Guards ctxs. */
+static pthread_mutex_t ctx_lock = PTHREAD_MUTEX_INITIALIZER;
+static CUcontext ctxs[64];
+
+#define STR2(x) #x
+#define STR(x) STR2(x) /* the name after cuda.h's #define, e.g. cuMemcpyDtoH_v2 */
+#define LOAD(h, name)                                                                                        \
+	do {                                                                                                 \
+		*(void **)&cu.name = dlsym(h, STR(name));                                                    \
+		if (!cu.name) {                                                                              \
+			snprintf(load_msg, sizeof(load_msg), "the CUDA driver lacks %s", STR(name));         \
+			load_error = -ENOSYS;                                                                \
+			return;                                                                              \
+		}                                                                                            \
+	} while (0)
+
+static void load(void)
+{
+	void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+	if (!h) {
+		snprintf(load_msg, sizeof(load_msg), "no CUDA driver (libcuda.so.1): %s", dlerror());
+		load_error = -ENOSYS;
+		return;
+	}
+	LOAD(h, cuInit);
+	LOAD(h, cuGetErrorString);
+	LOAD(h, cuDeviceGet);
+	LOAD(h, cuDeviceGetCount);
+	LOAD(h, cuDeviceGetName);
+	LOAD(h, cuDeviceTotalMem);
+	LOAD(h, cuDeviceGetUuid);
+	LOAD(h, cuDeviceGetAttribute);
+	LOAD(h, cuDevicePrimaryCtxRetain);
+	LOAD(h, cuCtxSetCurrent);
+	LOAD(h, cuMemGetAllocationGranularity);
+	LOAD(h, cuMemCreate);
+	LOAD(h, cuMemRelease);
+	LOAD(h, cuMemAddressReserve);
+	LOAD(h, cuMemAddressFree);
+	LOAD(h, cuMemMap);
+	LOAD(h, cuMemUnmap);
+	LOAD(h, cuMemSetAccess);
+	LOAD(h, cuMemExportToShareableHandle);
+	LOAD(h, cuMemImportFromShareableHandle);
+	LOAD(h, cuMemAllocHost);
+	LOAD(h, cuMemFreeHost);
+	LOAD(h, cuMemcpyDtoHAsync);
+	LOAD(h, cuMemcpyHtoDAsync);
+	LOAD(h, cuStreamCreate);
+	LOAD(h, cuStreamDestroy);
+	LOAD(h, cuStreamSynchronize);
+	LOAD(h, cuCheckpointProcessGetState);
+	LOAD(h, cuCheckpointProcessLock);
+	LOAD(h, cuCheckpointProcessCheckpoint);
+	LOAD(h, cuCheckpointProcessRestore);
+	LOAD(h, cuCheckpointProcessUnlock);
+	CUresult r = cu.cuInit(0);
+	if (r) {
+		snprintf(load_msg, sizeof(load_msg), "cuInit failed: %s", driver_error(r));
+		load_error = -EIO;
+	}
+	/* The handle stays open for the life of phosfs. */
+}
+
+const char *driver_error(CUresult r)
+{
+	const char *s = NULL;
+	if (cu.cuGetErrorString && cu.cuGetErrorString(r, &s) == CUDA_SUCCESS && s)
+		return s;
+	return "unknown CUDA error";
+}
+
+int driver_fail(CUresult r, char *err, size_t errlen, const char *what)
+{
+	return engine_fail(-EIO, err, errlen, "%s failed: %s (CUDA error %d)", what, driver_error(r), (int)r);
+}
+
+int driver_use(int device, char *err, size_t errlen)
+{
+	if (device < 0 || device >= 64)
+		return engine_fail(-EINVAL, err, errlen, "device %d is out of range", device);
+	pthread_mutex_lock(&ctx_lock);
+	CUresult r = CUDA_SUCCESS;
+	if (!ctxs[device]) {
+		CUdevice d;
+		r = cu.cuDeviceGet(&d, device);
+		if (!r)
+			r = cu.cuDevicePrimaryCtxRetain(&ctxs[device], d);
+	}
+	CUcontext c = ctxs[device];
+	pthread_mutex_unlock(&ctx_lock);
+	if (!r)
+		r = cu.cuCtxSetCurrent(c);
+	return r ? driver_fail(r, err, errlen, "making a context on the device") : 0;
+}
+
+int driver_open(char *err, size_t errlen)
+{
+	pthread_once(&once, load);
+	if (load_error)
+		return engine_fail(load_error, err, errlen, "%s", load_msg);
+	return driver_use(0, err, errlen);
+}
+
+int driver_process_state(pid_t pid, int *state)
+{
+	CUprocessState s;
+	if (cu.cuCheckpointProcessGetState((int)pid, &s) != CUDA_SUCCESS)
+		return -ESRCH;
+	*state = (int)s;
+	return 0;
+}
+
+int driver_lock(pid_t pid, unsigned timeout_ms, char *err, size_t errlen)
+{
+	CUcheckpointLockArgs args = { .timeoutMs = timeout_ms };
+	CUresult r = cu.cuCheckpointProcessLock((int)pid, &args);
+	return r ? driver_fail(r, err, errlen, "driver lock") : 0;
+}
+
+int driver_checkpoint(pid_t pid, char *err, size_t errlen)
+{
+	CUresult r = cu.cuCheckpointProcessCheckpoint((int)pid, NULL);
+	return r ? driver_fail(r, err, errlen, "driver checkpoint") : 0;
+}
+
+int driver_restore(pid_t pid, char *err, size_t errlen)
+{
+	CUresult r = cu.cuCheckpointProcessRestore((int)pid, NULL);
+	return r ? driver_fail(r, err, errlen, "driver restore") : 0;
+}
+
+int driver_unlock(pid_t pid, char *err, size_t errlen)
+{
+	CUresult r = cu.cuCheckpointProcessUnlock((int)pid, NULL);
+	return r ? driver_fail(r, err, errlen, "driver unlock") : 0;
+}
+
+int driver_devices(phosimg_device *out, uint32_t cap, uint32_t *n)
+{
+	int count = 0;
+	*n = 0;
+	if (cu.cuDeviceGetCount(&count))
+		return -EIO;
+	for (int i = 0; i < count && (uint32_t)i < cap; i++) {
+		CUdevice d;
+		phosimg_device *o = &out[*n];
+		memset(o, 0, sizeof(*o));
+		int maj = 0, min = 0;
+		size_t total = 0;
+		CUuuid u;
+		if (cu.cuDeviceGet(&d, i) || cu.cuDeviceGetName(o->name, sizeof(o->name), d) ||
+		    cu.cuDeviceTotalMem(&total, d) || cu.cuDeviceGetUuid(&u, d) ||
+		    cu.cuDeviceGetAttribute(&maj, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, d) ||
+		    cu.cuDeviceGetAttribute(&min, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, d))
+			return -EIO;
+		o->ordinal = (uint32_t)i;
+		o->cc_major = (uint16_t)maj;
+		o->cc_minor = (uint16_t)min;
+		o->total_mem = total;
+		memcpy(o->uuid, u.bytes, 16);
+		(*n)++;
+	}
+	return 0;
+}
+
+int engine_fail(int e, char *err, size_t errlen, const char *fmt, ...)
+{
+	if (err && errlen) {
+		va_list ap;
+		va_start(ap, fmt);
+		vsnprintf(err, errlen, fmt, ap);
+		va_end(ap);
+	}
+	return e;
+}

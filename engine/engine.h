@@ -1,0 +1,175 @@
+/*
+ * engine: the checkpoint protocols, run inside phosfs.
+ *
+ * The engine talks to a traced process over the wire (common/wire.h), to
+ * the CUDA driver through its own context (driver.c), to CRIU by running
+ * it (criu.c), and writes images with libphosimg. It knows nothing of the
+ * file system or of the registry: the caller hands it a connection, and a
+ * way to wait for the process to connect again (engine_tracer).
+ *
+ * Functions return 0 or a negative errno. Where they fail for a reason a
+ * person should read, they also fill `err` (a sentence without the
+ * trailing period, e.g. "criu dump failed: …").
+ */
+#ifndef PHOS_ENGINE_H
+#define PHOS_ENGINE_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "../common/wire.h"
+
+#define ENGINE_ERR_MAX 512
+#define ENGINE_CHUNK (4u << 20) /* staging and image chunk size */
+
+/* Where a job is; shown in status. */
+enum engine_step {
+	STEP_IDLE = 0,
+	STEP_PARK,
+	STEP_LOCK,
+	STEP_DUMP,
+	STEP_COPY,
+	STEP_UNLOCK,
+	STEP_UNPARK,
+	STEP_PUBLISH,
+	STEP_FILL,    /* restore: device memory from the image */
+	STEP_RESTORE, /* restore: criu restore */
+	STEP_DONE,
+};
+
+/* Name of a step, for status. */
+const char *engine_step_name(int step);
+
+/* A job's progress, read by status while the job writes it. */
+typedef struct engine_progress {
+	_Atomic int step;        /* enum engine_step */
+	_Atomic uint64_t done;   /* bytes of device memory copied */
+	_Atomic uint64_t total;  /* bytes to copy */
+	_Atomic uint64_t stall_ns; /* the process was stopped this long */
+	_Atomic bool cancel;     /* asked to stop early */
+} engine_progress;
+
+/* The parked memory of a process: records and the fds that hold it. */
+typedef struct engine_parked {
+	wire_object *objs;
+	int *fds;
+	int n, cap;
+} engine_parked;
+
+/* Closes the fds and frees the arrays. */
+void engine_parked_free(engine_parked *p);
+
+/* The traced side of a process. */
+typedef struct engine_tracer {
+	int conn;              /* its connection; the engine sends PARK on it */
+	pid_t control_tid;     /* where WIRE_WAKE_SIGNAL goes */
+	/* Called before the wake signal is sent: the next HELLO RESUME of pid
+	 * must be held for await. */
+	int (*expect)(void *arg, pid_t pid);
+	/* Waits up to timeout_ms for that connection; *conn is valid until
+	 * adopt or drop is called. Returns 0, -ETIMEDOUT. */
+	int (*await)(void *arg, pid_t pid, int timeout_ms, int *conn);
+	/* The process runs again: its connection serves requests as before. */
+	void (*adopt)(void *arg, pid_t pid);
+	/* Gives up waiting (after an error): nothing is held any more. */
+	void (*drop)(void *arg, pid_t pid);
+	void *arg;
+} engine_tracer;
+
+/* ---- driver.c: the CUDA driver, loaded at first use ----------------------- */
+
+/* Loads libcuda.so.1 and makes a context current on this thread.
+ * Errors: -ENOSYS (no driver), -EIO (cuInit or the context failed). */
+int driver_open(char *err, size_t errlen);
+
+/* Whether pid is a CUDA process the driver can checkpoint, and its state
+ * (CUprocessState) in *state. Returns 0, -ESRCH (no CUDA state there). */
+int driver_process_state(pid_t pid, int *state);
+
+/* cuCheckpointProcessLock / Checkpoint / Restore / Unlock on pid.
+ * Errors: -EIO with err naming the call and the driver's message. */
+int driver_lock(pid_t pid, unsigned timeout_ms, char *err, size_t errlen);
+int driver_checkpoint(pid_t pid, char *err, size_t errlen);
+int driver_restore(pid_t pid, char *err, size_t errlen);
+int driver_unlock(pid_t pid, char *err, size_t errlen);
+
+/* ---- park.c: the conversation with a traced process ----------------------- */
+
+/* Sends PARK on conn and collects every object until PARKED. The tracer
+ * closes its end afterwards. Errors: -EIO (the tracer refused: err says
+ * why), -EPROTO, wire errors. */
+int engine_park(int conn, engine_parked *out, char *err, size_t errlen);
+
+/* Wakes the parked process, waits for it to connect again, gives it the
+ * objects (the fds are sent, not closed) and waits until it runs.
+ * Errors: -ETIMEDOUT, -EPROTO, -EIO (err says why). */
+int engine_unpark(pid_t pid, const engine_tracer *t, const engine_parked *objs, char *err, size_t errlen);
+
+/* The tid of pid's tracer control thread ("phos-control"), or -ESRCH. */
+pid_t engine_find_control_thread(pid_t pid);
+
+/* ---- criu.c ------------------------------------------------------------- */
+
+/* Runs `criu dump` of pid's tree into dir, leaving it running unless
+ * kill. CRIU's log goes to log. Errors: -EIO (err quotes CRIU's error). */
+int criu_dump(const char *criu, pid_t pid, const char *dir, bool kill, const char *log, char *err,
+	      size_t errlen);
+
+/* Runs `criu restore` from dir, detached. Errors as criu_dump. */
+int criu_restore(const char *criu, const char *dir, const char *log, char *err, size_t errlen);
+
+/* ---- stop.c: the stop-the-world protocol ---------------------------------- */
+
+typedef struct engine_stop_args {
+	pid_t pid;
+	const char *image; /* where the image is published; must not exist */
+	const char *criu;  /* the criu binary */
+	const char *log;   /* CRIU's log file */
+	bool kill;         /* end the process after the dump */
+	const engine_tracer *tracer; /* NULL: untraced (the driver copies) */
+	engine_progress *prog;
+} engine_stop_args;
+
+/* Checkpoints the process and publishes the image. On failure the process
+ * runs on (unless it died), nothing is published and earlier images are
+ * untouched. */
+int engine_stop(const engine_stop_args *a, char *err, size_t errlen);
+
+/* ---- copy.c: device memory to and from images ----------------------------- */
+
+typedef struct phosimg_writer phosimg_writer;
+typedef struct phosimg phosimg;
+
+/* Copies the parked objects into w (one image object each), through
+ * pinned staging. */
+int engine_copy_out(const engine_parked *objs, phosimg_writer *w, engine_progress *prog, char *err,
+		    size_t errlen);
+
+/* Makes a new allocation for every object of img, fills it from the
+ * image, and returns the records and fds in *out, ready for unpark. */
+int engine_copy_in(phosimg *img, engine_parked *out, engine_progress *prog, char *err, size_t errlen);
+
+/* ---- job.c: a job runs in a process of its own ------------------------------ */
+
+/* What a job process shares with phosfs: a memfd mapped by both. A job
+ * outlives phosfs if phosfs dies, and still finishes (it publishes the
+ * image and gives the process back its memory). */
+typedef struct engine_shared {
+	engine_progress prog;
+	_Atomic int finished; /* result and err are final */
+	int32_t result;       /* 0 or a negative errno */
+	_Atomic int32_t pid;  /* restore: the restored pid, once known */
+	char err[ENGINE_ERR_MAX];
+} engine_shared;
+
+/* The main of a job process: `phosfs --job stop|restore …` (see job.c).
+ * Returns the exit status. */
+int engine_job_main(int argc, char **argv);
+
+/* Formats an error message into err; returns e. */
+int engine_fail(int e, char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+#endif

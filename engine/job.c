@@ -1,0 +1,172 @@
+/*
+ * A job process. phosfs runs each checkpoint and restore as
+ *
+ *   phosfs --job stop    --shared FD --pid PID --image PATH --criu CRIU --log LOG
+ *                        [--kill] [--conn FD --tid TID]
+ *   phosfs --job restore --shared FD --image PATH --criu CRIU --log LOG
+ *
+ * so that a job finishes even if phosfs is killed: the process it parked
+ * gets its memory back, and the image is published or not at all. The
+ * job reports through the shared memfd (engine_shared); its exit status
+ * is 0 on success.
+ *
+ * A woken tracer finds the job on the abstract socket
+ * "phos-resume.<pid>" (wire_listen_resume).
+ */
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "../restore/restore.h"
+#include "engine.h"
+
+/* The rendezvous with the woken tracer; used by this process alone. */
+typedef struct rendezvous {
+	int lfd, conn;
+} rendezvous;
+
+static int rv_expect(void *arg, pid_t pid)
+{
+	rendezvous *r = arg;
+	r->lfd = wire_listen_resume(pid);
+	return r->lfd < 0 ? r->lfd : 0;
+}
+
+static int rv_await(void *arg, pid_t pid, int timeout_ms, int *conn)
+{
+	rendezvous *r = arg;
+	for (;;) {
+		struct pollfd pf = { r->lfd, POLLIN, 0 };
+		int n = poll(&pf, 1, timeout_ms);
+		if (n == 0)
+			return -ETIMEDOUT;
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		int c = accept4(r->lfd, NULL, NULL, SOCK_CLOEXEC);
+		if (c < 0)
+			continue;
+		struct ucred cred;
+		socklen_t cl = sizeof(cred);
+		wire_header h;
+		wire_hello hello;
+		int fds[WIRE_MAX_FDS], nfds = 0;
+		struct pollfd pc = { c, POLLIN, 0 };
+		bool good = getsockopt(c, SOL_SOCKET, SO_PEERCRED, &cred, &cl) == 0 && cred.pid == pid &&
+			    poll(&pc, 1, 2000) == 1 && wire_recv(c, &h, &hello, sizeof(hello), fds, &nfds) == 0 &&
+			    h.type == WIRE_HELLO && h.length == sizeof(hello) && (hello.flags & WIRE_HELLO_RESUME);
+		for (int i = 0; i < nfds; i++)
+			close(fds[i]);
+		if (!good) {
+			close(c);
+			continue;
+		}
+		r->conn = c;
+		*conn = c;
+		return 0;
+	}
+}
+
+/* Either way the job is done with the tracer: it goes back to phosfs's
+ * main socket when this connection closes. */
+static void rv_done(void *arg, pid_t pid)
+{
+	(void)pid;
+	rendezvous *r = arg;
+	if (r->conn >= 0)
+		close(r->conn);
+	if (r->lfd >= 0)
+		close(r->lfd);
+	r->conn = r->lfd = -1;
+}
+
+/* Points <dir>/latest at the image just published. */
+static void set_latest(const char *image)
+{
+	char *dir = strdup(image);
+	if (!dir)
+		return;
+	char *slash = strrchr(dir, '/');
+	const char *name = slash ? slash + 1 : dir;
+	if (slash)
+		*slash = 0;
+	char tmp[4200], latest[4200];
+	snprintf(tmp, sizeof(tmp), "%s/.latest.%d", slash ? dir : ".", (int)getpid());
+	snprintf(latest, sizeof(latest), "%s/latest", slash ? dir : ".");
+	unlink(tmp);
+	if (symlink(slash ? image + (name - dir) : name, tmp) == 0 && rename(tmp, latest) != 0)
+		unlink(tmp);
+	free(dir);
+}
+
+int engine_job_main(int argc, char **argv)
+{
+	const char *kind = NULL, *image = NULL, *criu = "criu", *log = "/dev/null";
+	int shared_fd = -1, conn = -1;
+	pid_t pid = 0, tid = 0;
+	bool kill = false;
+	for (int i = 1; i < argc; i++) {
+		const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+		if (!strcmp(argv[i], "--job") && v)
+			kind = argv[++i];
+		else if (!strcmp(argv[i], "--shared") && v)
+			shared_fd = atoi(argv[++i]);
+		else if (!strcmp(argv[i], "--pid") && v)
+			pid = atoi(argv[++i]);
+		else if (!strcmp(argv[i], "--image") && v)
+			image = argv[++i];
+		else if (!strcmp(argv[i], "--criu") && v)
+			criu = argv[++i];
+		else if (!strcmp(argv[i], "--log") && v)
+			log = argv[++i];
+		else if (!strcmp(argv[i], "--conn") && v)
+			conn = atoi(argv[++i]);
+		else if (!strcmp(argv[i], "--tid") && v)
+			tid = atoi(argv[++i]);
+		else if (!strcmp(argv[i], "--kill"))
+			kill = true;
+	}
+	engine_shared *sh = shared_fd >= 0 ? mmap(NULL, sizeof(engine_shared), PROT_READ | PROT_WRITE, MAP_SHARED,
+						   shared_fd, 0)
+					   : MAP_FAILED;
+	if (sh == MAP_FAILED || !kind || !image) {
+		fprintf(stderr, "phosfs: a job needs --job, --shared and --image\n");
+		return 2;
+	}
+	close(shared_fd);
+	rendezvous rv = { -1, -1 };
+	engine_tracer t = { .conn = conn, .control_tid = tid, .expect = rv_expect, .await = rv_await,
+			    .adopt = rv_done, .drop = rv_done, .arg = &rv };
+	char err[ENGINE_ERR_MAX] = "";
+	int e;
+	if (!strcmp(kind, "stop")) {
+		engine_stop_args a = { .pid = pid, .image = image, .criu = criu, .log = log, .kill = kill,
+				       .tracer = conn >= 0 ? &t : NULL, .prog = &sh->prog };
+		e = engine_stop(&a, err, sizeof(err));
+		if (!e)
+			set_latest(image);
+	} else if (!strcmp(kind, "restore")) {
+		pid_t rpid = 0;
+		restore_args a = { .image = image, .criu = criu, .log = log, .tracer = &t, .prog = &sh->prog,
+				   .pid = &rpid };
+		e = restore_eager(&a, err, sizeof(err));
+		atomic_store(&sh->pid, rpid);
+	} else {
+		e = engine_fail(-EINVAL, err, sizeof(err), "unknown job %s", kind);
+	}
+	if (conn >= 0)
+		close(conn);
+	rv_done(&rv, pid);
+	sh->result = e;
+	snprintf(sh->err, sizeof(sh->err), "%s", e && !*err ? strerror(-e) : err);
+	atomic_store(&sh->finished, 1);
+	munmap(sh, sizeof(*sh));
+	return e ? 1 : 0;
+}

@@ -1,0 +1,40 @@
+/*
+ * The ctl grammar (phosfs(8)):
+ *
+ *   /<pid>/ctl   checkpoint [cow|recopy|stop] [name=NAME] [kill]
+ *                cancel
+ *   /ctl         restore DIR [eager|lazy]
+ *
+ * One command per write, words separated by blanks, one trailing newline
+ * allowed. NAME is 1 to 64 of [A-Za-z0-9._-], not starting with '.', and
+ * not "latest". DIR is an absolute path without blanks.
+ */
+#ifndef PHOSFS_CTL_H
+#define PHOSFS_CTL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#define CTL_MAX 4096
+#define CTL_NAME_MAX 64
+
+enum ctl_verb { CTL_CHECKPOINT = 1, CTL_CANCEL, CTL_RESTORE };
+enum ctl_proto { CTL_DEFAULT = 0, CTL_COW, CTL_RECOPY, CTL_STOP };
+
+typedef struct ctl_cmd {
+	enum ctl_verb verb;
+	enum ctl_proto proto; /* checkpoint */
+	bool kill;            /* checkpoint: end the process after it */
+	char name[CTL_NAME_MAX + 1]; /* checkpoint: "" = the next number */
+	bool lazy;            /* restore */
+	char dir[CTL_MAX];    /* restore */
+} ctl_cmd;
+
+/* Parses a write to /<pid>/ctl (root false) or to /ctl (root true).
+ * Returns 0, or -EINVAL with err saying what is wrong. */
+int ctl_parse(const char *buf, size_t len, bool root, ctl_cmd *out, char *err, size_t errlen);
+
+/* Whether s is a valid checkpoint name. */
+bool ctl_name_ok(const char *s);
+
+#endif

@@ -1,0 +1,401 @@
+/*
+ * Targets and their jobs. A target is a pid that phosfs has been asked
+ * about: it keeps the job in progress, the last error and the last
+ * checkpoint, across the moments when the process is not registered (a
+ * parked process has no connection).
+ *
+ * Each job runs in a process of its own (engine/job.c), started here and
+ * watched by a thread that waits for it to end.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <syslog.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "phosfs.h"
+
+/* Guards targets (the list, not the targets' fields). */
+static pthread_mutex_t targets_lock = PTHREAD_MUTEX_INITIALIZER;
+static target *targets;
+static target root_target = { .lock = PTHREAD_MUTEX_INITIALIZER, .done = PTHREAD_COND_INITIALIZER };
+
+static uid_t owner_of(pid_t pid)
+{
+	char path[PATH_MAX];
+	struct stat st;
+	snprintf(path, sizeof(path), "/proc/%d", (int)pid);
+	if (stat(path, &st) == 0)
+		return st.st_uid;
+	snprintf(path, sizeof(path), "%s/%d", phosfs_store, (int)pid);
+	return stat(path, &st) == 0 ? st.st_uid : (uid_t)-1;
+}
+
+target *target_root(void)
+{
+	return &root_target;
+}
+
+target *target_get(pid_t pid, bool create)
+{
+	pthread_mutex_lock(&targets_lock);
+	target *t = targets;
+	while (t && t->pid != pid)
+		t = t->next;
+	if (!t && create) {
+		t = calloc(1, sizeof(*t));
+		if (t) {
+			t->pid = pid;
+			t->uid = owner_of(pid);
+			pthread_mutex_init(&t->lock, NULL);
+			pthread_cond_init(&t->done, NULL);
+			t->next = targets;
+			targets = t;
+		}
+	}
+	pthread_mutex_unlock(&targets_lock);
+	return t;
+}
+
+int target_pids(pid_t **out, size_t *n)
+{
+	pthread_mutex_lock(&targets_lock);
+	size_t k = 0;
+	for (target *t = targets; t; t = t->next)
+		k++;
+	pid_t *v = malloc((k ? k : 1) * sizeof(*v));
+	k = 0;
+	for (target *t = targets; v && t; t = t->next)
+		v[k++] = t->pid;
+	pthread_mutex_unlock(&targets_lock);
+	*out = v;
+	*n = k;
+	return v ? 0 : -ENOMEM;
+}
+
+void targets_free(void)
+{
+	pthread_mutex_lock(&targets_lock);
+	while (targets) {
+		target *t = targets;
+		targets = t->next;
+		pthread_mutex_destroy(&t->lock);
+		pthread_cond_destroy(&t->done);
+		free(t);
+	}
+	pthread_mutex_unlock(&targets_lock);
+}
+
+void target_error(target *t, const char *fmt, ...)
+{
+	char msg[sizeof(t->error)];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	pthread_mutex_lock(&t->lock);
+	memcpy(t->error, msg, sizeof(msg));
+	pthread_mutex_unlock(&t->lock);
+	if (t->pid)
+		syslog(LOG_WARNING, "process %d: %s", (int)t->pid, msg);
+	else
+		syslog(LOG_WARNING, "%s", msg);
+}
+
+bool target_in_progress(target *t, const char *name, bool wait)
+{
+	pthread_mutex_lock(&t->lock);
+	bool busy = t->busy && t->kind == CTL_CHECKPOINT && !strcmp(t->name, name);
+	while (wait && t->busy && t->kind == CTL_CHECKPOINT && !strcmp(t->name, name))
+		pthread_cond_wait(&t->done, &t->lock);
+	pthread_mutex_unlock(&t->lock);
+	return busy;
+}
+
+/* The next free number among STORE/<pid>'s checkpoints. */
+static void next_name(const char *dir, char *name, size_t len)
+{
+	unsigned long max = 0;
+	DIR *d = opendir(dir);
+	struct dirent *de;
+	while (d && (de = readdir(d))) {
+		const char *s = de->d_name;
+		if (*s == '.')
+			s += strspn(s, "."); /* an image still being written: .N.tmp-… */
+		char *end;
+		unsigned long v = strtoul(s, &end, 10);
+		if (end != s && (*end == 0 || *end == '.') && v > max)
+			max = v;
+	}
+	if (d)
+		closedir(d);
+	snprintf(name, len, "%lu", max + 1);
+}
+
+/* What a job process is started with. */
+typedef struct spawn {
+	engine_shared *sh;
+	pid_t child;
+} spawn;
+
+/* Starts `phosfs --job …` with the shared memfd (and conn, if >= 0). */
+static int spawn_job(char *const *args, int conn, spawn *s, char *err, size_t errlen)
+{
+	int sfd = memfd_create("phos-job", MFD_CLOEXEC);
+	if (sfd < 0 || ftruncate(sfd, sizeof(engine_shared)) != 0) {
+		int e = -errno;
+		if (sfd >= 0)
+			close(sfd);
+		return engine_fail(e, err, errlen, "cannot make the job's shared memory: %s", strerror(-e));
+	}
+	s->sh = mmap(NULL, sizeof(engine_shared), PROT_READ | PROT_WRITE, MAP_SHARED, sfd, 0);
+	if (s->sh == MAP_FAILED) {
+		close(sfd);
+		return engine_fail(-ENOMEM, err, errlen, "cannot map the job's shared memory");
+	}
+	char sfd_s[16], conn_s[16];
+	snprintf(sfd_s, sizeof(sfd_s), "%d", sfd);
+	snprintf(conn_s, sizeof(conn_s), "%d", conn);
+	char *argv[32];
+	int n = 0;
+	argv[n++] = "phosfs";
+	argv[n++] = "--job";
+	for (int i = 0; args[i] && n < 26; i++)
+		argv[n++] = args[i];
+	argv[n++] = "--shared";
+	argv[n++] = sfd_s;
+	if (conn >= 0) {
+		argv[n++] = "--conn";
+		argv[n++] = conn_s;
+	}
+	argv[n] = NULL;
+	s->child = fork();
+	if (s->child == 0) {
+		/* Its own session: signals meant for phosfs's group do not end it. */
+		setsid();
+		fcntl(sfd, F_SETFD, 0);
+		if (conn >= 0)
+			fcntl(conn, F_SETFD, 0);
+		execv(phosfs_self, argv);
+		_exit(127);
+	}
+	int e = s->child < 0 ? -errno : 0;
+	close(sfd);
+	if (e) {
+		munmap(s->sh, sizeof(engine_shared));
+		return engine_fail(e, err, errlen, "cannot start the job: %s", strerror(-e));
+	}
+	return 0;
+}
+
+/* Waits for a job process and records how it ended in t. */
+static void finish_job(target *t, spawn *s, bool checkpoint)
+{
+	int st = 0;
+	while (waitpid(s->child, &st, 0) < 0 && errno == EINTR)
+		;
+	engine_shared *sh = s->sh;
+	pthread_mutex_lock(&t->lock);
+	if (atomic_load(&sh->finished)) {
+		t->result = sh->result;
+		if (sh->result)
+			snprintf(t->error, sizeof(t->error), "%s failed: %s", t->job, sh->err);
+	} else {
+		t->result = -EIO;
+		snprintf(t->error, sizeof(t->error), "%s failed: the job process %s %d", t->job,
+			 WIFSIGNALED(st) ? "was killed by signal" : "exited with status",
+			 WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
+	}
+	if (!t->result && checkpoint)
+		snprintf(t->last, sizeof(t->last), "%s", t->name);
+	t->last_stall_ns = atomic_load(&sh->prog.stall_ns);
+	t->last_step = atomic_load(&sh->prog.step);
+	t->restored = atomic_load(&sh->pid);
+	if (t->result)
+		syslog(LOG_WARNING, "%s", t->error);
+	else if (checkpoint)
+		syslog(LOG_INFO, "process %d: %s done, stall %.3f s", (int)t->pid, t->job, t->last_stall_ns / 1e9);
+	else
+		syslog(LOG_INFO, "%s done: process %d runs", t->job, (int)t->restored);
+	t->busy = false;
+	t->sh = NULL;
+	pthread_cond_broadcast(&t->done);
+	pthread_mutex_unlock(&t->lock);
+	munmap(sh, sizeof(*sh));
+}
+
+typedef struct watch {
+	target *t;
+	spawn s;
+} watch;
+
+static void *watch_main(void *arg)
+{
+	watch *w = arg;
+	finish_job(w->t, &w->s, true);
+	free(w);
+	return NULL;
+}
+
+static const char *proto_name(enum ctl_proto p)
+{
+	return p == CTL_COW ? "cow" : p == CTL_RECOPY ? "recopy" : "stop";
+}
+
+int job_checkpoint(target *t, const ctl_cmd *c, char *err, size_t errlen)
+{
+	if (c->proto == CTL_COW || c->proto == CTL_RECOPY)
+		return engine_fail(-EOPNOTSUPP, err, errlen,
+				   "checkpoint %s is not available in this version; use checkpoint stop",
+				   proto_name(c->proto));
+	char dir[PATH_MAX], image[PATH_MAX + 80], logdir[PATH_MAX + 16], log[PATH_MAX + 120];
+	snprintf(dir, sizeof(dir), "%s/%d", phosfs_store, (int)t->pid);
+	pthread_mutex_lock(&t->lock);
+	if (t->busy) {
+		pthread_mutex_unlock(&t->lock);
+		return engine_fail(-EBUSY, err, errlen, "busy: %s is running", t->job);
+	}
+	if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
+		int e = -errno;
+		pthread_mutex_unlock(&t->lock);
+		return engine_fail(e, err, errlen, "cannot make %s: %s", dir, strerror(-e));
+	}
+	if (t->uid != (uid_t)-1 && chown(dir, t->uid, (gid_t)-1) != 0) {
+		/* Only for showing the owner after the process is gone. */
+	}
+	char name[CTL_NAME_MAX + 1];
+	if (*c->name)
+		snprintf(name, sizeof(name), "%s", c->name);
+	else
+		next_name(dir, name, sizeof(name));
+	snprintf(image, sizeof(image), "%s/%s", dir, name);
+	struct stat st;
+	if (lstat(image, &st) == 0) {
+		pthread_mutex_unlock(&t->lock);
+		return engine_fail(-EEXIST, err, errlen, "checkpoint %s exists", name);
+	}
+	snprintf(logdir, sizeof(logdir), "%s/.logs", dir);
+	mkdir(logdir, 0700);
+	snprintf(log, sizeof(log), "%s/%s-dump.log", logdir, name);
+	unlink(log);
+
+	/* A registered process hands its connection to the job: it parks. */
+	int conn = -1;
+	pid_t tid = 0;
+	proc *p = registry_get(t->pid);
+	if (p) {
+		if (p->hello.flags & WIRE_HELLO_STOP_ONLY) {
+			registry_put(p);
+			pthread_mutex_unlock(&t->lock);
+			return engine_fail(-EOPNOTSUPP, err, errlen, "this process cannot be parked (%s)",
+					   p->hello.stop_only_reason);
+		}
+		tid = p->hello.control_tid;
+		conn = registry_take(p);
+		registry_put(p);
+	}
+	char pid_s[16], tid_s[16];
+	snprintf(pid_s, sizeof(pid_s), "%d", (int)t->pid);
+	snprintf(tid_s, sizeof(tid_s), "%d", (int)tid);
+	char *args[] = { "stop", "--pid", pid_s, "--image", image, "--criu", (char *)phosfs_criu, "--log", log,
+			 "--tid", tid_s, c->kill ? "--kill" : NULL, NULL };
+	watch *w = calloc(1, sizeof(*w));
+	int e = w ? spawn_job(args, conn, &w->s, err, errlen) : -ENOMEM;
+	if (conn >= 0)
+		close(conn);
+	if (e) {
+		free(w);
+		pthread_mutex_unlock(&t->lock);
+		return e;
+	}
+	w->t = t;
+	t->busy = true;
+	t->kind = CTL_CHECKPOINT;
+	t->sh = w->s.sh;
+	t->job_pid = w->s.child;
+	t->result = 0;
+	t->error[0] = 0;
+	t->traced = conn >= 0;
+	snprintf(t->name, sizeof(t->name), "%s", name);
+	snprintf(t->job, sizeof(t->job), "checkpoint stop name=%s%s", name, c->kill ? " kill" : "");
+	pthread_t th;
+	if (pthread_create(&th, NULL, watch_main, w) != 0) {
+		/* Without a watcher, wait here. */
+		pthread_mutex_unlock(&t->lock);
+		finish_job(t, &w->s, true);
+		free(w);
+		return 0;
+	}
+	pthread_detach(th);
+	pthread_mutex_unlock(&t->lock);
+	syslog(LOG_INFO, "process %d: %s started", (int)t->pid, t->job);
+	return 0;
+}
+
+int job_cancel(target *t, char *err, size_t errlen)
+{
+	pthread_mutex_lock(&t->lock);
+	int e = 0;
+	if (!t->busy || !t->sh)
+		e = engine_fail(-EINVAL, err, errlen, "no job to cancel");
+	else
+		atomic_store(&t->sh->prog.cancel, true);
+	pthread_mutex_unlock(&t->lock);
+	return e;
+}
+
+int job_restore(const ctl_cmd *c, pid_t *pid, char *err, size_t errlen)
+{
+	if (c->lazy)
+		return engine_fail(-EOPNOTSUPP, err, errlen, "lazy restore is not available in this version; use eager");
+	target *r = target_root();
+	char logdir[PATH_MAX], log[PATH_MAX + 64];
+	snprintf(logdir, sizeof(logdir), "%s/.logs", phosfs_store);
+	mkdir(logdir, 0700);
+	snprintf(log, sizeof(log), "%s/restore-%lld-%d.log", logdir, (long long)time(NULL), (int)gettid());
+	char *args[] = { "restore", "--image", (char *)c->dir, "--criu", (char *)phosfs_criu, "--log", log, NULL };
+	/* One restore at a time: the root target holds its outcome. */
+	static pthread_mutex_t one = PTHREAD_MUTEX_INITIALIZER;
+	pthread_mutex_lock(&one);
+	spawn s;
+	int e = spawn_job(args, -1, &s, err, errlen);
+	if (e) {
+		pthread_mutex_unlock(&one);
+		return e;
+	}
+	pthread_mutex_lock(&r->lock);
+	snprintf(r->job, sizeof(r->job), "restore %.80s", c->dir);
+	r->error[0] = 0;
+	r->restored = 0;
+	r->kind = CTL_RESTORE;
+	pthread_mutex_unlock(&r->lock);
+	finish_job(r, &s, false);
+	pthread_mutex_lock(&r->lock);
+	e = r->result;
+	*pid = r->restored;
+	if (e)
+		snprintf(err, errlen, "%s", r->error);
+	pthread_mutex_unlock(&r->lock);
+	pthread_mutex_unlock(&one);
+	target *t = !e && *pid > 0 ? target_get(*pid, true) : NULL;
+	if (t) {
+		pthread_mutex_lock(&t->lock);
+		t->uid = owner_of(*pid);
+		t->error[0] = 0;
+		snprintf(t->job, sizeof(t->job), "restore %.80s", c->dir);
+		t->last_step = STEP_DONE;
+		t->result = 0;
+		pthread_mutex_unlock(&t->lock);
+	}
+	return e;
+}

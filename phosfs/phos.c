@@ -1,0 +1,360 @@
+/*
+ * phos: the command line, a thin layer over the files of a phosfs mount
+ * ($PHOS_MOUNT, or /phos).
+ *
+ *   phos run [-d] [--] CMD…      run CMD under the tracer, without a tty
+ *   phos ls                      the processes phosfs shows
+ *   phos checkpoint PID [cow|recopy|stop] [--name N] [--kill] [--wait]
+ *   phos restore DIR [eager|lazy]
+ *   phos status PID
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifndef PHOS_LIBDIR
+#define PHOS_LIBDIR "/usr/local/lib"
+#endif
+
+static const char *mnt(void)
+{
+	const char *m = getenv("PHOS_MOUNT");
+	return m && *m ? m : "/phos";
+}
+
+static int usage(FILE *f)
+{
+	fprintf(f, "usage: phos run [-d] [--] CMD...\n"
+		   "       phos ls\n"
+		   "       phos checkpoint PID [cow|recopy|stop] [--name NAME] [--kill] [--wait]\n"
+		   "       phos restore DIR [eager|lazy]\n"
+		   "       phos status PID\n");
+	return f == stdout ? 0 : 2;
+}
+
+/* Reads a whole (small) file of the mount into a malloc'd string. */
+static char *slurp(const char *path)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return NULL;
+	size_t cap = 4096, len = 0;
+	char *s = malloc(cap);
+	for (ssize_t n; s; len += (size_t)n) {
+		if (len + 1 >= cap) {
+			char *t = realloc(s, cap *= 2);
+			if (!t) {
+				free(s);
+				s = NULL;
+				break;
+			}
+			s = t;
+		}
+		n = read(fd, s + len, cap - len - 1);
+		if (n <= 0)
+			break;
+	}
+	close(fd);
+	if (s)
+		s[len] = 0;
+	return s;
+}
+
+/* The value of "key: value" in text, into out. */
+static bool field(const char *text, const char *key, char *out, size_t len)
+{
+	size_t k = strlen(key);
+	for (const char *l = text; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
+		if (!strncmp(l, key, k) && l[k] == ':' && l[k + 1] == ' ') {
+			size_t n = strcspn(l + k + 2, "\n");
+			snprintf(out, len, "%.*s", (int)n, l + k + 2);
+			return true;
+		}
+	}
+	return false;
+}
+
+/* Writes one command to a ctl file; on failure says why, with status's
+ * error line. */
+static int ctl(const char *ctl_path, const char *status_path, const char *cmd)
+{
+	int fd = open(ctl_path, O_WRONLY | O_CLOEXEC);
+	if (fd < 0) {
+		fprintf(stderr, "phos: %s: %s\n", ctl_path, strerror(errno));
+		if (errno == ENOENT)
+			fprintf(stderr, "phos: is phosfs mounted at %s? (set PHOS_MOUNT)\n", mnt());
+		return 1;
+	}
+	ssize_t n = write(fd, cmd, strlen(cmd));
+	int e = n < 0 ? errno : 0;
+	close(fd);
+	if (!e)
+		return 0;
+	char *st = slurp(status_path), why[1024] = "";
+	if (st && field(st, "error", why, sizeof(why)) && strcmp(why, "none"))
+		fprintf(stderr, "phos: %s\n", why);
+	else
+		fprintf(stderr, "phos: %s\n", strerror(e));
+	free(st);
+	return 1;
+}
+
+static int cmd_run(int argc, char **argv)
+{
+	bool detach = false;
+	int i = 0;
+	for (; i < argc && argv[i][0] == '-'; i++) {
+		if (!strcmp(argv[i], "--")) {
+			i++;
+			break;
+		}
+		if (!strcmp(argv[i], "-d") || !strcmp(argv[i], "--detach"))
+			detach = true;
+		else
+			return usage(stderr);
+	}
+	if (i == argc)
+		return usage(stderr);
+	char vpath[PATH_MAX], store[PATH_MAX] = "";
+	snprintf(vpath, sizeof(vpath), "%s/version", mnt());
+	char *v = slurp(vpath);
+	const char *sl = v ? strstr(v, "\nstore ") : NULL;
+	if (sl)
+		snprintf(store, sizeof(store), "%.*s", (int)strcspn(sl + 7, "\n"), sl + 7);
+	if (!*store) {
+		fprintf(stderr, "phos: phosfs is not mounted at %s (set PHOS_MOUNT)\n", mnt());
+		free(v);
+		return 1;
+	}
+	free(v);
+	const char *lib = getenv("PHOS_LIBPHOS");
+	char libpath[PATH_MAX];
+	snprintf(libpath, sizeof(libpath), "%s", lib && *lib ? lib : PHOS_LIBDIR "/libphos.so");
+	int ready[2];
+	if (pipe2(ready, O_CLOEXEC) != 0)
+		return 1;
+	pid_t c = fork();
+	if (c < 0) {
+		perror("phos: fork");
+		return 1;
+	}
+	if (c == 0) {
+		/* No tty and no growing files CRIU would refuse: stdin is
+		 * /dev/null, output is appended to files in the store. */
+		setsid();
+		char out[PATH_MAX + 32], err[PATH_MAX + 32];
+		snprintf(out, sizeof(out), "%s/run/%d.out", store, (int)getpid());
+		snprintf(err, sizeof(err), "%s/run/%d.err", store, (int)getpid());
+		int in = open("/dev/null", O_RDONLY);
+		int o = open(out, O_WRONLY | O_CREAT | O_APPEND | O_TRUNC, 0644);
+		int e = open(err, O_WRONLY | O_CREAT | O_APPEND | O_TRUNC, 0644);
+		if (in < 0 || o < 0 || e < 0) {
+			dprintf(ready[1], "cannot open %s: %s", o < 0 ? out : err, strerror(errno));
+			_exit(127);
+		}
+		dup2(in, 0);
+		dup2(o, 1);
+		dup2(e, 2);
+		close(in), close(o), close(e);
+		const char *pre = getenv("LD_PRELOAD");
+		char *preload = malloc(strlen(libpath) + (pre ? strlen(pre) : 0) + 2);
+		if (preload) {
+			sprintf(preload, "%s%s%s", libpath, pre && *pre ? ":" : "", pre && *pre ? pre : "");
+			setenv("LD_PRELOAD", preload, 1);
+		}
+		execvp(argv[i], argv + i);
+		dprintf(ready[1], "cannot run %s: %s", argv[i], strerror(errno));
+		_exit(127);
+	}
+	close(ready[1]);
+	char msg[PATH_MAX + 64];
+	ssize_t n = read(ready[0], msg, sizeof(msg) - 1);
+	close(ready[0]);
+	if (n > 0) {
+		msg[n] = 0;
+		fprintf(stderr, "phos: %s\n", msg);
+		waitpid(c, NULL, 0);
+		return 127;
+	}
+	printf("%d\n", (int)c);
+	fflush(stdout);
+	fprintf(stderr, "phos: process %d; output in %s/run/%d.out and .err\n", (int)c, store, (int)c);
+	if (detach)
+		return 0;
+	int st;
+	while (waitpid(c, &st, 0) < 0)
+		if (errno != EINTR)
+			return 1;
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+static int cmd_ls(void)
+{
+	DIR *d = opendir(mnt());
+	if (!d) {
+		fprintf(stderr, "phos: %s: %s\n", mnt(), strerror(errno));
+		return 1;
+	}
+	printf("%-8s %-14s %-8s %-12s %s\n", "PID", "STATE", "TRACED", "LAST", "JOB");
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		if (de->d_name[0] < '1' || de->d_name[0] > '9')
+			continue;
+		char p[PATH_MAX];
+		snprintf(p, sizeof(p), "%s/%s/status", mnt(), de->d_name);
+		char *st = slurp(p);
+		if (!st)
+			continue;
+		char state[64] = "?", traced[64] = "?", last[80] = "-", job[200] = "none";
+		field(st, "state", state, sizeof(state));
+		field(st, "traced", traced, sizeof(traced));
+		field(st, "last checkpoint", last, sizeof(last));
+		field(st, "job", job, sizeof(job));
+		printf("%-8s %-14s %-8.8s %-12s %s\n", de->d_name, state, traced, last, job);
+		free(st);
+	}
+	closedir(d);
+	return 0;
+}
+
+/* Polls status until the job ends; a progress bar on a tty. */
+static int wait_job(const char *status_path)
+{
+	bool tty = isatty(2);
+	for (;;) {
+		char *st = slurp(status_path);
+		if (!st) {
+			fprintf(stderr, "phos: %s: %s\n", status_path, strerror(errno));
+			return 1;
+		}
+		char job[256] = "", prog[128] = "", step[64] = "", last[300] = "", err[1024] = "";
+		field(st, "job", job, sizeof(job));
+		if (strcmp(job, "none")) {
+			if (tty && field(st, "progress", prog, sizeof(prog))) {
+				unsigned long long done = 0, total = 0;
+				sscanf(prog, "%llu/%llu", &done, &total);
+				field(st, "step", step, sizeof(step));
+				int pct = total ? (int)(done * 100 / total) : 0, w = 30, fill = pct * w / 100;
+				fprintf(stderr, "\r%-18s [%.*s%*s] %3d%% %llu/%llu MiB", step, fill,
+					"##############################", w - fill, "", pct, done >> 20, total >> 20);
+			}
+			free(st);
+			usleep(100000);
+			continue;
+		}
+		if (tty)
+			fprintf(stderr, "\r%-80s\r", "");
+		field(st, "last job", last, sizeof(last));
+		field(st, "error", err, sizeof(err));
+		char stall[64] = "";
+		field(st, "stall ms", stall, sizeof(stall));
+		free(st);
+		size_t l = strlen(last);
+		if (l >= 6 && !strcmp(last + l - 6, "failed")) {
+			fprintf(stderr, "phos: %s\n", err);
+			return 1;
+		}
+		printf("%s (stall %s ms)\n", last, *stall ? stall : "?");
+		return 0;
+	}
+}
+
+static int cmd_checkpoint(int argc, char **argv)
+{
+	if (argc < 1)
+		return usage(stderr);
+	char *end;
+	long pid = strtol(argv[0], &end, 10);
+	if (*end || pid <= 0)
+		return usage(stderr);
+	const char *proto = "stop", *name = NULL;
+	bool kill = false, wait = false;
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "cow") || !strcmp(argv[i], "recopy") || !strcmp(argv[i], "stop"))
+			proto = argv[i];
+		else if (!strcmp(argv[i], "--kill"))
+			kill = true;
+		else if (!strcmp(argv[i], "--wait"))
+			wait = true;
+		else if (!strcmp(argv[i], "--name") && i + 1 < argc)
+			name = argv[++i];
+		else
+			return usage(stderr);
+	}
+	char cmd[256], c[PATH_MAX], s[PATH_MAX];
+	snprintf(cmd, sizeof(cmd), "checkpoint %s%s%s%s\n", proto, name ? " name=" : "", name ? name : "",
+		 kill ? " kill" : "");
+	snprintf(c, sizeof(c), "%s/%ld/ctl", mnt(), pid);
+	snprintf(s, sizeof(s), "%s/%ld/status", mnt(), pid);
+	int r = ctl(c, s, cmd);
+	return r || !wait ? r : wait_job(s);
+}
+
+static int cmd_restore(int argc, char **argv)
+{
+	if (argc < 1 || argc > 2)
+		return usage(stderr);
+	char abs[PATH_MAX];
+	if (!realpath(argv[0], abs)) {
+		fprintf(stderr, "phos: %s: %s\n", argv[0], strerror(errno));
+		return 1;
+	}
+	char cmd[PATH_MAX + 32], c[PATH_MAX], s[PATH_MAX];
+	snprintf(cmd, sizeof(cmd), "restore %s%s%s\n", abs, argc == 2 ? " " : "", argc == 2 ? argv[1] : "");
+	snprintf(c, sizeof(c), "%s/ctl", mnt());
+	snprintf(s, sizeof(s), "%s/status", mnt());
+	if (ctl(c, s, cmd))
+		return 1;
+	char *st = slurp(s), pid[32] = "?";
+	if (st)
+		field(st, "restored pid", pid, sizeof(pid));
+	free(st);
+	printf("%s\n", pid);
+	return 0;
+}
+
+static int cmd_status(int argc, char **argv)
+{
+	if (argc != 1)
+		return usage(stderr);
+	char p[PATH_MAX];
+	snprintf(p, sizeof(p), "%s/%s/status", mnt(), argv[0]);
+	char *st = slurp(p);
+	if (!st) {
+		fprintf(stderr, "phos: %s: %s\n", p, strerror(errno));
+		return 1;
+	}
+	fputs(st, stdout);
+	free(st);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 2)
+		return usage(stderr);
+	const char *c = argv[1];
+	if (!strcmp(c, "run"))
+		return cmd_run(argc - 2, argv + 2);
+	if (!strcmp(c, "ls"))
+		return cmd_ls();
+	if (!strcmp(c, "checkpoint"))
+		return cmd_checkpoint(argc - 2, argv + 2);
+	if (!strcmp(c, "restore"))
+		return cmd_restore(argc - 2, argv + 2);
+	if (!strcmp(c, "status"))
+		return cmd_status(argc - 2, argv + 2);
+	if (!strcmp(c, "-h") || !strcmp(c, "--help") || !strcmp(c, "help"))
+		return usage(stdout);
+	fprintf(stderr, "phos: unknown command '%s'\n", c);
+	return usage(stderr);
+}
