@@ -11,6 +11,7 @@
  * fds come back and are mapped at the same VAs.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +28,10 @@ typedef struct object {
 	uint32_t block;   /* slab block size; 0 for a whole object */
 	uint32_t used;    /* slab blocks in use */
 	uint64_t *bitmap; /* slab blocks in use */
+	/* The fd it came back with at the last unpark, plus 1 (0: none). A
+	 * handle imported from an fd cannot be exported again on every
+	 * driver, so the next park hands this fd over instead. */
+	int kept;
 	bool live;
 } object;
 
@@ -186,6 +191,9 @@ static void object_drop(uint32_t id)
 		real_cuMemRelease(o->h);
 	}
 	real_cuMemAddressFree(o->va, o->size);
+	if (o->kept)
+		close(o->kept - 1);
+	o->kept = 0;
 	free(o->bitmap);
 	o->bitmap = NULL;
 	o->live = false;
@@ -526,7 +534,10 @@ int alloc_park(alloc_emit_fn emit, void *arg)
 		if (!o->live)
 			continue;
 		int fd = -1;
-		if (real_cuMemExportToShareableHandle(&fd, o->h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0)) {
+		if (o->kept) {
+			fd = o->kept - 1; /* the batch owns it now */
+			o->kept = 0;
+		} else if (real_cuMemExportToShareableHandle(&fd, o->h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0)) {
 			e = -EIO;
 			break;
 		}
@@ -580,6 +591,8 @@ int alloc_unpark(const wire_object *recs, const int *fds, int n)
 			break;
 		}
 		o->h = h;
+		int kept = fcntl(fds[k], F_DUPFD_CLOEXEC, 3);
+		o->kept = kept >= 0 ? kept + 1 : 0;
 	}
 	/* Parked objects all came back: the process may run. */
 	bool all = true;

@@ -11,6 +11,7 @@
  * application's retains and releases are counted here.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -26,6 +27,7 @@ typedef struct handle_rec {
 	CUdevice dev;
 	int refs;          /* references the application holds */
 	bool counted_here; /* after an unpark: the driver holds 1, refs is ours */
+	int kept;          /* the fd it came back with, plus 1: see alloc.c */
 	bool live;
 } handle_rec;
 
@@ -64,8 +66,12 @@ static bool mapped(uint32_t h)
 /* Forgets a handle that is released and mapped nowhere. */
 static void maybe_forget(uint32_t h)
 {
-	if (hs[h].refs <= 0 && !mapped(h))
+	if (hs[h].refs <= 0 && !mapped(h)) {
+		if (hs[h].kept)
+			close(hs[h].kept - 1);
+		hs[h].kept = 0;
 		hs[h].live = false;
+	}
 }
 
 void vmm_created(CUmemGenericAllocationHandle h, uint64_t size, CUdevice dev)
@@ -224,7 +230,10 @@ int vmm_park(alloc_emit_fn emit, void *arg)
 		if (!hs[i].live)
 			continue;
 		int fd = -1;
-		if (real_cuMemExportToShareableHandle(&fd, hs[i].cur, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0)) {
+		if (hs[i].kept) {
+			fd = hs[i].kept - 1;
+			hs[i].kept = 0;
+		} else if (real_cuMemExportToShareableHandle(&fd, hs[i].cur, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0)) {
 			e = -EIO;
 			break;
 		}
@@ -281,6 +290,8 @@ int vmm_unpark(const wire_object *recs, const int *fds, int n)
 		}
 		hs[i].cur = h;
 		hs[i].counted_here = true;
+		int kept = fcntl(fds[k], F_DUPFD_CLOEXEC, 3);
+		hs[i].kept = kept >= 0 ? kept + 1 : 0;
 		for (uint32_t m = 0; m < nm && !e; m++) {
 			if (!ms[m].live || ms[m].h != i)
 				continue;

@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
 """A small PyTorch training loop: an MLP on synthetic data, AdamW.
 
-    train_mlp.py [--steps N] [--time]
+    train_mlp.py [--steps N] [--time] [--sleep SECONDS]
 
 Prints the loss of every step exactly (repr of the float), so that two runs
 can be compared byte for byte: with a fixed seed and deterministic
 algorithms they must agree. With --time, prints the median step time
-instead (after warm-up).
+instead (after warm-up). With --sleep, waits that long after each step
+(to give a checkpoint time to land in the middle of the run).
 """
 import argparse
 import os
@@ -21,6 +22,7 @@ def main():
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--time", action="store_true")
     ap.add_argument("--width", type=int, default=2048)
+    ap.add_argument("--sleep", type=float, default=0.0)
     args = ap.parse_args()
 
     torch.manual_seed(0)
@@ -47,7 +49,9 @@ def main():
             torch.cuda.synchronize()
             times.append(time.perf_counter() - t0)
         else:
-            print(f"step {step} loss {loss.item()!r}")
+            print(f"step {step} loss {loss.item()!r}", flush=True)
+        if args.sleep:
+            time.sleep(args.sleep)
     if args.time:
         times = sorted(times[10:])
         print(f"median step {times[len(times) // 2] * 1e3:.4f} ms")

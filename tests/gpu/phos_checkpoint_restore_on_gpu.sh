@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# The whole phos flow on a real GPU, with a real phosfs mount:
+#   1. a CUDA C program holding 16 GiB of device memory (examples/counter)
+#      is checkpointed with `stop` while `cp -r` copies the checkpoint,
+#      killed with -9, restored from the copy, and checks every byte of its
+#      device memory;
+#   2. a PyTorch training loop is checkpointed, killed and restored, and
+#      its losses after the restore are those of an uninterrupted run;
+#   3. an untraced CUDA process is checkpointed with `stop` and restored.
+# Needs root, FUSE and a GPU. PHOS_GPU_GIB sets the size of 1 (default 16).
+b=${PHOS_BUNDLE:-gpu-bundle}
+src=${PHOS_SRCDIR:-$b/..}
+gib=${PHOS_GPU_GIB:-16}
+echo "1..3"
+if [ "$(id -u)" != 0 ] || [ ! -e /dev/fuse ]; then
+	echo "# SKIP needs root and /dev/fuse"
+	for i in 1 2 3; do echo "ok $i # skip needs root and FUSE"; done
+	exit 0
+fi
+work=$(mktemp -d /dev/shm/phos-gpu.XXXXXX)
+mnt=$work/mnt store=$work/store
+mkdir -p "$mnt"
+export PHOS_MOUNT=$mnt PHOS_SOCKET=$work/sock PHOS_LIBPHOS=$b/lib/libphos.so
+"$b/bin/phosfs" --socket "$PHOS_SOCKET" --store "$store" --criu "$b/bin/criu" -f "$mnt" 2>"$work/phosfs.log" &
+fs=$!
+cleanup() {
+	for p in $(cat "$work"/pids 2>/dev/null); do kill -9 "$p" 2>/dev/null; done
+	kill "$fs" 2>/dev/null
+	wait "$fs" 2>/dev/null
+	sed 's/^/# phosfs: /' "$work/phosfs.log" | tail -20
+	rm -rf "$work"
+}
+trap cleanup EXIT
+for _ in $(seq 50); do [ -e "$mnt/version" ] && break; sleep 0.1; done
+phos="$b/bin/phos"
+
+wait_line() { # FILE PATTERN SECONDS
+	for _ in $(seq $(($3 * 10))); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.1; done
+	return 1
+}
+gone() { for _ in $(seq 100); do kill -0 "$1" 2>/dev/null || return 0; sleep 0.1; done; return 1; }
+now() { date +%s.%N; }
+
+# 1. CUDA C, 16 GiB.
+# `phos run` stays the parent, so a killed process is reaped at once.
+start() { # FILE CMD...: runs CMD under phos, its pid in FILE
+	local f=$1
+	shift
+	"$phos" run -- "$@" >"$f" 2>/dev/null &
+	for _ in $(seq 50); do [ -s "$f" ] && break; sleep 0.1; done
+	cat "$f"
+}
+pid=$(start "$work/pid1" "$b/examples/counter" $((gib * 1024)))
+echo "$pid" >>"$work/pids"
+out=$store/run/$pid.out
+ok=0
+if wait_line "$out" "count 10" 300; then
+	t0=$(now)
+	"$phos" checkpoint "$pid" stop --name first >/dev/null &&
+		cp -r "$mnt/$pid/checkpoints/first" "$work/copy" &&
+		"$phos" checkpoint "$pid" stop --wait >/dev/null
+	t1=$(now)
+	grep -E 'stall|last job' "$mnt/$pid/status" | sed 's/^/# /'
+	kill -9 "$pid"
+	gone "$pid"
+	t2=$(now)
+	rpid=$("$phos" restore "$work/copy")
+	t3=$(now)
+	echo "# checkpoint+copy $(echo "$t1 - $t0" | bc) s; restore $(echo "$t3 - $t2" | bc) s; restored pid $rpid"
+	sleep 1
+	kill -USR1 "$pid"
+	if [ "$rpid" = "$pid" ] && wait_line "$out" "verify ok" 600; then ok=1; fi
+	grep -E 'verify|FAILED' "$out" | sed 's/^/# /'
+fi
+[ $ok = 1 ] && echo "ok 1 - a ${gib} GiB CUDA C program is checkpointed while copied, killed, restored from the copy, and its device memory is intact" ||
+	echo "not ok 1 - the ${gib} GiB CUDA C program did not come back intact"
+kill -9 "$pid" 2>/dev/null; gone "$pid"; rm -rf "$work/copy" "$store/$pid"
+
+# 2. PyTorch.
+if ! python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+	echo "ok 2 # skip no PyTorch with CUDA"
+else
+	plain=$(python3 "$src/examples/pytorch/train_mlp.py" --steps 120 2>&1)
+	pid=$(start "$work/pid2" python3 "$src/examples/pytorch/train_mlp.py" --steps 120 --sleep 0.05)
+	echo "$pid" >>"$work/pids"
+	out=$store/run/$pid.out
+	ok=0
+	if wait_line "$out" "^step 30 " 120; then
+		"$phos" checkpoint "$pid" stop --wait | sed 's/^/# /'
+		kill -9 "$pid"; gone "$pid"
+		rpid=$("$phos" restore "$mnt/$pid/checkpoints/latest")
+		wait_line "$out" "^step 119 " 120
+		# Every line, from before the kill and after the restore, is the
+		# uninterrupted run's line for that step.
+		bad=$(grep '^step' "$out" | sort -u | grep -vxF -f <(printf '%s\n' "$plain") | wc -l)
+		last=$(grep -c '^step' "$out")
+		echo "# restored $rpid; $last step lines, $bad differ from the uninterrupted run"
+		[ "$rpid" = "$pid" ] && [ "$bad" = 0 ] && grep -q '^step 119 ' "$out" && ok=1
+		grep -v '^step' "$out" "$store/run/$pid.err" 2>/dev/null | tail -5 | sed 's/^/# /'
+	fi
+	[ $ok = 1 ] && echo "ok 2 - a PyTorch training loop restored from a checkpoint continues with the losses of an uninterrupted run" ||
+		echo "not ok 2 - the PyTorch loop did not continue exactly"
+	kill -9 "$pid" 2>/dev/null; gone "$pid"; rm -rf "$store/$pid"
+fi
+
+# 3. Untraced.
+setsid "$b/examples/counter" 1024 </dev/null >>"$work/untraced.out" 2>&1 &
+pid=$!
+echo "$pid" >>"$work/pids"
+ok=0
+if wait_line "$work/untraced.out" "count 10" 120; then
+	"$phos" checkpoint "$pid" stop --wait | sed 's/^/# /'
+	grep traced "$mnt/$pid/status" | sed 's/^/# /'
+	kill -9 "$pid"; wait "$pid" 2>/dev/null
+	rpid=$("$phos" restore "$mnt/$pid/checkpoints/latest")
+	sleep 1
+	kill -USR1 "$pid"
+	[ "$rpid" = "$pid" ] && wait_line "$work/untraced.out" "verify ok" 120 && ok=1
+	grep -E 'verify|FAILED' "$work/untraced.out" | sed 's/^/# /'
+fi
+[ $ok = 1 ] && echo "ok 3 - an untraced CUDA process is checkpointed with stop and restored intact" ||
+	echo "not ok 3 - the untraced process did not come back"

@@ -1,0 +1,177 @@
+/*
+ * Bad input to ctl: 2,000 fuzzed writes to /<pid>/ctl and 500 to /ctl,
+ * mutations of valid commands and random bytes, each get EINVAL and a
+ * line in status; the process runs on and no checkpoint appears. A user
+ * who does not own the process can neither see /<pid> nor write its ctl.
+ */
+#include "phosfs_test.h"
+
+static const char *const seeds[] = {
+	"checkpoint stop name=a kill\n", "checkpoint cow\n", "checkpoint recopy name=x.y-z\n", "cancel\n",
+	"checkpoint\n", "restore /tmp eager\n",
+};
+static const char *const words[] = { "checkpoint", "cancel", "stop", "cow", "recopy", "kill", "name=", "name=.x",
+				     "name=latest", "restore", "\n", " ", "\t", "=", "\0", "\x7f", "checkpoint stop" };
+
+/* The grammar, written again from phosfs(8): whether a /<pid>/ctl write
+ * would be taken as a command (then the fuzzer does not send it). */
+static int valid(const char *s, size_t n)
+{
+	char b[4200];
+	if (n == 0 || n > 4096)
+		return 0;
+	memcpy(b, s, n);
+	if (b[n - 1] == '\n')
+		n--;
+	b[n] = 0;
+	for (size_t i = 0; i < n; i++)
+		if ((unsigned char)b[i] < 0x20 && b[i] != '\t')
+			return 0;
+		else if ((unsigned char)b[i] == 0x7f)
+			return 0;
+	char *w[16];
+	int k = 0;
+	for (char *sv, *t = strtok_r(b, " \t", &sv); t; t = strtok_r(NULL, " \t", &sv))
+		if (k < 16)
+			w[k++] = t;
+		else
+			return 0;
+	if (k > 8 || k == 0)
+		return 0;
+	if (!strcmp(w[0], "cancel"))
+		return 1; /* valid; with no job it also fails, but not as bad input */
+	if (strcmp(w[0], "checkpoint"))
+		return 0;
+	return 1; /* anything after "checkpoint" might be valid: not sent */
+}
+
+static size_t mutate(char *out, unsigned *seed)
+{
+	size_t n = 0;
+	int kind = rand_r(seed) % 3;
+	if (kind == 0) { /* random bytes */
+		n = (size_t)(rand_r(seed) % 64) + 1;
+		for (size_t i = 0; i < n; i++)
+			out[i] = (char)(rand_r(seed) % 256);
+		return n;
+	}
+	if (kind == 1) { /* words glued at random */
+		int m = rand_r(seed) % 10 + 1;
+		for (int i = 0; i < m; i++) {
+			const char *w = words[rand_r(seed) % (sizeof(words) / sizeof(words[0]))];
+			size_t l = strlen(w) ? strlen(w) : 1;
+			memcpy(out + n, w, l);
+			n += l;
+		}
+		return n;
+	}
+	const char *s = seeds[rand_r(seed) % (sizeof(seeds) / sizeof(seeds[0]))];
+	n = strlen(s);
+	memcpy(out, s, n);
+	int edits = rand_r(seed) % 4 + 1;
+	for (int i = 0; i < edits && n > 0; i++) {
+		size_t at = (size_t)rand_r(seed) % n;
+		switch (rand_r(seed) % 3) {
+		case 0: out[at] = (char)(rand_r(seed) % 256); break;
+		case 1: memmove(out + at, out + at + 1, n - at - 1), n--; break;
+		default: memmove(out + at + 1, out + at, n - at), out[at] = (char)(rand_r(seed) % 256), n++;
+		}
+	}
+	return n;
+}
+
+int main(void)
+{
+	rig r;
+	rig_require(&r);
+	plan(7);
+	if (rig_mount(&r, NULL))
+		bail("phosfs did not mount");
+	pid_t pid = rig_counter(&r, 8);
+	char out[160], ctl[160], status[160], dir[160], st[4096];
+	rig_out(&r, pid, out, sizeof(out));
+	snprintf(ctl, sizeof(ctl), "%s/%d/ctl", r.mnt, (int)pid);
+	snprintf(status, sizeof(status), "%s/%d/status", r.mnt, (int)pid);
+	snprintf(dir, sizeof(dir), "%s/%d", r.mnt, (int)pid);
+	if (!rig_line(out, "count 5", 20000, NULL, 0))
+		bail("the counter did not start");
+
+	unsigned seed = 12345;
+	int sent = 0, einval = 0, other = 0;
+	char buf[8192];
+	while (sent < 2000) {
+		size_t n = mutate(buf, &seed);
+		if (valid(buf, n))
+			continue;
+		int e = rig_ctl(ctl, buf, n);
+		sent++;
+		if (e == EINVAL)
+			einval++;
+		else if (other++ < 5)
+			diag("write of %zu bytes gave %s", n, strerror(e));
+	}
+	/* Oversized and empty writes. */
+	memset(buf, 'a', sizeof(buf));
+	int big = rig_ctl(ctl, buf, sizeof(buf)), empty = rig_ctl(ctl, "\n", 1);
+	ok(sent == 2000 && einval == 2000 && big == EINVAL && empty == EINVAL,
+	   "%d of %d fuzzed writes to /<pid>/ctl, an 8 KiB one and an empty one get EINVAL", einval, sent);
+	rig_read(status, st, sizeof(st));
+	ok(strstr(st, "error: bad command: ") != NULL, "status names the last bad command's error");
+
+	char rootctl[160];
+	snprintf(rootctl, sizeof(rootctl), "%s/ctl", r.mnt);
+	int rsent = 0, reinval = 0;
+	while (rsent < 500) {
+		size_t n = mutate(buf, &seed);
+		if (n >= 8 && !memcmp(buf, "restore ", 8))
+			continue; /* might name a directory */
+		rsent++;
+		reinval += rig_ctl(rootctl, buf, n) == EINVAL;
+	}
+	ok(reinval == 500, "%d of 500 fuzzed writes to /ctl get EINVAL", reinval);
+	ok(rig_ctl(rootctl, "restore relative/dir\n", 21) == EINVAL, "restore needs an absolute path");
+
+	long c0 = rig_count(out);
+	usleep(600000);
+	char ck[200];
+	snprintf(ck, sizeof(ck), "%s/%d/checkpoints", r.mnt, (int)pid);
+	DIR *d = opendir(ck);
+	int entries = 0;
+	for (struct dirent *de; d && (de = readdir(d));)
+		entries += de->d_name[0] != '.';
+	if (d)
+		closedir(d);
+	ok(rig_alive(pid) && rig_count(out) > c0 && entries == 0, "the process runs on and no checkpoint was made");
+
+	/* User nobody: no /<pid>, no ctl. */
+	pid_t c = fork();
+	if (c == 0) {
+		if (setgid(65534) || setuid(65534))
+			_exit(2);
+		struct stat sb;
+		int seen = stat(dir, &sb) == 0;
+		int fd = open(ctl, O_WRONLY);
+		int wrote = fd >= 0 && write(fd, "checkpoint stop\n", 16) > 0;
+		DIR *md = opendir(r.mnt);
+		char name[16];
+		snprintf(name, sizeof(name), "%d", (int)pid);
+		int listed = 0;
+		for (struct dirent *de; md && (de = readdir(md));)
+			listed |= !strcmp(de->d_name, name);
+		_exit(seen || wrote || listed ? 1 : 0);
+	}
+	int ws;
+	waitpid(c, &ws, 0);
+	ok(WIFEXITED(ws) && WEXITSTATUS(ws) == 0, "a non-owner can neither see nor list nor write /<pid>");
+	c = fork();
+	if (c == 0) {
+		if (setgid(65534) || setuid(65534))
+			_exit(2);
+		_exit(rig_ctl(rootctl, "restore /tmp\n", 13) == EACCES ? 0 : 1);
+	}
+	waitpid(c, &ws, 0);
+	ok(WIFEXITED(ws) && WEXITSTATUS(ws) == 0, "only root may write /ctl");
+	kill(pid, SIGKILL);
+	rig_cleanup(&r);
+	return done();
+}

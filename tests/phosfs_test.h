@@ -1,0 +1,242 @@
+/*
+ * A real phosfs on a temporary mount, with simcuda as its driver, and
+ * examples/counter started under it by `phos run`: for the end-to-end
+ * tests. The test process is a child subreaper, so that processes CRIU
+ * restores (and killed ones) are reaped here.
+ */
+#ifndef PHOS_PHOSFS_TEST_H
+#define PHOS_PHOSFS_TEST_H
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+
+#include "../image-format/phosimg.h"
+#include "tap.h"
+#include "testpath.h"
+
+typedef struct rig {
+	char dir[64], mnt[96], store[96], sock[96];
+	char phosfs[PATH_MAX], phos[PATH_MAX], counter[PATH_MAX], simcuda[PATH_MAX], libphos[PATH_MAX],
+		criu[PATH_MAX];
+	pid_t fs;
+} rig;
+
+/* Skips the whole test unless root, FUSE, CRIU and the programs are here. */
+static inline void rig_require(rig *r)
+{
+	memset(r, 0, sizeof(*r));
+	if (geteuid() != 0)
+		skip_all("needs root (FUSE and CRIU)");
+	if (access("/dev/fuse", R_OK | W_OK) != 0)
+		skip_all("no /dev/fuse");
+	snprintf(r->phosfs, sizeof(r->phosfs), "%s", test_path("PHOS_PHOSFS", "../phosfs/phosfs"));
+	snprintf(r->phos, sizeof(r->phos), "%s", test_path("PHOS_CLI", "../phos"));
+	snprintf(r->counter, sizeof(r->counter), "%s", test_path("PHOS_COUNTER", "../examples/counter"));
+	snprintf(r->simcuda, sizeof(r->simcuda), "%s", test_path("PHOS_SIMCUDA", "../simcuda"));
+	snprintf(r->libphos, sizeof(r->libphos), "%s", test_path("PHOS_LIBPHOS", "../libphos.so"));
+	snprintf(r->criu, sizeof(r->criu), "%s", test_path("PHOS_CRIU", "../../deps/criu/sbin/criu"));
+	if (access(r->criu, X_OK) != 0)
+		skip_all("no CRIU (make deps)");
+	if (access(r->phosfs, X_OK) || access(r->phos, X_OK) || access(r->counter, X_OK))
+		skip_all("phosfs, phos or examples/counter not built");
+	prctl(PR_SET_CHILD_SUBREAPER, 1);
+	snprintf(r->dir, sizeof(r->dir), "/tmp/phos-fs.XXXXXX");
+	if (!mkdtemp(r->dir))
+		bail("mkdtemp: %s", strerror(errno));
+	snprintf(r->mnt, sizeof(r->mnt), "%s/mnt", r->dir);
+	snprintf(r->store, sizeof(r->store), "%s/store", r->dir);
+	snprintf(r->sock, sizeof(r->sock), "%s/sock", r->dir);
+	mkdir(r->mnt, 0755);
+	setenv("PHOS_MOUNT", r->mnt, 1);
+	setenv("PHOS_SOCKET", r->sock, 1);
+	setenv("PHOS_LIBPHOS", r->libphos, 1);
+	setenv("LD_LIBRARY_PATH", r->simcuda, 1);
+	/* ASan builds: the tracer is preloaded ahead of the runtime. */
+	setenv("ASAN_OPTIONS", "verify_asan_link_order=0:detect_leaks=0", 1);
+}
+
+static inline int rig_exists(const char *path, int ms)
+{
+	for (int i = 0; i <= ms / 20; i++) {
+		if (access(path, F_OK) == 0)
+			return 1;
+		usleep(20000);
+	}
+	return 0;
+}
+
+/* Reaps whatever ended among our children (and adopted processes). */
+static inline void rig_reap(void)
+{
+	while (waitpid(-1, NULL, WNOHANG) > 0)
+		;
+}
+
+static inline int rig_alive(pid_t pid)
+{
+	rig_reap();
+	return kill(pid, 0) == 0;
+}
+
+/* Mounts phosfs with the store at store (NULL: the rig's). */
+static inline int rig_mount(rig *r, const char *store)
+{
+	char log[128];
+	snprintf(log, sizeof(log), "%s/phosfs.log", r->dir);
+	r->fs = fork();
+	if (r->fs == 0) {
+		int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+		dup2(fd, 2);
+		execl(r->phosfs, "phosfs", "--socket", r->sock, "--store", store ? store : r->store, "--criu", r->criu,
+		      "-f", r->mnt, (char *)NULL);
+		_exit(127);
+	}
+	char v[128];
+	snprintf(v, sizeof(v), "%s/version", r->mnt);
+	return rig_exists(v, 5000) ? 0 : -1;
+}
+
+/* Stops phosfs: with SIGTERM, or with SIGKILL (then the dead mount is
+ * taken away). */
+static inline void rig_unmount(rig *r, int sig)
+{
+	if (r->fs > 0) {
+		kill(r->fs, sig);
+		waitpid(r->fs, NULL, 0);
+		r->fs = 0;
+	}
+	if (sig == SIGKILL)
+		umount2(r->mnt, MNT_DETACH);
+}
+
+static inline void rig_cleanup(rig *r)
+{
+	rig_unmount(r, SIGTERM);
+	char cmd[160];
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", r->dir);
+	if (system(cmd) != 0)
+		diag("could not remove %s", r->dir);
+}
+
+/* Starts examples/counter MIB under `phos run`; returns its pid. */
+static inline pid_t rig_counter(rig *r, int mib)
+{
+	int p[2];
+	if (pipe(p))
+		return -1;
+	pid_t c = fork();
+	if (c == 0) {
+		close(p[0]);
+		dup2(p[1], 1);
+		int nul = open("/dev/null", O_WRONLY);
+		dup2(nul, 2);
+		char arg[16];
+		snprintf(arg, sizeof(arg), "%d", mib);
+		execl(r->phos, "phos", "run", "--", r->counter, arg, (char *)NULL);
+		_exit(127);
+	}
+	close(p[1]);
+	char buf[32] = "";
+	ssize_t n = read(p[0], buf, sizeof(buf) - 1);
+	close(p[0]);
+	return n > 0 ? (pid_t)atoi(buf) : -1;
+}
+
+/* Path of a process's output file in the store. */
+static inline void rig_out(rig *r, pid_t pid, char *out, size_t len)
+{
+	snprintf(out, len, "%s/run/%d.out", r->store, (int)pid);
+}
+
+/* Waits up to ms for a line of file to start with prefix; copies the
+ * last such line into line. */
+static inline int rig_line(const char *file, const char *prefix, int ms, char *line, size_t len)
+{
+	for (int i = 0; i <= ms / 50; i++) {
+		FILE *f = fopen(file, "r");
+		char l[256];
+		int found = 0;
+		while (f && fgets(l, sizeof(l), f))
+			if (!strncmp(l, prefix, strlen(prefix))) {
+				found = 1;
+				if (line)
+					snprintf(line, len, "%.*s", (int)strcspn(l, "\n"), l);
+			}
+		if (f)
+			fclose(f);
+		if (found)
+			return 1;
+		usleep(50000);
+	}
+	return 0;
+}
+
+/* The number of "count N" lines' last N in file (0 if none). */
+static inline long rig_count(const char *file)
+{
+	char l[256] = "";
+	if (!rig_line(file, "count ", 0, l, sizeof(l)))
+		return 0;
+	return atol(l + 6);
+}
+
+/* Writes cmd to a ctl file; returns 0 or the errno. */
+static inline int rig_ctl(const char *path, const char *cmd, size_t len)
+{
+	int fd = open(path, O_WRONLY);
+	if (fd < 0)
+		return errno;
+	ssize_t n = write(fd, cmd, len);
+	int e = n < 0 ? errno : 0;
+	close(fd);
+	return e;
+}
+
+/* Reads a file of the mount into buf. */
+static inline char *rig_read(const char *path, char *buf, size_t len)
+{
+	int fd = open(path, O_RDONLY);
+	if (fd < 0)
+		return NULL;
+	ssize_t n = read(fd, buf, len - 1);
+	close(fd);
+	buf[n > 0 ? n : 0] = 0;
+	return n >= 0 ? buf : NULL;
+}
+
+/* Waits until the process's job ends; returns status's "last job" line. */
+static inline int rig_job_done(rig *r, pid_t pid, int ms, char *last, size_t len)
+{
+	char path[160], st[4096];
+	snprintf(path, sizeof(path), "%s/%d/status", r->mnt, (int)pid);
+	for (int i = 0; i <= ms / 50; i++) {
+		if (rig_read(path, st, sizeof(st)) && strstr(st, "job: none\n")) {
+			char *l = strstr(st, "last job: ");
+			snprintf(last, len, "%.*s", l ? (int)strcspn(l, "\n") : 0, l ? l : "");
+			return 1;
+		}
+		usleep(50000);
+	}
+	return 0;
+}
+
+/* Whether the image at path opens and verifies. */
+static inline int rig_verify(const char *path)
+{
+	phosimg *img;
+	if (phosimg_open(path, &img))
+		return 0;
+	int e = phosimg_verify(img);
+	phosimg_close(img);
+	return e == 0;
+}
+
+#endif
