@@ -23,7 +23,7 @@
 #include "testpath.h"
 
 typedef struct rig {
-	char dir[64], mnt[96], store[96], sock[96];
+	char dir[64], mnt[96], store[128], sock[96];
 	char phosfs[PATH_MAX], phos[PATH_MAX], counter[PATH_MAX], simcuda[PATH_MAX], libphos[PATH_MAX],
 		criu[PATH_MAX];
 	pid_t fs;
@@ -186,6 +186,17 @@ static inline long rig_count(const char *file)
 	if (!rig_line(file, "count ", 0, l, sizeof(l)))
 		return 0;
 	return atol(l + 6);
+}
+
+/* Whether the counter's output goes past count c0 within ms. */
+static inline int rig_counts_past(const char *file, long c0, int ms)
+{
+	for (int i = 0; i <= ms / 100; i++) {
+		if (rig_count(file) > c0)
+			return 1;
+		usleep(100000);
+	}
+	return 0;
 }
 
 /* Writes cmd to a ctl file; returns 0 or the errno. */

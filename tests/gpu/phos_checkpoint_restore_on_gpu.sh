@@ -66,7 +66,7 @@ if wait_line "$out" "count 10" 300; then
 	t2=$(now)
 	rpid=$("$phos" restore "$work/copy")
 	t3=$(now)
-	echo "# checkpoint+copy $(echo "$t1 - $t0" | bc) s; restore $(echo "$t3 - $t2" | bc) s; restored pid $rpid"
+	echo "# checkpoint+copy $(awk "BEGIN{print $t1 - $t0}") s; restore $(awk "BEGIN{print $t3 - $t2}") s; restored pid $rpid"
 	sleep 1
 	kill -USR1 "$pid"
 	if [ "$rpid" = "$pid" ] && wait_line "$out" "verify ok" 600; then ok=1; fi
