@@ -38,7 +38,7 @@ HAVE_NVCC := $(shell test -x $(NVCC) && echo 1)
 # Hopper machine code, plus PTX for anything newer.
 NVCC_ARCH := -gencode=arch=compute_90,code=sm_90 -gencode=arch=compute_90,code=compute_90
 
-.PHONY: all check deps install gpu-bundle check-gpu bench clean
+.PHONY: all check deps install gpu-bundle check-gpu bench clean demo
 .DELETE_ON_ERROR:
 
 all: simcuda image-format tracer phosfs examples tests bench
@@ -86,7 +86,7 @@ phosfs: $(PHOSFS) $(PHOS_CLI)
 
 $(BUILD)/phosfs/%.o: phosfs/%.c $(wildcard phosfs/*.h) $(ENGINE_H)
 	@mkdir -p $(@D)
-	$(CC) $(CPPFLAGS) $(FUSE_CFLAGS) $(XCFLAGS) $(CFLAGS) -c -o $@ $<
+	$(CC) $(CPPFLAGS) -DPHOS_LIBEXEC='"$(PREFIX)/libexec/phos"' $(FUSE_CFLAGS) $(XCFLAGS) $(CFLAGS) -c -o $@ $<
 
 # engine/ and restore/ run inside phosfs (and its job processes).
 $(BUILD)/engine/%.o $(BUILD)/restore/%.o: $(ENGINE_H)
@@ -212,6 +212,11 @@ TEST_ENV := PHOS_CRIU=$(abspath $(CRIU)) PHOS_KERNELS=$(abspath $(BUILD)/kernels
 check: all
 	$(TEST_ENV) $(PROVE) $(PROVE_FLAGS) $(TEST_BIN)
 
+# Mounts phosfs on a temporary directory, runs examples/counter (on the GPU
+# if there is one, else on simcuda), checkpoints, kills and restores it.
+demo: all
+	$(TEST_ENV) bash examples/demo.sh
+
 # ---- dependencies, install ----------------------------------------------------
 
 deps:
@@ -221,7 +226,7 @@ install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include/phos \
 		$(DESTDIR)$(PREFIX)/libexec/phos $(DESTDIR)$(PREFIX)/share/doc/phos \
 		$(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/man/man3 $(DESTDIR)$(PREFIX)/share/man/man5 \
-		$(DESTDIR)$(PREFIX)/share/man/man8 $(DESTDIR)$(PREFIX)/sbin
+		$(DESTDIR)$(PREFIX)/share/man/man7 $(DESTDIR)$(PREFIX)/share/man/man8 $(DESTDIR)$(PREFIX)/sbin
 	install -m 0755 $(PHOS_IMAGE) $(DESTDIR)$(PREFIX)/bin/phos-image
 	install -m 0644 $(LIBPHOSIMG) $(DESTDIR)$(PREFIX)/lib/libphosimg.a
 	install -m 0644 image-format/phosimg.h $(DESTDIR)$(PREFIX)/include/phos/phosimg.h
@@ -230,9 +235,13 @@ install: all
 	install -m 0644 man/*.1 $(DESTDIR)$(PREFIX)/share/man/man1/
 	install -m 0644 man/*.3 $(DESTDIR)$(PREFIX)/share/man/man3/
 	install -m 0644 man/*.5 $(DESTDIR)$(PREFIX)/share/man/man5/
+	install -m 0644 man/*.7 $(DESTDIR)$(PREFIX)/share/man/man7/
 	install -m 0644 man/*.8 $(DESTDIR)$(PREFIX)/share/man/man8/
 	install -m 0755 $(PHOSFS) $(DESTDIR)$(PREFIX)/sbin/phosfs
 	install -m 0755 $(PHOS_CLI) $(DESTDIR)$(PREFIX)/bin/phos
+	install -d $(DESTDIR)$(PREFIX)/share/phos
+	install -m 0755 examples/cron/phos-checkpoint-all examples/rsync-backup.sh $(DESTDIR)$(PREFIX)/share/phos/
+	install -m 0644 examples/cron/phos.cron examples/systemd/phosfs.service $(DESTDIR)$(PREFIX)/share/phos/
 	test ! -x $(CRIU) || install -m 0755 $(CRIU) $(DESTDIR)$(PREFIX)/libexec/phos/criu
 	install -m 0644 README.md image-format/FORMAT.md $(DESTDIR)$(PREFIX)/share/doc/phos/
 

@@ -26,6 +26,10 @@
 
 #include "phosfs.h"
 
+#ifndef PHOS_LIBEXEC
+#define PHOS_LIBEXEC "/usr/local/libexec/phos"
+#endif
+
 const char *phosfs_store;
 const char *phosfs_criu;
 const char *phosfs_self;
@@ -77,7 +81,10 @@ int main(int argc, char **argv)
 	const char *sock = wire_socket_path();
 	const char *store = "/var/lib/phos";
 	static char store_abs[PATH_MAX], self[PATH_MAX];
-	phosfs_criu = getenv("PHOS_CRIU") && *getenv("PHOS_CRIU") ? getenv("PHOS_CRIU") : "criu";
+	/* The CRIU phos installs, else the one on the PATH. */
+	phosfs_criu = getenv("PHOS_CRIU") && *getenv("PHOS_CRIU")	   ? getenv("PHOS_CRIU")
+		      : access(PHOS_LIBEXEC "/criu", X_OK) == 0 ? PHOS_LIBEXEC "/criu"
+								 : "criu";
 	char **argl = calloc((size_t)argc + 4, sizeof(*argl));
 	int n = 0;
 	if (!argl)
