@@ -73,6 +73,34 @@ int wire_connect_resume(pid_t pid)
 	return fd;
 }
 
+int wire_accept_hello(int lfd, int timeout_ms, pid_t *peer, wire_hello *hello, int *state_fd)
+{
+	*state_fd = -1;
+	int c = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+	if (c < 0)
+		return -errno;
+	/* SO_PEERCRED: who is at the other end, whatever the HELLO says. */
+	struct ucred cred;
+	socklen_t cl = sizeof(cred);
+	wire_header h;
+	int fds[WIRE_MAX_FDS], nfds = 0;
+	struct pollfd pf = { c, POLLIN, 0 };
+	if (getsockopt(c, SOL_SOCKET, SO_PEERCRED, &cred, &cl) != 0 || poll(&pf, 1, timeout_ms) != 1 ||
+	    wire_recv(c, &h, hello, sizeof(*hello), fds, &nfds) != 0 || h.type != WIRE_HELLO ||
+	    h.length != sizeof(*hello) || hello->pid != cred.pid) {
+		for (int i = 0; i < nfds; i++)
+			close(fds[i]);
+		close(c);
+		return -EPROTO;
+	}
+	for (int i = 1; i < nfds; i++)
+		close(fds[i]);
+	if (nfds)
+		*state_fd = fds[0];
+	*peer = cred.pid;
+	return c;
+}
+
 int wire_send(int sock, uint16_t type, const void *payload, uint32_t length, uint32_t count, const int *fds,
 	      int nfds)
 {

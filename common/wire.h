@@ -136,6 +136,13 @@ int wire_connect(const char *path);
  * there first, and to the main socket only if nobody listens. Return an
  * fd or a negative errno (-EADDRINUSE: another job holds it). */
 int wire_listen_resume(pid_t pid);
+
+/* Accepts a connection on lfd and reads its HELLO (within timeout_ms),
+ * checking that the pid it claims is the peer's (SO_PEERCRED). Returns
+ * the connection, with the peer in *peer and the state table's fd (or -1)
+ * in *state_fd for the caller to close; -EPROTO (no valid HELLO: the
+ * connection is closed) or accept's errno. */
+int wire_accept_hello(int lfd, int timeout_ms, pid_t *peer, wire_hello *hello, int *state_fd);
 int wire_connect_resume(pid_t pid);
 
 #endif

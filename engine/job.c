@@ -50,21 +50,15 @@ static int rv_await(void *arg, pid_t pid, int timeout_ms, int *conn)
 				continue;
 			return -errno;
 		}
-		int c = accept4(r->lfd, NULL, NULL, SOCK_CLOEXEC);
+		pid_t peer;
+		wire_hello hello;
+		int sfd;
+		int c = wire_accept_hello(r->lfd, 2000, &peer, &hello, &sfd);
 		if (c < 0)
 			continue;
-		struct ucred cred;
-		socklen_t cl = sizeof(cred);
-		wire_header h;
-		wire_hello hello;
-		int fds[WIRE_MAX_FDS], nfds = 0;
-		struct pollfd pc = { c, POLLIN, 0 };
-		bool good = getsockopt(c, SOL_SOCKET, SO_PEERCRED, &cred, &cl) == 0 && cred.pid == pid &&
-			    poll(&pc, 1, 2000) == 1 && wire_recv(c, &h, &hello, sizeof(hello), fds, &nfds) == 0 &&
-			    h.type == WIRE_HELLO && h.length == sizeof(hello) && (hello.flags & WIRE_HELLO_RESUME);
-		for (int i = 0; i < nfds; i++)
-			close(fds[i]);
-		if (!good) {
+		if (sfd >= 0)
+			close(sfd);
+		if (peer != pid || !(hello.flags & WIRE_HELLO_RESUME)) {
 			close(c);
 			continue;
 		}

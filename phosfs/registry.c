@@ -47,40 +47,29 @@ static void proc_free(proc *p)
 /* Takes a new connection: its HELLO makes (or renews) a process. */
 static void accept_one(void)
 {
-	int c = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC);
+	pid_t peer;
+	wire_hello hello;
+	int sfd;
+	int c = wire_accept_hello(listen_fd, 2000, &peer, &hello, &sfd);
 	if (c < 0)
 		return;
-	/* SO_PEERCRED: who is at the other end, whatever the HELLO says. */
-	struct ucred cred;
-	socklen_t cl = sizeof(cred);
-	wire_header h;
-	wire_hello hello;
-	int fds[WIRE_MAX_FDS], nfds = 0;
-	struct pollfd pf = { c, POLLIN, 0 };
-	if (getsockopt(c, SOL_SOCKET, SO_PEERCRED, &cred, &cl) != 0 || poll(&pf, 1, 2000) != 1 ||
-	    wire_recv(c, &h, &hello, sizeof(hello), fds, &nfds) != 0 || h.type != WIRE_HELLO ||
-	    h.length != sizeof(hello) || hello.pid != cred.pid) {
-		for (int i = 0; i < nfds; i++)
-			close(fds[i]);
-		close(c);
-		return;
-	}
 	proc *p = calloc(1, sizeof(*p));
 	if (!p) {
+		if (sfd >= 0)
+			close(sfd);
 		close(c);
 		return;
 	}
-	p->pid = cred.pid;
-	p->uid = owner_of(cred.pid);
+	p->pid = peer;
+	p->uid = owner_of(peer);
 	p->hello = hello;
 	p->conn = c;
 	pthread_mutex_init(&p->lock, NULL);
-	if (nfds == 1) {
-		void *m = mmap(NULL, STATE_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fds[0], 0);
+	if (sfd >= 0) {
+		void *m = mmap(NULL, STATE_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, sfd, 0);
 		p->table = m == MAP_FAILED ? NULL : m;
+		close(sfd);
 	}
-	for (int i = 0; i < nfds; i++)
-		close(fds[i]);
 	p->refs = 1;
 	pthread_mutex_lock(&lock);
 	/* A process that connects again replaces its old entry. */
