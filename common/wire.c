@@ -1,5 +1,6 @@
 /* The tracer <-> phosfs wire protocol (wire.h). */
 #include <errno.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <poll.h>
@@ -17,21 +18,29 @@ const char *wire_socket_path(void)
 	return p && *p ? p : WIRE_SOCKET_DEFAULT;
 }
 
+/* A SEQPACKET socket connected to, or (listening) bound to, address a. */
+static int socket_at(const struct sockaddr_un *a, socklen_t len, bool listening)
+{
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	int r = listening ? bind(fd, (const struct sockaddr *)a, len) || listen(fd, 4)
+			  : connect(fd, (const struct sockaddr *)a, len);
+	if (r != 0) {
+		int e = -errno;
+		close(fd);
+		return e;
+	}
+	return fd;
+}
+
 int wire_connect(const char *path)
 {
 	struct sockaddr_un a = { .sun_family = AF_UNIX };
 	if (strlen(path) >= sizeof(a.sun_path))
 		return -ENAMETOOLONG;
 	strcpy(a.sun_path, path);
-	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		return -errno;
-	if (connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0) {
-		int e = -errno;
-		close(fd);
-		return e;
-	}
-	return fd;
+	return socket_at(&a, sizeof(a), false);
 }
 
 /* The abstract address "phos-resume.<pid>". */
@@ -47,30 +56,14 @@ int wire_listen_resume(pid_t pid)
 {
 	struct sockaddr_un a;
 	socklen_t len = resume_addr(pid, &a);
-	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		return -errno;
-	if (bind(fd, (struct sockaddr *)&a, len) != 0 || listen(fd, 4) != 0) {
-		int e = -errno;
-		close(fd);
-		return e;
-	}
-	return fd;
+	return socket_at(&a, len, true);
 }
 
 int wire_connect_resume(pid_t pid)
 {
 	struct sockaddr_un a;
 	socklen_t len = resume_addr(pid, &a);
-	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		return -errno;
-	if (connect(fd, (struct sockaddr *)&a, len) != 0) {
-		int e = -errno;
-		close(fd);
-		return e;
-	}
-	return fd;
+	return socket_at(&a, len, false);
 }
 
 int wire_accept_hello(int lfd, int timeout_ms, pid_t *peer, wire_hello *hello, int *state_fd)

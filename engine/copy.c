@@ -104,16 +104,25 @@ static uint64_t chunks_of(uint64_t size)
 	return (size + ENGINE_CHUNK - 1) / ENGINE_CHUNK;
 }
 
-/* Writes the chunk in slot i into the image. */
-static int drain(staging *s, int i, phosimg_writer *w, engine_progress *prog, char *err, size_t errlen)
+/* Waits for slot i's copy, if one is in flight. */
+static int settle(staging *s, int i, const char *what, char *err, size_t errlen)
 {
 	if (!s->busy[i])
 		return 0;
 	s->busy[i] = false;
 	CUresult r = cu.cuStreamSynchronize(s->stream[i]);
-	if (r)
-		return driver_fail(r, err, errlen, "copying device memory to the host");
-	int e = phosimg_writer_put(w, s->obj[i], s->off[i], s->buf[i], s->len[i]);
+	return r ? driver_fail(r, err, errlen, what) : 0;
+}
+
+/* Writes the chunk in slot i into the image. */
+static int drain(staging *s, int i, phosimg_writer *w, engine_progress *prog, char *err, size_t errlen)
+{
+	if (!s->busy[i])
+		return 0;
+	int e = settle(s, i, "copying device memory to the host", err, errlen);
+	if (e)
+		return e;
+	e = phosimg_writer_put(w, s->obj[i], s->off[i], s->buf[i], s->len[i]);
 	if (e)
 		return engine_fail(e, err, errlen, "writing the image: %s",
 				   *phosimg_last_error() ? phosimg_last_error() : strerror(-e));
@@ -231,12 +240,7 @@ int engine_copy_in(phosimg *img, engine_parked *out, engine_progress *prog, char
 			e = create(&m, o->size, (int)o->device, err, errlen);
 		for (uint64_t c = 0; c < chunks_of(o->size) && !e; c++, slot++) {
 			int i = (int)(slot % NSTAGE);
-			if (s.busy[i]) {
-				CUresult r = cu.cuStreamSynchronize(s.stream[i]);
-				if (r)
-					e = driver_fail(r, err, errlen, "copying the image to the device");
-				s.busy[i] = false;
-			}
+			e = settle(&s, i, "copying the image to the device", err, errlen);
 			uint64_t off = c * ENGINE_CHUNK;
 			size_t len = o->size - off < ENGINE_CHUNK ? (size_t)(o->size - off) : ENGINE_CHUNK;
 			if (!e) {
@@ -255,12 +259,8 @@ int engine_copy_in(phosimg *img, engine_parked *out, engine_progress *prog, char
 				atomic_fetch_add(&prog->done, len);
 		}
 		for (int i = 0; i < NSTAGE; i++) {
-			if (s.busy[i]) {
-				CUresult r = cu.cuStreamSynchronize(s.stream[i]);
-				if (r && !e)
-					e = driver_fail(r, err, errlen, "copying the image to the device");
-				s.busy[i] = false;
-			}
+			int se = settle(&s, i, "copying the image to the device", e ? NULL : err, errlen);
+			e = e ? e : se;
 		}
 		int fd = -1;
 		if (!e) {

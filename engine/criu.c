@@ -76,9 +76,8 @@ static bool session_leader(pid_t pid)
 int criu_dump(const char *criu, pid_t pid, const char *dir, bool kill, const char *log, char *err,
 	      size_t errlen)
 {
-	char spid[16], slog[4096 + 8];
+	char spid[16];
 	snprintf(spid, sizeof(spid), "%d", (int)pid);
-	snprintf(slog, sizeof(slog), "%s", log);
 	char *argv[16];
 	int n = 0;
 	argv[n++] = (char *)criu;
@@ -88,7 +87,7 @@ int criu_dump(const char *criu, pid_t pid, const char *dir, bool kill, const cha
 	argv[n++] = "-D";
 	argv[n++] = (char *)dir;
 	argv[n++] = "-o";
-	argv[n++] = slog;
+	argv[n++] = (char *)log;
 	argv[n++] = "-v2";
 	if (!kill)
 		argv[n++] = "--leave-running";
@@ -100,8 +99,6 @@ int criu_dump(const char *criu, pid_t pid, const char *dir, bool kill, const cha
 
 int criu_restore(const char *criu, const char *dir, const char *log, char *err, size_t errlen)
 {
-	char slog[4096 + 8];
-	snprintf(slog, sizeof(slog), "%s", log);
-	char *argv[] = { (char *)criu, "restore", "-D", (char *)dir, "-o", slog, "-v2", "-d", "--shell-job", NULL };
+	char *argv[] = { (char *)criu, "restore", "-D", (char *)dir, "-o", (char *)log, "-v2", "-d", "--shell-job", NULL };
 	return run(criu, argv, log, "restore", err, errlen);
 }

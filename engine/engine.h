@@ -169,6 +169,9 @@ typedef struct engine_shared {
  * Returns the exit status. */
 int engine_job_main(int argc, char **argv);
 
+/* Whether pid exists (a zombie included). */
+bool engine_alive(pid_t pid);
+
 /* Formats an error message into err; returns e. */
 int engine_fail(int e, char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 

@@ -95,7 +95,7 @@ static void set_latest(const char *image)
 	snprintf(tmp, sizeof(tmp), "%s/.latest.%d", slash ? dir : ".", (int)getpid());
 	snprintf(latest, sizeof(latest), "%s/latest", slash ? dir : ".");
 	unlink(tmp);
-	if (symlink(slash ? image + (name - dir) : name, tmp) == 0 && rename(tmp, latest) != 0)
+	if (symlink(name, tmp) == 0 && rename(tmp, latest) != 0)
 		unlink(tmp);
 	free(dir);
 }

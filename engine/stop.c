@@ -72,7 +72,7 @@ static int describe(pid_t pid, phosimg_meta *m, char **cmdline)
 	return 0;
 }
 
-static bool alive(pid_t pid)
+bool engine_alive(pid_t pid)
 {
 	return kill(pid, 0) == 0 || errno == EPERM;
 }
@@ -141,7 +141,7 @@ int engine_stop(const engine_stop_args *a, char *err, size_t errlen)
 	/* Bring a live process back, whatever happened above. */
 	char err2[ENGINE_ERR_MAX] = "";
 	int e2 = 0;
-	bool running = alive(a->pid) && !(dumped && a->kill);
+	bool running = engine_alive(a->pid) && !(dumped && a->kill);
 	if (running && locked) {
 		atomic_store(&prog->step, STEP_UNLOCK);
 		if (checkpointed)

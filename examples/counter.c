@@ -63,15 +63,23 @@ static int expected_page_head(uint64_t p, uint64_t pages, uint64_t count, uint8_
 	return 1;
 }
 
-static int verify(CUdeviceptr data, uint64_t bytes, CUdeviceptr ctr, uint64_t count)
+/* Whether the device counter equals the count kept in host memory;
+ * says so with prefix where it does not. */
+static int counter_matches(CUdeviceptr ctr, uint64_t count, const char *prefix)
 {
 	uint64_t dev = 0;
 	check(cuMemcpyDtoH(&dev, ctr, 8), "reading the counter");
-	if (dev != count) {
-		printf("verify FAILED: device counter %llu, host count %llu\n", (unsigned long long)dev,
-		       (unsigned long long)count);
+	if (dev == count)
 		return 1;
-	}
+	printf("%s: device counter %llu, host count %llu\n", prefix, (unsigned long long)dev,
+	       (unsigned long long)count);
+	return 0;
+}
+
+static int verify(CUdeviceptr data, uint64_t bytes, CUdeviceptr ctr, uint64_t count)
+{
+	if (!counter_matches(ctr, count, "verify FAILED"))
+		return 1;
 	uint64_t pages = bytes / PAGE;
 	static uint8_t buf[1 << 20];
 	for (uint64_t at = 0; at < bytes; at += sizeof(buf)) {
@@ -126,13 +134,8 @@ int main(int argc, char **argv)
 	check(cuMemcpyHtoD(ctr, &count, 8), "setting the counter");
 	printf("counter: %llu MiB of device memory ready\n", (unsigned long long)mib);
 	for (;;) {
-		uint64_t dev_count = 0;
-		check(cuMemcpyDtoH(&dev_count, ctr, 8), "reading the counter");
-		if (dev_count != count) {
-			printf("FAILED: device counter %llu, host count %llu\n", (unsigned long long)dev_count,
-			       (unsigned long long)count);
+		if (!counter_matches(ctr, count, "FAILED"))
 			return 1;
-		}
 		uint64_t next = count + 1;
 		check(cuMemcpyHtoD(data + (count % pages) * PAGE, &next, 8), "writing a page");
 		check(cuMemcpyHtoD(ctr, &next, 8), "writing the counter");

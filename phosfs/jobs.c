@@ -30,7 +30,7 @@ static pthread_mutex_t targets_lock = PTHREAD_MUTEX_INITIALIZER;
 static target *targets;
 static target root_target = { .lock = PTHREAD_MUTEX_INITIALIZER, .done = PTHREAD_COND_INITIALIZER };
 
-static uid_t owner_of(pid_t pid)
+uid_t pid_owner(pid_t pid)
 {
 	char path[PATH_MAX];
 	struct stat st;
@@ -56,7 +56,7 @@ target *target_get(pid_t pid, bool create)
 		t = calloc(1, sizeof(*t));
 		if (t) {
 			t->pid = pid;
-			t->uid = owner_of(pid);
+			t->uid = pid_owner(pid);
 			pthread_mutex_init(&t->lock, NULL);
 			pthread_cond_init(&t->done, NULL);
 			t->next = targets;
@@ -219,7 +219,6 @@ static void finish_job(target *t, spawn *s, bool checkpoint)
 	if (!t->result && checkpoint)
 		snprintf(t->last, sizeof(t->last), "%s", t->name);
 	t->last_stall_ns = atomic_load(&sh->prog.stall_ns);
-	t->last_step = atomic_load(&sh->prog.step);
 	t->restored = atomic_load(&sh->pid);
 	if (t->result)
 		syslog(LOG_WARNING, "%s", t->error);
@@ -270,9 +269,9 @@ int job_checkpoint(target *t, const ctl_cmd *c, char *err, size_t errlen)
 		pthread_mutex_unlock(&t->lock);
 		return engine_fail(e, err, errlen, "cannot make %s: %s", dir, strerror(-e));
 	}
-	if (t->uid != (uid_t)-1 && chown(dir, t->uid, (gid_t)-1) != 0) {
-		/* Only for showing the owner after the process is gone. */
-	}
+	/* Only for showing the owner after the process is gone. */
+	if (t->uid != (uid_t)-1)
+		(void)!chown(dir, t->uid, (gid_t)-1);
 	char name[CTL_NAME_MAX + 1];
 	if (*c->name)
 		snprintf(name, sizeof(name), "%s", c->name);
@@ -322,7 +321,6 @@ int job_checkpoint(target *t, const ctl_cmd *c, char *err, size_t errlen)
 	t->busy = true;
 	t->kind = CTL_CHECKPOINT;
 	t->sh = w->s.sh;
-	t->job_pid = w->s.child;
 	t->result = 0;
 	t->error[0] = 0;
 	t->traced = conn >= 0;
@@ -390,10 +388,9 @@ int job_restore(const ctl_cmd *c, pid_t *pid, char *err, size_t errlen)
 	target *t = !e && *pid > 0 ? target_get(*pid, true) : NULL;
 	if (t) {
 		pthread_mutex_lock(&t->lock);
-		t->uid = owner_of(*pid);
+		t->uid = pid_owner(*pid);
 		t->error[0] = 0;
 		snprintf(t->job, sizeof(t->job), "restore %.80s", c->dir);
-		t->last_step = STEP_DONE;
 		t->result = 0;
 		pthread_mutex_unlock(&t->lock);
 	}

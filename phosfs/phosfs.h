@@ -70,9 +70,7 @@ typedef struct target {
 	char job[160];              /* the job, as status shows it */
 	char name[CTL_NAME_MAX + 1];/* the checkpoint being written */
 	engine_shared *sh;          /* the running job's progress */
-	pid_t job_pid;
 	int result;                 /* of the last job */
-	int last_step;
 	pid_t restored;             /* the pid a restore brought back */
 	uint64_t last_stall_ns;
 	char last[CTL_NAME_MAX + 1];/* the last checkpoint this phosfs made */
@@ -81,6 +79,9 @@ typedef struct target {
 } target;
 
 /* jobs.c */
+/* The owner of pid: of the live process, else of its store directory;
+ * (uid_t)-1 if neither exists. */
+uid_t pid_owner(pid_t pid);
 target *target_get(pid_t pid, bool create);
 target *target_root(void);
 int target_pids(pid_t **out, size_t *n);

@@ -26,14 +26,6 @@ static int stop_pipe[2] = { -1, -1 };
 static pthread_t thread;
 static char sock_path[108];
 
-static uid_t owner_of(pid_t pid)
-{
-	char path[64];
-	struct stat st;
-	snprintf(path, sizeof(path), "/proc/%d", (int)pid);
-	return stat(path, &st) == 0 ? st.st_uid : (uid_t)-1;
-}
-
 static void proc_free(proc *p)
 {
 	if (p->table)
@@ -61,7 +53,7 @@ static void accept_one(void)
 		return;
 	}
 	p->pid = peer;
-	p->uid = owner_of(peer);
+	p->uid = pid_owner(peer);
 	p->hello = hello;
 	p->conn = c;
 	pthread_mutex_init(&p->lock, NULL);

@@ -32,9 +32,9 @@ int restore_eager(const restore_args *a, char *err, size_t errlen)
 	if (a->pid)
 		*a->pid = pid;
 	/* A process just killed may be a zombie for a moment: wait for it. */
-	for (int i = 0; i < 50 && (kill(pid, 0) == 0 || errno == EPERM); i++)
+	for (int i = 0; i < 50 && engine_alive(pid); i++)
 		usleep(100000);
-	if (kill(pid, 0) == 0 || errno == EPERM) {
+	if (engine_alive(pid)) {
 		phosimg_close(img);
 		return engine_fail(-EBUSY, err, errlen,
 				   "process %d is running: restoring needs its pid free (end it first)", (int)pid);
