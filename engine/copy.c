@@ -1,70 +1,60 @@
 /*
  * Device memory to images and back. phosfs maps the process's memory
- * objects in its own context and moves them in ENGINE_CHUNK pieces through
- * pinned staging buffers, each with its own stream, so that up to
- * NSTAGE copies are in flight while the image is written or read.
+ * objects in its own context. Then, one device at a time, COPY_WORKERS
+ * threads take ENGINE_CHUNK pieces from a shared cursor; each moves its
+ * pieces through NBUF pinned buffers of its own, a stream each, so that
+ * one piece is on the bus while another is written to (or read from) the
+ * image. The image writer and reader are safe from several threads and
+ * take chunks in any order, so hashing, writing and reading run on every
+ * worker at once.
  */
 #include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "driver.h"
 
-#define NSTAGE 4
+#define COPY_WORKERS 4
+#define NBUF 2
 
 /* One object mapped in phosfs's context. */
 typedef struct mapping {
 	CUdeviceptr va;
-	size_t size;
+	size_t size; /* mapped */
+	uint64_t len; /* copied: the object's size, up to size */
 	CUmemGenericAllocationHandle h;
+	int device;
 } mapping;
 
-/* Pinned buffers and their streams, for one device. */
-typedef struct staging {
+/* One device's share of a copy, which its workers take chunks from. */
+typedef struct pass {
 	int device;
-	void *buf[NSTAGE];
-	CUstream stream[NSTAGE];
-	/* What each slot holds until it is drained (copy out) or done. */
-	bool busy[NSTAGE];
-	uint32_t obj[NSTAGE];
-	uint64_t off[NSTAGE];
-	size_t len[NSTAGE];
-} staging;
+	phosimg_writer *w; /* copy out: the image written */
+	phosimg *img;      /* copy in: the image read */
+	const mapping *maps;
+	const uint32_t *ids; /* the image's object id of each mapping */
+	int *objs;           /* this device's objects: indices into maps */
+	uint64_t *first;     /* first[i]: chunks before objs[i]; first[n]: all */
+	int n;
+	engine_progress *prog;
+	_Atomic uint64_t next; /* the next chunk to take */
+	_Atomic int error;     /* the first error; the workers stop at it */
+	pthread_mutex_t lock;  /* guards err */
+	char err[ENGINE_ERR_MAX];
+} pass;
 
-static void staging_free(staging *s)
-{
-	for (int i = 0; i < NSTAGE; i++) {
-		if (s->stream[i]) {
-			cu.cuStreamSynchronize(s->stream[i]);
-			cu.cuStreamDestroy(s->stream[i]);
-		}
-		if (s->buf[i])
-			cu.cuMemFreeHost(s->buf[i]);
-	}
-	memset(s, 0, sizeof(*s));
-	s->device = -1;
-}
-
-/* Readies staging on device dev (after the previous device's is drained). */
-static int staging_use(staging *s, int dev, char *err, size_t errlen)
-{
-	if (s->device == dev)
-		return 0;
-	staging_free(s);
-	int e = driver_use(dev, err, errlen);
-	if (e)
-		return e;
-	s->device = dev;
-	for (int i = 0; i < NSTAGE; i++) {
-		CUresult r = cu.cuMemAllocHost(&s->buf[i], ENGINE_CHUNK);
-		if (!r)
-			r = cu.cuStreamCreate(&s->stream[i], CU_STREAM_NON_BLOCKING);
-		if (r)
-			return driver_fail(r, err, errlen, "making pinned staging");
-	}
-	return 0;
-}
+/* A pinned buffer, its stream and the chunk it holds. */
+typedef struct slot {
+	void *buf;
+	CUstream stream;
+	bool busy; /* a copy was queued and not yet waited for */
+	uint32_t obj;
+	uint64_t off;
+	size_t len;
+} slot;
 
 static void unmap(mapping *m)
 {
@@ -77,11 +67,23 @@ static void unmap(mapping *m)
 	memset(m, 0, sizeof(*m));
 }
 
+/* Unmaps every mapping, each with its device's context current. */
+static void unmap_all(mapping *maps, int n)
+{
+	for (int k = 0; k < n; k++) {
+		if (maps[k].va || maps[k].h)
+			driver_use(maps[k].device, NULL, 0);
+		unmap(&maps[k]);
+	}
+}
+
 /* Maps handle h of size bytes on device dev at a new address. */
 static int map(mapping *m, CUmemGenericAllocationHandle h, size_t size, int dev, char *err, size_t errlen)
 {
 	m->h = h;
 	m->size = size;
+	m->len = size;
+	m->device = dev;
 	CUresult r = cu.cuMemAddressReserve(&m->va, size, 0, 0, 0);
 	if (r) {
 		m->va = 0;
@@ -104,62 +106,202 @@ static uint64_t chunks_of(uint64_t size)
 	return (size + ENGINE_CHUNK - 1) / ENGINE_CHUNK;
 }
 
-/* Waits for slot i's copy, if one is in flight. */
-static int settle(staging *s, int i, const char *what, char *err, size_t errlen)
+/* Records a worker's error in p, unless an earlier one is there. */
+static void pass_fail(pass *p, int e, const char *err)
 {
-	if (!s->busy[i])
+	pthread_mutex_lock(&p->lock);
+	int none = 0;
+	if (atomic_compare_exchange_strong(&p->error, &none, e))
+		snprintf(p->err, sizeof(p->err), "%s", *err ? err : strerror(-e));
+	pthread_mutex_unlock(&p->lock);
+}
+
+/* Waits for s's copy, if one is queued. */
+static int settle(slot *s, const char *what, char *err, size_t errlen)
+{
+	if (!s->busy)
 		return 0;
-	s->busy[i] = false;
-	CUresult r = cu.cuStreamSynchronize(s->stream[i]);
+	s->busy = false;
+	CUresult r = cu.cuStreamSynchronize(s->stream);
 	return r ? driver_fail(r, err, errlen, what) : 0;
 }
 
-/* Writes the chunk in slot i into the image. */
-static int drain(staging *s, int i, phosimg_writer *w, engine_progress *prog, char *err, size_t errlen)
+/* Copy out: writes the chunk in s into the image once it is on the host. */
+static int drain(pass *p, slot *s, char *err, size_t errlen)
 {
-	if (!s->busy[i])
+	if (!s->busy)
 		return 0;
-	int e = settle(s, i, "copying device memory to the host", err, errlen);
+	int e = settle(s, "copying device memory to the host", err, errlen);
 	if (e)
 		return e;
-	e = phosimg_writer_put(w, s->obj[i], s->off[i], s->buf[i], s->len[i]);
+	e = phosimg_writer_put(p->w, s->obj, s->off, s->buf, s->len);
 	if (e)
 		return engine_fail(e, err, errlen, "writing the image: %s",
 				   *phosimg_last_error() ? phosimg_last_error() : strerror(-e));
-	if (prog)
-		atomic_fetch_add(&prog->done, s->len[i]);
+	if (p->prog)
+		atomic_fetch_add(&p->prog->done, s->len);
 	return 0;
+}
+
+/* Copy in: reads the chunk from the image and queues it to the device. */
+static int fill(pass *p, slot *s, const mapping *m, char *err, size_t errlen)
+{
+	int e = phosimg_read(p->img, s->obj, s->off, s->buf, s->len);
+	if (e)
+		return engine_fail(e, err, errlen, "reading the image: %s",
+				   *phosimg_last_error() ? phosimg_last_error() : strerror(-e));
+	CUresult r = cu.cuMemcpyHtoDAsync(m->va + s->off, s->buf, s->len, s->stream);
+	if (r)
+		return driver_fail(r, err, errlen, "copying the image to the device");
+	s->busy = true;
+	if (p->prog)
+		atomic_fetch_add(&p->prog->done, s->len);
+	return 0;
+}
+
+/* The object (index into p->objs) that holds the pass's chunk g. */
+static int locate(const pass *p, uint64_t g)
+{
+	int lo = 0, hi = p->n - 1;
+	while (lo < hi) {
+		int mid = (lo + hi + 1) / 2;
+		if (p->first[mid] <= g)
+			lo = mid;
+		else
+			hi = mid - 1;
+	}
+	return lo;
+}
+
+/* Takes chunks until none are left or the pass failed. */
+static void *worker(void *arg)
+{
+	pass *p = arg;
+	bool out = p->w != NULL;
+	char err[ENGINE_ERR_MAX] = "";
+	slot s[NBUF] = { 0 };
+	int e = driver_use(p->device, err, sizeof(err));
+	for (int i = 0; i < NBUF && !e; i++) {
+		CUresult r = cu.cuMemAllocHost(&s[i].buf, ENGINE_CHUNK);
+		if (!r)
+			r = cu.cuStreamCreate(&s[i].stream, CU_STREAM_NON_BLOCKING);
+		if (r)
+			e = driver_fail(r, err, sizeof(err), "making pinned staging");
+	}
+	uint64_t total = p->first[p->n];
+	for (uint64_t k = 0; !e && !atomic_load(&p->error); k++) {
+		slot *sl = &s[k % NBUF];
+		e = out ? drain(p, sl, err, sizeof(err))
+			: settle(sl, "copying the image to the device", err, sizeof(err));
+		if (e)
+			break;
+		if (p->prog && atomic_load(&p->prog->cancel)) {
+			e = engine_fail(-ECANCELED, err, sizeof(err), "cancelled");
+			break;
+		}
+		uint64_t g = atomic_fetch_add(&p->next, 1);
+		if (g >= total)
+			break;
+		int i = locate(p, g);
+		const mapping *m = &p->maps[p->objs[i]];
+		sl->obj = p->ids[p->objs[i]];
+		sl->off = (g - p->first[i]) * ENGINE_CHUNK;
+		sl->len = m->len - sl->off < ENGINE_CHUNK ? (size_t)(m->len - sl->off) : ENGINE_CHUNK;
+		if (out) {
+			CUresult r = cu.cuMemcpyDtoHAsync(sl->buf, m->va + sl->off, sl->len, sl->stream);
+			if (r)
+				e = driver_fail(r, err, sizeof(err), "copying device memory to the host");
+			sl->busy = !r;
+		} else {
+			e = fill(p, sl, m, err, sizeof(err));
+		}
+	}
+	for (int i = 0; i < NBUF; i++) {
+		/* After an error the queued copies are only waited for. */
+		int de = out && !e && !atomic_load(&p->error)
+				 ? drain(p, &s[i], err, sizeof(err))
+				 : settle(&s[i], "copying device memory", e ? NULL : err, sizeof(err));
+		e = e ? e : de;
+	}
+	for (int i = 0; i < NBUF; i++) {
+		if (s[i].stream)
+			cu.cuStreamDestroy(s[i].stream);
+		if (s[i].buf)
+			cu.cuMemFreeHost(s[i].buf);
+	}
+	if (e)
+		pass_fail(p, e, err);
+	return NULL;
+}
+
+/* Copies every chunk of the mappings (all of them already mapped), one
+ * device at a time, with the workers. In for copy in (from img), out for
+ * copy out (into w). */
+static int run_passes(const mapping *maps, const uint32_t *ids, int n, phosimg_writer *w, phosimg *img,
+		      engine_progress *prog, char *err, size_t errlen)
+{
+	int *objs = calloc(n ? (size_t)n : 1, sizeof(*objs));
+	uint64_t *first = calloc((size_t)n + 1, sizeof(*first));
+	bool *done = calloc(n ? (size_t)n : 1, sizeof(*done));
+	int e = objs && first && done ? 0 : -ENOMEM;
+	for (int k = 0; k < n && !e; k++) {
+		if (done[k])
+			continue;
+		pass p = { .device = maps[k].device, .w = w, .img = img, .maps = maps, .ids = ids,
+			   .objs = objs, .first = first, .prog = prog };
+		for (int j = k; j < n; j++) {
+			if (done[j] || maps[j].device != p.device)
+				continue;
+			done[j] = true;
+			objs[p.n] = j;
+			first[p.n + 1] = first[p.n] + chunks_of(maps[j].len);
+			p.n++;
+		}
+		pthread_mutex_init(&p.lock, NULL);
+		pthread_t th[COPY_WORKERS];
+		int started = 0;
+		uint64_t want = first[p.n] < COPY_WORKERS ? first[p.n] : COPY_WORKERS;
+		for (; started < (int)want; started++) {
+			int pe = pthread_create(&th[started], NULL, worker, &p);
+			if (pe) {
+				pass_fail(&p, -pe, "cannot start a copy thread");
+				break;
+			}
+		}
+		for (int i = 0; i < started; i++)
+			pthread_join(th[i], NULL);
+		pthread_mutex_destroy(&p.lock);
+		e = atomic_load(&p.error);
+		if (e)
+			engine_fail(e, err, errlen, "%s", p.err);
+	}
+	free(objs);
+	free(first);
+	free(done);
+	return e;
 }
 
 int engine_copy_out(const engine_parked *objs, phosimg_writer *w, engine_progress *prog, char *err, size_t errlen)
 {
-	staging s = { .device = -1 };
-	mapping *maps = calloc(objs->n ? (size_t)objs->n : 1, sizeof(*maps));
-	if (!maps)
-		return -ENOMEM;
-	int e = 0;
-	uint64_t slot = 0;
-	for (int k = 0; k < objs->n && !e; k++) {
+	int n = objs->n;
+	mapping *maps = calloc(n ? (size_t)n : 1, sizeof(*maps));
+	uint32_t *ids = calloc(n ? (size_t)n : 1, sizeof(*ids));
+	int e = maps && ids ? 0 : -ENOMEM;
+	for (int k = 0; k < n && !e; k++) {
 		const wire_object *o = &objs->objs[k];
 		phosimg_object io = { .device = o->device, .va = o->va, .size = o->size };
 		if (o->flags & WIRE_OBJ_APP) {
 			io.flags = PHOSIMG_OBJ_APP_VMM;
 			io.key = (uint32_t)o->key;
 		}
-		uint32_t id;
-		e = phosimg_writer_add_object(w, &io, &id);
+		e = phosimg_writer_add_object(w, &io, &ids[k]);
 		if (e) {
 			engine_fail(e, err, errlen, "adding an object to the image: %s", strerror(-e));
 			break;
 		}
-		if (s.device != (int)o->device) {
-			for (int i = 0; i < NSTAGE && !e; i++)
-				e = drain(&s, i, w, prog, err, errlen);
-			if (!e)
-				e = staging_use(&s, (int)o->device, err, errlen);
-			if (e)
-				break;
-		}
+		e = driver_use((int)o->device, err, errlen);
+		if (e)
+			break;
 		CUmemGenericAllocationHandle h;
 		CUresult r = cu.cuMemImportFromShareableHandle(&h, (void *)(intptr_t)objs->fds[k],
 							       CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
@@ -168,34 +310,13 @@ int engine_copy_out(const engine_parked *objs, phosimg_writer *w, engine_progres
 			break;
 		}
 		e = map(&maps[k], h, o->size, (int)o->device, err, errlen);
-		for (uint64_t c = 0; c < chunks_of(o->size) && !e; c++, slot++) {
-			if (prog && atomic_load(&prog->cancel)) {
-				e = engine_fail(-ECANCELED, err, errlen, "cancelled");
-				break;
-			}
-			int i = (int)(slot % NSTAGE);
-			e = drain(&s, i, w, prog, err, errlen);
-			if (e)
-				break;
-			uint64_t off = c * ENGINE_CHUNK;
-			size_t len = o->size - off < ENGINE_CHUNK ? (size_t)(o->size - off) : ENGINE_CHUNK;
-			r = cu.cuMemcpyDtoHAsync(s.buf[i], maps[k].va + off, len, s.stream[i]);
-			if (r) {
-				e = driver_fail(r, err, errlen, "copying device memory to the host");
-				break;
-			}
-			s.busy[i] = true;
-			s.obj[i] = id;
-			s.off[i] = off;
-			s.len[i] = len;
-		}
 	}
-	for (int i = 0; i < NSTAGE && !e; i++)
-		e = drain(&s, (int)((slot + (uint64_t)i) % NSTAGE), w, prog, err, errlen);
-	staging_free(&s);
-	for (int k = 0; k < objs->n; k++)
-		unmap(&maps[k]);
+	if (!e)
+		e = run_passes(maps, ids, n, w, NULL, prog, err, errlen);
+	if (maps)
+		unmap_all(maps, n);
 	free(maps);
+	free(ids);
 	return e;
 }
 
@@ -224,52 +345,31 @@ int engine_copy_in(phosimg *img, engine_parked *out, engine_progress *prog, char
 	int n = (int)in->object_count;
 	out->objs = calloc(n ? (size_t)n : 1, sizeof(*out->objs));
 	out->fds = calloc(n ? (size_t)n : 1, sizeof(*out->fds));
-	if (!out->objs || !out->fds) {
-		engine_parked_free(out);
-		return -ENOMEM;
-	}
+	mapping *maps = calloc(n ? (size_t)n : 1, sizeof(*maps));
+	uint32_t *ids = calloc(n ? (size_t)n : 1, sizeof(*ids));
+	int e = out->objs && out->fds && maps && ids ? 0 : -ENOMEM;
 	out->cap = n;
-	staging s = { .device = -1 };
-	int e = 0;
-	uint64_t slot = 0;
 	for (int k = 0; k < n && !e; k++) {
 		const phosimg_object *o = &in->objects[k];
-		e = staging_use(&s, (int)o->device, err, errlen);
-		mapping m = { 0 };
+		ids[k] = (uint32_t)k;
+		e = driver_use((int)o->device, err, errlen);
 		if (!e)
-			e = create(&m, o->size, (int)o->device, err, errlen);
-		for (uint64_t c = 0; c < chunks_of(o->size) && !e; c++, slot++) {
-			int i = (int)(slot % NSTAGE);
-			e = settle(&s, i, "copying the image to the device", err, errlen);
-			uint64_t off = c * ENGINE_CHUNK;
-			size_t len = o->size - off < ENGINE_CHUNK ? (size_t)(o->size - off) : ENGINE_CHUNK;
-			if (!e) {
-				e = phosimg_read(img, (uint32_t)k, off, s.buf[i], len);
-				if (e)
-					engine_fail(e, err, errlen, "reading the image: %s",
-						    *phosimg_last_error() ? phosimg_last_error() : strerror(-e));
-			}
-			if (!e) {
-				CUresult r = cu.cuMemcpyHtoDAsync(m.va + off, s.buf[i], len, s.stream[i]);
-				if (r)
-					e = driver_fail(r, err, errlen, "copying the image to the device");
-				s.busy[i] = !r;
-			}
-			if (!e && prog)
-				atomic_fetch_add(&prog->done, len);
-		}
-		for (int i = 0; i < NSTAGE; i++) {
-			int se = settle(&s, i, "copying the image to the device", e ? NULL : err, errlen);
-			e = e ? e : se;
-		}
+			e = create(&maps[k], o->size, (int)o->device, err, errlen);
+	}
+	/* The object's bytes, not the rounded-up allocation's. */
+	for (int k = 0; k < n && !e; k++)
+		maps[k].len = in->objects[k].size;
+	if (!e)
+		e = run_passes(maps, ids, n, NULL, img, prog, err, errlen);
+	for (int k = 0; k < n && !e; k++) {
+		const phosimg_object *o = &in->objects[k];
 		int fd = -1;
-		if (!e) {
-			CUresult r = cu.cuMemExportToShareableHandle(&fd, m.h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
-			if (r)
-				e = driver_fail(r, err, errlen, "exporting device memory");
-		}
-		/* The fd keeps the memory; phosfs's mapping and handle go. */
-		unmap(&m);
+		e = driver_use((int)o->device, err, errlen);
+		CUresult r = e ? CUDA_SUCCESS
+			       : cu.cuMemExportToShareableHandle(&fd, maps[k].h,
+								 CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+		if (r)
+			e = driver_fail(r, err, errlen, "exporting device memory");
 		if (e)
 			break;
 		bool app = o->flags & PHOSIMG_OBJ_APP_VMM;
@@ -278,7 +378,11 @@ int engine_copy_in(phosimg *img, engine_parked *out, engine_progress *prog, char
 		out->fds[k] = fd;
 		out->n = k + 1;
 	}
-	staging_free(&s);
+	/* The fds keep the memory; phosfs's mappings and handles go. */
+	if (maps)
+		unmap_all(maps, n);
+	free(maps);
+	free(ids);
 	if (e)
 		engine_parked_free(out);
 	return e;

@@ -50,7 +50,15 @@ typedef struct engine_progress {
 	_Atomic uint64_t total;  /* bytes to copy */
 	_Atomic uint64_t stall_ns; /* the process was stopped this long */
 	_Atomic bool cancel;     /* asked to stop early */
+	/* Nanoseconds spent in each step so far, and when the current one
+	 * began (CLOCK_MONOTONIC); kept by engine_step. */
+	_Atomic uint64_t step_ns[STEP_DONE];
+	_Atomic uint64_t step_at;
 } engine_progress;
+
+/* Moves p to step, adding the time since the last move to the step it
+ * leaves. STEP_DONE ends the accounting. */
+void engine_step(engine_progress *p, int step);
 
 /* The parked memory of a process: records and the fds that hold it. */
 typedef struct engine_parked {

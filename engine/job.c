@@ -158,6 +158,7 @@ int engine_job_main(int argc, char **argv)
 	if (conn >= 0)
 		close(conn);
 	rv_done(&rv, pid);
+	engine_step(&sh->prog, STEP_DONE);
 	sh->result = e;
 	snprintf(sh->err, sizeof(sh->err), "%s", e && !*err ? strerror(-e) : err);
 	atomic_store(&sh->finished, 1);

@@ -72,6 +72,15 @@ static int describe(pid_t pid, phosimg_meta *m, char **cmdline)
 	return 0;
 }
 
+void engine_step(engine_progress *p, int step)
+{
+	uint64_t now = now_ns(CLOCK_MONOTONIC);
+	int was = atomic_exchange(&p->step, step);
+	uint64_t at = atomic_exchange(&p->step_at, now);
+	if (at && was > STEP_IDLE && was < STEP_DONE)
+		atomic_fetch_add(&p->step_ns[was], now - at);
+}
+
 bool engine_alive(pid_t pid)
 {
 	return kill(pid, 0) == 0 || errno == EPERM;
@@ -112,7 +121,7 @@ int engine_stop(const engine_stop_args *a, char *err, size_t errlen)
 		engine_fail(e, err, errlen, "describing the image: %s", strerror(-e));
 
 	if (!e && a->tracer) {
-		atomic_store(&prog->step, STEP_PARK);
+		engine_step(prog, STEP_PARK);
 		e = engine_park(a->tracer->conn, &parked, err, errlen);
 		is_parked = !e;
 		uint64_t total = 0;
@@ -121,7 +130,7 @@ int engine_stop(const engine_stop_args *a, char *err, size_t errlen)
 		atomic_store(&prog->total, total);
 	}
 	if (!e && cuda) {
-		atomic_store(&prog->step, STEP_LOCK);
+		engine_step(prog, STEP_LOCK);
 		e = driver_lock(a->pid, LOCK_TIMEOUT_MS, err, errlen);
 		locked = !e;
 		if (!e)
@@ -129,12 +138,12 @@ int engine_stop(const engine_stop_args *a, char *err, size_t errlen)
 		checkpointed = locked && !e;
 	}
 	if (!e) {
-		atomic_store(&prog->step, STEP_DUMP);
+		engine_step(prog, STEP_DUMP);
 		e = criu_dump(a->criu, a->pid, phosimg_writer_criu_dir(w), a->kill, a->log, err, errlen);
 		dumped = !e;
 	}
 	if (!e && a->tracer) {
-		atomic_store(&prog->step, STEP_COPY);
+		engine_step(prog, STEP_COPY);
 		e = engine_copy_out(&parked, w, prog, err, errlen);
 	}
 
@@ -143,14 +152,14 @@ int engine_stop(const engine_stop_args *a, char *err, size_t errlen)
 	int e2 = 0;
 	bool running = engine_alive(a->pid) && !(dumped && a->kill);
 	if (running && locked) {
-		atomic_store(&prog->step, STEP_UNLOCK);
+		engine_step(prog, STEP_UNLOCK);
 		if (checkpointed)
 			e2 = driver_restore(a->pid, err2, sizeof(err2));
 		if (!e2)
 			e2 = driver_unlock(a->pid, err2, sizeof(err2));
 	}
 	if (running && is_parked) {
-		atomic_store(&prog->step, STEP_UNPARK);
+		engine_step(prog, STEP_UNPARK);
 		int e3 = engine_unpark(a->pid, a->tracer, &parked, e2 ? NULL : err2, sizeof(err2));
 		e2 = e2 ? e2 : e3;
 	}
@@ -164,11 +173,10 @@ int engine_stop(const engine_stop_args *a, char *err, size_t errlen)
 		phosimg_writer_abort(w);
 		return e;
 	}
-	atomic_store(&prog->step, STEP_PUBLISH);
+	engine_step(prog, STEP_PUBLISH);
 	e = phosimg_writer_finish(w);
 	if (e)
 		return engine_fail(e, err, errlen, "publishing the image failed: %s",
 				   *phosimg_last_error() ? phosimg_last_error() : strerror(-e));
-	atomic_store(&prog->step, STEP_DONE);
 	return 0;
 }

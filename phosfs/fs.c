@@ -400,6 +400,21 @@ static void job_status(target *t, text *out)
 			add(out, "last job: %s: %s\n", t->job, t->result ? "failed" : "done");
 		if (*t->job && t->kind == CTL_CHECKPOINT)
 			add(out, "stall ms: %.1f\n", t->last_stall_ns / 1e6);
+		if (*t->job) {
+			/* In the order the job goes through them. */
+			static const int ckpt[] = { STEP_PARK,   STEP_LOCK,   STEP_DUMP,   STEP_COPY,
+						    STEP_UNLOCK, STEP_UNPARK, STEP_PUBLISH };
+			static const int rest[] = { STEP_FILL, STEP_RESTORE, STEP_UNLOCK, STEP_UNPARK };
+			bool r = t->kind == CTL_RESTORE;
+			size_t n = r ? sizeof(rest) / sizeof(*rest) : sizeof(ckpt) / sizeof(*ckpt);
+			add(out, "steps ms:");
+			for (size_t i = 0; i < n; i++) {
+				int st = r ? rest[i] : ckpt[i];
+				if (t->last_step_ns[st])
+					add(out, " %s %.1f", engine_step_name(st), t->last_step_ns[st] / 1e6);
+			}
+			add(out, "\n");
+		}
 	}
 	if (*t->last)
 		add(out, "last checkpoint: %s\n", t->last);

@@ -219,6 +219,8 @@ static void finish_job(target *t, spawn *s, bool checkpoint)
 	if (!t->result && checkpoint)
 		snprintf(t->last, sizeof(t->last), "%s", t->name);
 	t->last_stall_ns = atomic_load(&sh->prog.stall_ns);
+	for (int i = 0; i < STEP_DONE; i++)
+		t->last_step_ns[i] = atomic_load(&sh->prog.step_ns[i]);
 	t->restored = atomic_load(&sh->pid);
 	if (t->result)
 		syslog(LOG_WARNING, "%s", t->error);

@@ -73,6 +73,7 @@ typedef struct target {
 	int result;                 /* of the last job */
 	pid_t restored;             /* the pid a restore brought back */
 	uint64_t last_stall_ns;
+	uint64_t last_step_ns[STEP_DONE]; /* the last job's time in each step */
 	char last[CTL_NAME_MAX + 1];/* the last checkpoint this phosfs made */
 	char error[ENGINE_ERR_MAX + 200]; /* the last error, "" if none */
 	struct target *next;        /* guarded by the list's lock */

@@ -43,18 +43,18 @@ int restore_eager(const restore_args *a, char *err, size_t errlen)
 	engine_parked objs = { 0 };
 	bool restored = false;
 	atomic_store(&prog->total, in->raw_bytes);
-	atomic_store(&prog->step, STEP_FILL);
+	engine_step(prog, STEP_FILL);
 	if (!e)
 		e = engine_copy_in(img, &objs, prog, err, errlen);
 	if (!e) {
-		atomic_store(&prog->step, STEP_RESTORE);
+		engine_step(prog, STEP_RESTORE);
 		e = criu_restore(a->criu, phosimg_criu_dir(img), a->log, err, errlen);
 		restored = !e;
 	}
 	phosimg_close(img);
 	int state = 0;
 	if (!e && driver_process_state(pid, &state) == 0 && state == CU_PROCESS_STATE_CHECKPOINTED) {
-		atomic_store(&prog->step, STEP_UNLOCK);
+		engine_step(prog, STEP_UNLOCK);
 		e = driver_restore(pid, err, errlen);
 		if (!e)
 			e = driver_unlock(pid, err, errlen);
@@ -62,7 +62,7 @@ int restore_eager(const restore_args *a, char *err, size_t errlen)
 	if (!e) {
 		pid_t tid = engine_find_control_thread(pid);
 		if (tid > 0 && a->tracer) {
-			atomic_store(&prog->step, STEP_UNPARK);
+			engine_step(prog, STEP_UNPARK);
 			a->tracer->control_tid = tid;
 			e = engine_unpark(pid, a->tracer, &objs, err, errlen);
 		} else if (objs.n) {
@@ -75,7 +75,5 @@ int restore_eager(const restore_args *a, char *err, size_t errlen)
 		/* Half restored is worse than not restored: the image stays. */
 		kill(pid, SIGKILL);
 	}
-	if (!e)
-		atomic_store(&prog->step, STEP_DONE);
 	return e;
 }

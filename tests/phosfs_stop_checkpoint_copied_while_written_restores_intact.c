@@ -65,7 +65,7 @@ int main(void)
 {
 	rig r;
 	rig_require(&r);
-	plan(10);
+	plan(11);
 	if (rig_mount(&r, NULL))
 		bail("phosfs did not mount");
 	pid_t pid = rig_counter(&r, MIB);
@@ -93,6 +93,13 @@ int main(void)
 	   MIB);
 	rig_job_done(&r, pid, 20000, line, sizeof(line));
 	diag("%s", line);
+	rig_read(status, st, sizeof(st));
+	const char *steps = strstr(st, "steps ms: ");
+	ok(steps && strstr(steps, " park ") && strstr(steps, " criu-dump ") && strstr(steps, " copy ") &&
+		   strstr(steps, " unpark "),
+	   "status tells the time of each step of the checkpoint");
+	if (steps)
+		diag("%.*s", (int)strcspn(steps, "\n"), steps);
 	ok(rig_line(out, "count", 0, NULL, 0) && rig_count(out) > at_copy - 1 && rig_alive(pid) &&
 		   rig_line(out, "count", 0, NULL, 0),
 	   "the process keeps running after the checkpoint");
