@@ -89,11 +89,10 @@ $(BUILD)/phosfs/%.o: phosfs/%.c $(wildcard phosfs/*.h) $(ENGINE_H)
 	$(CC) $(CPPFLAGS) -DPHOS_LIBEXEC='"$(PREFIX)/libexec/phos"' $(FUSE_CFLAGS) $(XCFLAGS) $(CFLAGS) -c -o $@ $<
 
 # engine/ and restore/ run inside phosfs (and its job processes).
-$(BUILD)/engine/%.o $(BUILD)/restore/%.o: $(ENGINE_H)
-$(BUILD)/engine/%.o: engine/%.c
+$(BUILD)/engine/%.o: engine/%.c $(ENGINE_H)
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) $(XCFLAGS) $(CFLAGS) -c -o $@ $<
-$(BUILD)/restore/%.o: restore/%.c
+$(BUILD)/restore/%.o: restore/%.c $(ENGINE_H)
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) $(XCFLAGS) $(CFLAGS) -c -o $@ $<
 

@@ -138,8 +138,13 @@ static int drain(pass *p, slot *s, char *err, size_t errlen)
 	if (e)
 		return engine_fail(e, err, errlen, "writing the image: %s",
 				   *phosimg_last_error() ? phosimg_last_error() : strerror(-e));
-	if (p->prog)
+	if (p->prog) {
 		atomic_fetch_add(&p->prog->done, s->len);
+		/* Puts finish out of order: the largest value seen wins. */
+		uint64_t ready = phosimg_writer_data_ready(p->w), was = atomic_load(&p->prog->data_ready);
+		while (was < ready && !atomic_compare_exchange_weak(&p->prog->data_ready, &was, ready))
+			;
+	}
 	return 0;
 }
 

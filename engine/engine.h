@@ -14,6 +14,7 @@
 #ifndef PHOS_ENGINE_H
 #define PHOS_ENGINE_H
 
+#include <limits.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -54,6 +55,11 @@ typedef struct engine_progress {
 	 * began (CLOCK_MONOTONIC); kept by engine_step. */
 	_Atomic uint64_t step_ns[STEP_DONE];
 	_Atomic uint64_t step_at;
+	/* A checkpoint's unpublished gpu.data, and how many bytes at its start
+	 * are final (phosimg_writer_data_ready), for readers of the image
+	 * while it is written. data_ready is 0 until data_path is set. */
+	char data_path[PATH_MAX];
+	_Atomic uint64_t data_ready;
 } engine_progress;
 
 /* Moves p to step, adding the time since the last move to the step it

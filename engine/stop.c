@@ -109,6 +109,10 @@ int engine_stop(const engine_stop_args *a, char *err, size_t errlen)
 				   *phosimg_last_error() ? phosimg_last_error() : strerror(-e));
 	}
 
+	snprintf(prog->data_path, sizeof(prog->data_path), "%s/" PHOSIMG_DATA_FILE,
+		 phosimg_writer_tmp_dir(w));
+	atomic_store(&prog->data_ready, phosimg_writer_data_ready(w));
+
 	engine_parked parked = { 0 };
 	bool is_parked = false, locked = false, checkpointed = false, dumped = false;
 	int cstate = 0;

@@ -12,10 +12,10 @@
 
 #include "phosimg.h"
 
-#define MANIFEST_FILE "manifest.phos"
-#define INDEX_FILE "gpu.index"
-#define DATA_FILE "gpu.data"
-#define CRIU_DIR "criu"
+#define MANIFEST_FILE PHOSIMG_MANIFEST_FILE
+#define INDEX_FILE PHOSIMG_INDEX_FILE
+#define DATA_FILE PHOSIMG_DATA_FILE
+#define CRIU_DIR PHOSIMG_CRIU_DIR
 
 #define MANIFEST_MAGIC 0x4D534850u     /* "PHSM" */
 #define MANIFEST_END_MAGIC 0x45534850u /* "PHSE" */

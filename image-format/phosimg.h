@@ -31,6 +31,12 @@ extern "C" {
 #define PHOSIMG_VERSION_MAJOR 1
 #define PHOSIMG_VERSION_MINOR 1
 
+/* The entries of an image directory. */
+#define PHOSIMG_MANIFEST_FILE "manifest.phos"
+#define PHOSIMG_INDEX_FILE "gpu.index"
+#define PHOSIMG_DATA_FILE "gpu.data"
+#define PHOSIMG_CRIU_DIR "criu"
+
 #define PHOSIMG_CHUNK_DEFAULT (4u << 20)
 #define PHOSIMG_CHUNK_MIN (4u << 10)
 #define PHOSIMG_CHUNK_MAX (1u << 30)
@@ -133,6 +139,16 @@ const char *phosimg_writer_criu_dir(const phosimg_writer *w);
 
 /* Bytes of chunk data written so far, after compression. */
 uint64_t phosimg_writer_stored_bytes(const phosimg_writer *w);
+
+/* The directory the image is written in until finish renames it to its
+ * path; its gpu.data may be read while the image is written. */
+const char *phosimg_writer_tmp_dir(const phosimg_writer *w);
+
+/* How many bytes at the start of gpu.data are final: a reader of the
+ * unpublished file may read below this offset, never above it. It grows
+ * as chunks are stored, in steps of whole padded chunks; padding that the
+ * file does not hold yet reads as zeros. Safe from any thread. */
+uint64_t phosimg_writer_data_ready(const phosimg_writer *w);
 
 /* Checks that every chunk of every object is stored, makes the image
  * durable (fsync) and publishes it at its path (rename). Frees w either

@@ -41,6 +41,11 @@ typedef struct ioctx {
 	struct ioctx *next;
 } ioctx;
 
+/* A written range of gpu.data. */
+typedef struct extent {
+	uint64_t at, len;
+} extent;
+
 typedef struct objstate {
 	phosimg_object obj;
 	uint64_t nchunks;
@@ -70,6 +75,13 @@ struct phosimg_writer {
 	atomic_uint_fast64_t data_end; /* next free offset in gpu.data */
 	atomic_uint_fast64_t stored;   /* chunk bytes stored */
 	atomic_int error;              /* first I/O error; the writer is failed */
+
+	/* gpu.data's bytes [0, ready) are written. Guarded by ready_lock:
+	 * the extents written beyond a gap, merged once the gap is written. */
+	atomic_uint_fast64_t ready;
+	pthread_mutex_t ready_lock;
+	extent *ahead;
+	size_t nahead, ahead_cap;
 };
 
 static uint64_t now_ns(void)
@@ -140,6 +152,8 @@ static int write_data_header(phosimg_writer *w)
 		e = fmt_write_all(w->data_fd, h, DATA_HEADER_SIZE, 0);
 	}
 	free(h);
+	if (!e)
+		atomic_store(&w->ready, DATA_HEADER_SIZE);
 	return e;
 }
 
@@ -168,7 +182,9 @@ static void writer_free(phosimg_writer *w)
 	free(w->path);
 	free(w->tmp);
 	free(w->criu);
+	free(w->ahead);
 	pthread_mutex_destroy(&w->lock);
+	pthread_mutex_destroy(&w->ready_lock);
 	free(w);
 }
 
@@ -200,10 +216,14 @@ int phosimg_writer_create(const char *path, const phosimg_writer_opts *opts, pho
 		return -ENOMEM;
 	w->dirfd = w->data_fd = -1;
 	pthread_mutex_init(&w->lock, NULL);
+	pthread_mutex_init(&w->ready_lock, NULL);
 	atomic_init(&w->data_end, DATA_HEADER_SIZE);
+	atomic_init(&w->ready, 0);
 	char *dir = NULL, *base = NULL;
 	int e = fmt_split_path(path, &dir, &base);
 	if (e) {
+		pthread_mutex_destroy(&w->lock);
+		pthread_mutex_destroy(&w->ready_lock);
 		free(w);
 		return fmt_fail(e, "%s: not a path an image can have", path);
 	}
@@ -425,6 +445,54 @@ uint64_t phosimg_writer_stored_bytes(const phosimg_writer *w)
 	return atomic_load(&w->stored);
 }
 
+const char *phosimg_writer_tmp_dir(const phosimg_writer *w)
+{
+	return w->tmp;
+}
+
+uint64_t phosimg_writer_data_ready(const phosimg_writer *w)
+{
+	return atomic_load(&w->ready);
+}
+
+/* Records that gpu.data's [at, at + len) is written, and moves ready past
+ * it and past what was written beyond it. Writes finish out of order, so
+ * an extent beyond a gap waits in w->ahead. */
+static int mark_written(phosimg_writer *w, uint64_t at, uint64_t len)
+{
+	int e = 0;
+	pthread_mutex_lock(&w->ready_lock);
+	uint64_t ready = atomic_load(&w->ready);
+	if (at != ready) {
+		if (w->nahead == w->ahead_cap) {
+			size_t cap = w->ahead_cap ? 2 * w->ahead_cap : 16;
+			extent *a = realloc(w->ahead, cap * sizeof(*a));
+			if (!a) {
+				e = -ENOMEM;
+				goto out;
+			}
+			w->ahead = a;
+			w->ahead_cap = cap;
+		}
+		w->ahead[w->nahead++] = (extent){ at, len };
+		goto out;
+	}
+	ready += len;
+	for (size_t i = 0; i < w->nahead;) {
+		if (w->ahead[i].at == ready) {
+			ready += w->ahead[i].len;
+			w->ahead[i] = w->ahead[--w->nahead];
+			i = 0;
+		} else {
+			i++;
+		}
+	}
+	atomic_store(&w->ready, ready);
+out:
+	pthread_mutex_unlock(&w->ready_lock);
+	return e;
+}
+
 /* Claims chunk `offset` of obj for a put; returns its number and length. */
 static int claim(phosimg_writer *w, uint32_t obj, uint64_t offset, size_t len, uint64_t *idx, objstate *copy)
 {
@@ -634,6 +702,8 @@ int phosimg_writer_put(phosimg_writer *w, uint32_t obj, uint64_t offset, const v
 	en.location = atomic_fetch_add(&w->data_end, padded);
 	err = write_and_hash(w, c, src, wlen, en.location, hashed ? NULL : data, len, en.hash);
 	ctx_put(w, c);
+	if (!err)
+		err = mark_written(w, en.location, padded);
 	if (err)
 		return fail_writer(w, err);
 	atomic_fetch_add(&w->stored, stored);

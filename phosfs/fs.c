@@ -15,9 +15,11 @@
  * /<pid> exists for a registered (traced) process, for any live process
  * (so that an untraced one can be checkpointed), and for a pid with a job
  * or checkpoints. Generated files are made whole at open (a snapshot, as
- * lxcfs does) and read with direct_io. Anything inside a checkpoint that
- * is still being written waits until it is published, so a copy taken
- * meanwhile is whole.
+ * lxcfs does) and read with direct_io. A checkpoint that is still being
+ * written lists its entries at once, gpu.data first; gpu.data is read as
+ * it is written (a read waits until its bytes are final), everything else
+ * waits until the image is published. So a copy taken meanwhile is whole,
+ * and most of it is done when the checkpoint is.
  */
 #define FUSE_USE_VERSION 31
 #include <dirent.h>
@@ -35,6 +37,8 @@
 
 #include "../image-format/phosimg.h"
 #include "phosfs.h"
+
+#define STREAM_POLL_US 2000 /* how often a reader ahead of the writer looks again */
 
 enum node {
 	N_ROOT,
@@ -152,6 +156,12 @@ static void store_path(char *out, size_t len, const where *w)
 	snprintf(out, len, "%s/%d/%s%s", phosfs_store, (int)w->pid, w->name, w->rest);
 }
 
+/* Whether w is an image's gpu.data, which is read while it is written. */
+static bool is_data(const where *w)
+{
+	return !strcmp(w->rest, "/" PHOSIMG_DATA_FILE);
+}
+
 static int fs_getattr(const char *path, struct stat *st, struct fuse_file_info *fi)
 {
 	(void)fi;
@@ -201,10 +211,15 @@ static int fs_getattr(const char *path, struct stat *st, struct fuse_file_info *
 	}
 	case N_IMAGE: {
 		target *t = target_get(w.pid, false);
-		if (t && target_in_progress(t, w.name, *w.rest != 0)) {
+		if (t && target_in_progress(t, w.name, *w.rest && !is_data(&w))) {
 			if (!*w.rest) {
 				st->st_mode = S_IFDIR | 0500;
 				st->st_nlink = 2;
+				return 0;
+			}
+			if (is_data(&w)) {
+				/* Its size is known once it is published. */
+				st->st_mode = S_IFREG | 0400;
 				return 0;
 			}
 		}
@@ -312,6 +327,14 @@ static int fs_readdir(const char *path, void *buf, fuse_fill_dir_t fill, off_t o
 		}
 		snprintf(dir, sizeof(dir), "%s/%d", phosfs_store, (int)w.pid);
 		list_store(dir, buf, fill, *busy ? busy : NULL);
+		return 0;
+	}
+	if (t && !*w.rest && target_in_progress(t, w.name, false)) {
+		/* gpu.data first: a copy starts with what can be read now. */
+		static const char *const names[] = { PHOSIMG_DATA_FILE, PHOSIMG_CRIU_DIR, PHOSIMG_INDEX_FILE,
+						     PHOSIMG_MANIFEST_FILE };
+		for (size_t i = 0; i < sizeof(names) / sizeof(*names); i++)
+			fill(buf, names[i], NULL, 0, 0);
 		return 0;
 	}
 	if (t)
@@ -502,7 +525,21 @@ static int make_kernels(proc *p, text *t)
 typedef struct handle {
 	int fd; /* a store file, or -1 */
 	text t;
+	target *stream; /* gpu.data of a checkpoint being written, or NULL */
+	char name[CTL_NAME_MAX + 1]; /* that checkpoint */
 } handle;
+
+/* Opens the unpublished gpu.data of checkpoint `name` of t; -1 if it is
+ * not being written (any more). */
+static int open_stream(target *t, const char *name)
+{
+	char path[PATH_MAX];
+	uint64_t ready;
+	/* The job names the file as soon as it has made it. */
+	while (target_stream(t, name, path, sizeof(path), &ready) && !ready)
+		usleep(STREAM_POLL_US);
+	return ready ? open(path, O_RDONLY | O_CLOEXEC) : -1;
+}
 
 static int make_text(const where *w, text *t)
 {
@@ -551,11 +588,18 @@ static int fs_open(const char *path, struct fuse_file_info *fi)
 	int e = 0;
 	if (w.n == N_IMAGE) {
 		target *t = target_get(w.pid, false);
-		if (t)
+		if (t && is_data(&w))
+			h->fd = open_stream(t, w.name);
+		if (h->fd >= 0) {
+			h->stream = t;
+			snprintf(h->name, sizeof(h->name), "%s", w.name);
+		} else if (t) {
 			target_in_progress(t, w.name, true);
+		}
 		char p[PATH_MAX + 300];
 		store_path(p, sizeof(p), &w);
-		h->fd = open(p, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+		if (h->fd < 0)
+			h->fd = open(p, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 		e = h->fd < 0 ? -errno : 0;
 	} else if (!ctl) {
 		e = make_text(&w, &h->t);
@@ -572,10 +616,42 @@ static int fs_open(const char *path, struct fuse_file_info *fi)
 	return 0;
 }
 
+/* Reads gpu.data of a checkpoint being written: what is final now, or,
+ * once it is published, the whole file. If the checkpoint fails, EIO:
+ * the copy being taken is of no image. */
+static int read_stream(handle *h, char *buf, size_t size, off_t off)
+{
+	for (;;) {
+		uint64_t ready;
+		if (!target_stream(h->stream, h->name, NULL, 0, &ready))
+			break;
+		if ((uint64_t)off < ready) {
+			size_t n = ready - (uint64_t)off < size ? (size_t)(ready - (uint64_t)off) : size;
+			ssize_t got = pread(h->fd, buf, n, off);
+			if (got < 0)
+				return -errno;
+			/* Padding after the last chunk is not in the file yet. */
+			memset(buf + got, 0, n - (size_t)got);
+			return (int)n;
+		}
+		if (fuse_interrupted())
+			return -EINTR;
+		usleep(STREAM_POLL_US);
+	}
+	/* The job ended: published, or failed and gone. */
+	struct stat st;
+	if (fstat(h->fd, &st) != 0 || st.st_nlink == 0)
+		return -EIO;
+	ssize_t n = pread(h->fd, buf, size, off);
+	return n < 0 ? -errno : (int)n;
+}
+
 static int fs_read(const char *path, char *buf, size_t size, off_t off, struct fuse_file_info *fi)
 {
 	(void)path;
 	handle *h = (handle *)(uintptr_t)fi->fh;
+	if (h->stream)
+		return read_stream(h, buf, size, off);
 	if (h->fd >= 0) {
 		ssize_t n = pread(h->fd, buf, size, off);
 		return n < 0 ? -errno : (int)n;

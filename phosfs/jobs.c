@@ -122,6 +122,17 @@ bool target_in_progress(target *t, const char *name, bool wait)
 	return busy;
 }
 
+int target_stream(target *t, const char *name, char *path, size_t len, uint64_t *ready)
+{
+	pthread_mutex_lock(&t->lock);
+	int r = t->busy && t->kind == CTL_CHECKPOINT && !strcmp(t->name, name) && t->sh;
+	*ready = r ? atomic_load(&t->sh->prog.data_ready) : 0;
+	if (path && *ready)
+		snprintf(path, len, "%s", t->sh->prog.data_path);
+	pthread_mutex_unlock(&t->lock);
+	return r;
+}
+
 /* The next free number among STORE/<pid>'s checkpoints. */
 static void next_name(const char *dir, char *name, size_t len)
 {

@@ -91,6 +91,11 @@ void targets_free(void);
 void target_error(target *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Whether checkpoint `name` is being written; with wait, until it is not. */
 bool target_in_progress(target *t, const char *name, bool wait);
+/* For a reader of checkpoint `name`'s gpu.data while it is written: 1 and
+ * how many bytes at its start are final in *ready (and, once known, the
+ * unpublished file's path in path), or 0 when it is not being written
+ * (any more). Never blocks. */
+int target_stream(target *t, const char *name, char *path, size_t len, uint64_t *ready);
 /* Starts a checkpoint job. Errors: -EBUSY, -EEXIST, -EOPNOTSUPP, … with err. */
 int job_checkpoint(target *t, const ctl_cmd *c, char *err, size_t errlen);
 /* Asks the running job to stop early. Errors: -EINVAL (none runs). */

@@ -51,16 +51,7 @@ int main(void)
 	for (int lz4 = 0; lz4 < 2; lz4++) {
 		char path[PATH_MAX];
 		snprintf(path, sizeof(path), "%s/img%d", dir, lz4);
-		phosimg_writer *w;
-		phosimg_writer_opts opts = { .chunk_size = CHUNK, .lz4 = lz4 };
-		if (phosimg_writer_create(path, &opts, &w))
-			bail("create: %s", phosimg_last_error());
-		for (int o = 0; o < NOBJ; o++) {
-			phosimg_object ob = { .va = 0x100000000ull * (uint64_t)(o + 1), .size = sizes[o] };
-			uint32_t id;
-			if (phosimg_writer_add_object(w, &ob, &id))
-				bail("add");
-		}
+		phosimg_writer *w = start_image(path, CHUNK, lz4, sizes, NOBJ, 0x100000000ull);
 		pthread_t t[THREADS];
 		job j[THREADS];
 		for (int i = 0; i < THREADS; i++) {

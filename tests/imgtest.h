@@ -76,6 +76,24 @@ static inline int put_object(phosimg_writer *w, uint32_t obj, const uint8_t *src
 	return 0;
 }
 
+/* Starts an image at path holding n objects of the given sizes, va_step
+ * apart in the address space; bails if it cannot. */
+static inline phosimg_writer *start_image(const char *path, uint32_t chunk, bool lz4, const uint64_t *sizes, int n,
+					  uint64_t va_step)
+{
+	phosimg_writer *w;
+	phosimg_writer_opts opts = { .chunk_size = chunk, .lz4 = lz4 };
+	if (phosimg_writer_create(path, &opts, &w))
+		bail("create %s: %s", path, phosimg_last_error());
+	for (int o = 0; o < n; o++) {
+		phosimg_object ob = { .va = va_step * (uint64_t)(o + 1), .size = sizes[o] };
+		uint32_t id;
+		if (phosimg_writer_add_object(w, &ob, &id))
+			bail("add object %d: %s", o, phosimg_last_error());
+	}
+	return w;
+}
+
 static inline void shuffle(uint64_t *v, uint64_t n, unsigned *seed)
 {
 	for (uint64_t i = 0; i < n; i++)
