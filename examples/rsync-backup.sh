@@ -1,7 +1,7 @@
 #!/bin/sh
 # Copies the latest checkpoint of a process to another machine, or to a
 # local directory. Images are plain directories, so rsync copies them
-# whole; reading /phos waits for a checkpoint still being written.
+# whole; latest always names a published one.
 #
 #   rsync-backup.sh PID DEST       e.g. rsync-backup.sh 1234 backup:/ckpt/
 #
@@ -13,5 +13,5 @@ name=$(readlink "$mnt/$pid/checkpoints/latest") || {
 	echo "rsync-backup: process $pid has no checkpoint" >&2
 	exit 1
 }
-rsync -a --partial "$mnt/$pid/checkpoints/$name/" "$dest/$pid-$name/"
+rsync -a --partial --mkpath "$mnt/$pid/checkpoints/$name/" "$dest/$pid-$name/"
 echo "$dest/$pid-$name"

@@ -21,8 +21,8 @@ pkgs=(
 	libprotobuf-dev libprotobuf-c-dev protobuf-c-compiler protobuf-compiler
 	python3-protobuf libnl-3-dev libnet1-dev libcap-dev libbsd-dev
 	libgnutls28-dev libnftables-dev uuid-dev libaio-dev iproute2
-	# the independent reader of FORMAT.md in tests/
-	python3 python3-xxhash python3-lz4
+	# the independent reader of FORMAT.md in tests/; the examples' test
+	python3 python3-xxhash python3-lz4 rsync
 )
 
 missing=()

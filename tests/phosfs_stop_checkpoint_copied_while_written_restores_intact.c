@@ -109,15 +109,8 @@ int main(void)
 	kill(pid, SIGKILL);
 	for (int i = 0; i < 100 && rig_alive(pid); i++)
 		usleep(20000);
-	char rcmd[256], root_status[160];
-	snprintf(rcmd, sizeof(rcmd), "restore %s\n", copy);
-	snprintf(root_status, sizeof(root_status), "%s/status", r.mnt);
-	snprintf(ctl, sizeof(ctl), "%s/ctl", r.mnt);
-	e = rig_ctl(ctl, rcmd, strlen(rcmd));
-	rig_read(root_status, st, sizeof(st));
-	char want[64];
-	snprintf(want, sizeof(want), "restored pid: %d\n", (int)pid);
-	ok(e == 0 && strstr(st, want), "restore from the copy brings back pid %d (%s)", (int)pid, strerror(e));
+	e = rig_restore(&r, copy, pid, st, sizeof(st));
+	ok(e == 0, "restore from the copy brings back pid %d (%s)", (int)pid, strerror(e));
 	if (e)
 		diag("%s", st);
 	usleep(300000);

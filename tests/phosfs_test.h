@@ -239,6 +239,21 @@ static inline int rig_job_done(rig *r, pid_t pid, int ms, char *last, size_t len
 	return 0;
 }
 
+/* Restores the image at dir through /ctl; 0 when status then names pid
+ * as restored, else an errno (the status is left in st). */
+static inline int rig_restore(rig *r, const char *dir, pid_t pid, char *st, size_t len)
+{
+	char cmd[PATH_MAX + 16], ctl[160], status[160], want[64];
+	snprintf(cmd, sizeof(cmd), "restore %s\n", dir);
+	snprintf(ctl, sizeof(ctl), "%s/ctl", r->mnt);
+	snprintf(status, sizeof(status), "%s/status", r->mnt);
+	snprintf(want, sizeof(want), "restored pid: %d\n", (int)pid);
+	int e = rig_ctl(ctl, cmd, strlen(cmd));
+	if (!rig_read(status, st, len))
+		*st = 0;
+	return e ? e : strstr(st, want) ? 0 : ESRCH;
+}
+
 /* Whether the image at path opens and verifies. */
 static inline int rig_verify(const char *path)
 {
