@@ -360,10 +360,9 @@ int engine_copy_in(phosimg *img, engine_parked *out, engine_progress *prog, char
 		e = driver_use((int)o->device, err, errlen);
 		if (!e)
 			e = create(&maps[k], o->size, (int)o->device, err, errlen);
+		/* The object's bytes, not the rounded-up allocation's. */
+		maps[k].len = o->size;
 	}
-	/* The object's bytes, not the rounded-up allocation's. */
-	for (int k = 0; k < n && !e; k++)
-		maps[k].len = in->objects[k].size;
 	if (!e)
 		e = run_passes(maps, ids, n, NULL, img, prog, err, errlen);
 	for (int k = 0; k < n && !e; k++) {

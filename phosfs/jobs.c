@@ -112,11 +112,17 @@ void target_error(target *t, const char *fmt, ...)
 		syslog(LOG_WARNING, "%s", msg);
 }
 
+/* Whether t's running job writes checkpoint name. Call with t->lock. */
+static bool writing(const target *t, const char *name)
+{
+	return t->busy && t->kind == CTL_CHECKPOINT && !strcmp(t->name, name);
+}
+
 bool target_in_progress(target *t, const char *name, bool wait)
 {
 	pthread_mutex_lock(&t->lock);
-	bool busy = t->busy && t->kind == CTL_CHECKPOINT && !strcmp(t->name, name);
-	while (wait && t->busy && t->kind == CTL_CHECKPOINT && !strcmp(t->name, name))
+	bool busy = writing(t, name);
+	while (wait && writing(t, name))
 		pthread_cond_wait(&t->done, &t->lock);
 	pthread_mutex_unlock(&t->lock);
 	return busy;
@@ -125,7 +131,7 @@ bool target_in_progress(target *t, const char *name, bool wait)
 int target_stream(target *t, const char *name, char *path, size_t len, uint64_t *ready)
 {
 	pthread_mutex_lock(&t->lock);
-	int r = t->busy && t->kind == CTL_CHECKPOINT && !strcmp(t->name, name) && t->sh;
+	int r = writing(t, name) && t->sh;
 	*ready = r ? atomic_load(&t->sh->prog.data_ready) : 0;
 	if (path && *ready)
 		snprintf(path, len, "%s", t->sh->prog.data_path);
