@@ -41,7 +41,7 @@ NVCC_ARCH := -gencode=arch=compute_90,code=sm_90 -gencode=arch=compute_90,code=c
 .PHONY: all check deps install gpu-bundle check-gpu bench clean demo
 .DELETE_ON_ERROR:
 
-all: simcuda image-format tracer phosfs examples tests bench
+all: simcuda image-format tracer phosfs criu-plugins examples tests bench
 
 # ---- common/: code two or more components share --------------------------------
 
@@ -78,8 +78,10 @@ ENGINE_OBJ := $(ENGINE_SRC:%.c=$(BUILD)/%.o)
 ENGINE_H := $(wildcard engine/*.h restore/*.h common/*.h) image-format/phosimg.h
 PHOSFS := $(BUILD)/phosfs/phosfs
 PHOS_CLI := $(BUILD)/phos
-FUSE_CFLAGS := $(shell pkg-config --cflags fuse3 2>/dev/null)
-FUSE_LIBS := $(shell pkg-config --libs fuse3 2>/dev/null)
+# Recursive (=): read when a recipe runs, so that `make deps all` works on
+# a machine where deps is what installs libfuse3-dev.
+FUSE_CFLAGS = $(shell pkg-config --cflags fuse3 2>/dev/null)
+FUSE_LIBS = $(shell pkg-config --libs fuse3 2>/dev/null)
 
 .PHONY: phosfs
 phosfs: $(PHOSFS) $(PHOS_CLI)
@@ -103,6 +105,21 @@ $(PHOSFS): $(PHOSFS_OBJ) $(ENGINE_OBJ) $(BUILD)/common/wire.o $(LIBPHOSIMG)
 $(PHOS_CLI): phosfs/phos.c
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) -DPHOS_LIBDIR='"$(PREFIX)/lib"' $(XCFLAGS) $(CFLAGS) -o $@ $< $(XLDFLAGS) $(LDFLAGS)
+
+# ---- criu-plugin/: runs inside CRIU -------------------------------------------
+# Built against the criu-plugin.h of the CRIU that make deps builds, and
+# never with sanitizers: CRIU, which loads it, has no sanitizer runtime.
+
+CRIU_PLUGIN_DIR := $(BUILD)/criu-plugins
+CRIU_PLUGIN := $(CRIU_PLUGIN_DIR)/phos_devices.so
+
+.PHONY: criu-plugins
+criu-plugins: $(CRIU_PLUGIN)
+
+$(CRIU_PLUGIN): criu-plugin/devices.c
+	@test -f $(CRIU_PREFIX)/include/criu-plugin.h || { echo "no $(CRIU_PREFIX)/include/criu-plugin.h: run 'make deps' first" >&2; exit 1; }
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) -isystem $(CRIU_PREFIX)/include -std=c11 -Wall -Wextra -Werror $(CFLAGS) -fPIC -shared -o $@ $<
 
 # ---- tests/simcuda: the software CUDA driver --------------------------------
 
@@ -206,7 +223,7 @@ $(BUILD)/tests/%: tests/%.sh
 	install -m 0755 $< $@
 
 # Tests find the project's CRIU and the kernels through these.
-TEST_ENV := PHOS_CRIU=$(abspath $(CRIU)) PHOS_KERNELS=$(abspath $(BUILD)/kernels) PHOS_SRCDIR=$(CURDIR) PHOS_LIBPHOS=$(abspath $(LIBPHOS)) PHOS_PHOSFS=$(abspath $(PHOSFS)) PHOS_CLI=$(abspath $(PHOS_CLI)) PHOS_COUNTER=$(abspath $(BUILD)/examples/counter) PHOS_SIMCUDA=$(abspath $(BUILD)/simcuda)
+TEST_ENV := PHOS_CRIU=$(abspath $(CRIU)) PHOS_KERNELS=$(abspath $(BUILD)/kernels) PHOS_SRCDIR=$(CURDIR) PHOS_LIBPHOS=$(abspath $(LIBPHOS)) PHOS_PHOSFS=$(abspath $(PHOSFS)) PHOS_CLI=$(abspath $(PHOS_CLI)) PHOS_COUNTER=$(abspath $(BUILD)/examples/counter) PHOS_SIMCUDA=$(abspath $(BUILD)/simcuda) PHOS_CRIU_PLUGINS=$(abspath $(CRIU_PLUGIN_DIR))
 
 check: all
 	$(TEST_ENV) $(PROVE) $(PROVE_FLAGS) $(TEST_BIN)
@@ -242,6 +259,8 @@ install: all
 	install -m 0755 examples/cron/phos-checkpoint-all examples/rsync-backup.sh $(DESTDIR)$(PREFIX)/share/phos/
 	install -m 0644 examples/cron/phos.cron examples/systemd/phosfs.service $(DESTDIR)$(PREFIX)/share/phos/
 	test ! -x $(CRIU) || install -m 0755 $(CRIU) $(DESTDIR)$(PREFIX)/libexec/phos/criu
+	install -d $(DESTDIR)$(PREFIX)/libexec/phos/criu-plugins
+	install -m 0644 $(CRIU_PLUGIN) $(DESTDIR)$(PREFIX)/libexec/phos/criu-plugins/
 	install -m 0644 README.md image-format/FORMAT.md $(DESTDIR)$(PREFIX)/share/doc/phos/
 
 # ---- GPU machine --------------------------------------------------------------
@@ -293,12 +312,14 @@ $(BUNDLE)/examples/counter: examples/counter.c
 	$(CC) $(CPPFLAGS) $(XCFLAGS) $(CFLAGS) -o $@ $< -L$(CUDA_HOME)/lib64/stubs -lcuda
 
 gpu-bundle: $(GPU_BIN) $(GPU_KERNELS) $(GPU_BENCH) $(PHOS_IMAGE) $(BUILD)/bench/image-bench $(LIBPHOS) \
-	    $(PHOSFS) $(PHOS_CLI) $(BUNDLE)/examples/counter
+	    $(PHOSFS) $(PHOS_CLI) $(BUNDLE)/examples/counter $(CRIU_PLUGIN)
 	@test -x $(CRIU) || { echo "no CRIU in $(CRIU_PREFIX): run 'make deps' first" >&2; exit 1; }
 	@test "$(HAVE_NVCC)" = 1 || { echo "no nvcc under $(CUDA_HOME): the GPU programs need it" >&2; exit 1; }
 	mk/gpu-bundle.sh $(BUNDLE) bin:$(CRIU) bin:$(PHOS_IMAGE) bin:$(BUILD)/bench/image-bench lib:$(LIBPHOS) \
 		bin:$(PHOSFS) bin:$(PHOS_CLI) \
 		$(addprefix test:,$(GPU_SH))
+	install -d $(BUNDLE)/criu-plugins
+	install -m 0644 $(CRIU_PLUGIN) $(BUNDLE)/criu-plugins/
 	@du -sh $(BUNDLE)
 
 check-gpu:

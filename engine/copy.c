@@ -294,7 +294,7 @@ int engine_copy_out(const engine_parked *objs, phosimg_writer *w, engine_progres
 	int e = maps && ids ? 0 : -ENOMEM;
 	for (int k = 0; k < n && !e; k++) {
 		const wire_object *o = &objs->objs[k];
-		phosimg_object io = { .device = o->device, .va = o->va, .size = o->size };
+		phosimg_object io = { .device = o->device, .va = o->va, .size = o->size, .pid = objs->pids[k] };
 		if (o->flags & WIRE_OBJ_APP) {
 			io.flags = PHOSIMG_OBJ_APP_VMM;
 			io.key = (uint32_t)o->key;
@@ -350,9 +350,10 @@ int engine_copy_in(phosimg *img, engine_parked *out, engine_progress *prog, char
 	int n = (int)in->object_count;
 	out->objs = calloc(n ? (size_t)n : 1, sizeof(*out->objs));
 	out->fds = calloc(n ? (size_t)n : 1, sizeof(*out->fds));
+	out->pids = calloc(n ? (size_t)n : 1, sizeof(*out->pids));
 	mapping *maps = calloc(n ? (size_t)n : 1, sizeof(*maps));
 	uint32_t *ids = calloc(n ? (size_t)n : 1, sizeof(*ids));
-	int e = out->objs && out->fds && maps && ids ? 0 : -ENOMEM;
+	int e = out->objs && out->fds && out->pids && maps && ids ? 0 : -ENOMEM;
 	out->cap = n;
 	for (int k = 0; k < n && !e; k++) {
 		const phosimg_object *o = &in->objects[k];
@@ -380,6 +381,7 @@ int engine_copy_in(phosimg *img, engine_parked *out, engine_progress *prog, char
 		out->objs[k] = (wire_object){ .key = app ? o->key : o->va, .va = o->va, .size = o->size,
 					      .device = o->device, .flags = app ? WIRE_OBJ_APP : 0 };
 		out->fds[k] = fd;
+		out->pids[k] = o->pid;
 		out->n = k + 1;
 	}
 	/* The fds keep the memory; phosfs's mappings and handles go. */

@@ -12,28 +12,135 @@
 
 #include "engine.h"
 
-/* The first "Error (…)" line of CRIU's log, without its timestamp. */
-static void first_error(const char *log, char *out, size_t len)
+const char *engine_criu_plugins;
+
+/* Error lines CRIU prints on these machines that are no error of the
+ * dump: they never explain a failure. */
+static const char *const harmless[] = {
+	"Can't setup RLIMIT_NOFILE for self",
+};
+
+/* The message of an "Error (file:line): message" log line, or NULL. */
+static char *error_message(char *line)
 {
-	FILE *f = fopen(log, "re");
-	*out = 0;
-	if (!f)
-		return;
-	char line[1024];
-	while (fgets(line, sizeof(line), f)) {
-		char *at = strstr(line, "Error (");
-		if (!at)
-			continue;
-		char *msg = strstr(at, "): ");
-		msg = msg ? msg + 3 : at;
-		msg[strcspn(msg, "\n")] = 0;
-		snprintf(out, len, "%s", msg);
-		break;
-	}
-	fclose(f);
+	char *at = strstr(line, "Error (");
+	if (!at)
+		return NULL;
+	char *msg = strstr(at, "): ");
+	msg = msg ? msg + 3 : at;
+	msg[strcspn(msg, "\n")] = 0;
+	for (size_t i = 0; i < sizeof(harmless) / sizeof(*harmless); i++)
+		if (strstr(msg, harmless[i]))
+			return NULL;
+	return msg;
 }
 
-static int run(const char *criu, char *const argv[], const char *log, const char *what, char *err, size_t errlen)
+/* The file mapped at addr in pid, from /proc (the process still runs
+ * after a failed dump), into path; "" if unknown. */
+static void mapped_file(pid_t pid, unsigned long long addr, char *path, size_t len)
+{
+	char p[64], line[1024];
+	snprintf(p, sizeof(p), "/proc/%d/maps", (int)pid);
+	*path = 0;
+	FILE *f = fopen(p, "re");
+	while (f && fgets(line, sizeof(line), f)) {
+		unsigned long long lo, hi;
+		int off = 0;
+		if (sscanf(line, "%llx-%llx %*s %*s %*s %*s %n", &lo, &hi, &off) < 2 || addr < lo || addr >= hi)
+			continue;
+		if (off > 0)
+			snprintf(path, len, "%.*s", (int)strcspn(line + off, "\n"), line + off);
+		break;
+	}
+	if (f)
+		fclose(f);
+}
+
+void criu_explain(const char *log, pid_t pid, char *out, size_t len)
+{
+	*out = 0;
+	FILE *f = fopen(log, "re");
+	if (!f)
+		return;
+	char line[1024], *msg = NULL;
+	while (!msg && fgets(line, sizeof(line), f))
+		msg = error_message(line);
+	fclose(f);
+	if (!msg)
+		return;
+	char file[512], what[600];
+	unsigned long long a = 0, b = 0;
+	int mpid = 0, n = 0;
+	if (sscanf(msg, "File %511s has bad size %llu (expect %llu)", file, &a, &b) == 3) {
+		snprintf(out, len,
+			 "%s: the process's file %s changed size after the checkpoint (%llu bytes now, %llu in the "
+			 "image); CRIU cannot restore a file that changed size: run programs under `phos run`, "
+			 "which keeps their output where CRIU can restore it",
+			 msg, file, a, b);
+	} else if (strstr(msg, "Can't get rlimit") && strstr(msg, "not permitted")) {
+		snprintf(out, len,
+			 "%s: CRIU may not read the limits of process %d, which belongs to another user, because "
+			 "phosfs lacks CAP_SYS_RESOURCE here; run the job as phosfs's user, or give phosfs "
+			 "CAP_SYS_RESOURCE",
+			 msg, (int)pid);
+	} else if (sscanf(msg, "Can't handle non-regular mapping on %d's map %llx%n", &mpid, &a, &n) >= 2) {
+		mapped_file(mpid, a, file, sizeof(file));
+		if (!*file)
+			snprintf(file, sizeof(file), "a device");
+		if (!strncmp(file, "/dev/nvidia", 11))
+			snprintf(what, sizeof(what),
+				 "process %d is a forked child of a CUDA process (such as a PyTorch DataLoader worker), "
+				 "which keeps the parent's %s mapped at 0x%llx; phos's CRIU plugin handles it, but this "
+				 "CRIU ran without it: start phosfs with --criu-plugins DIR",
+				 mpid, file, a);
+		else
+			snprintf(what, sizeof(what),
+				 "process %d maps %s at 0x%llx, which CRIU cannot save: such a process cannot be "
+				 "checkpointed",
+				 mpid, file, a);
+		snprintf(out, len, "%s: %s", msg, what);
+	} else if (strstr(msg, "Can't dump file") && strstr(msg, "of that type")) {
+		snprintf(out, len,
+			 "%s: a process of the tree holds a file CRIU cannot save (a device, named by its major:minor); "
+			 "close it before checkpointing, or, for /dev/nvidia* files of a forked child of a CUDA "
+			 "process, start phosfs with --criu-plugins DIR",
+			 msg);
+	} else if (strstr(msg, "external") && strstr(msg, "unix")) {
+		snprintf(out, len,
+			 "%s: a process of the tree has a unix socket connected to a process outside it; CRIU "
+			 "cannot save that: checkpoint the job that holds both ends",
+			 msg);
+	} else if (strstr(msg, "is not a session leader")) {
+		snprintf(out, len, "%s: start the job with `phos run`, which makes it a session of its own", msg);
+	} else {
+		snprintf(out, len, "%s", msg);
+	}
+}
+
+void criu_limits(char *out, size_t len)
+{
+	*out = 0;
+	FILE *f = fopen("/proc/self/status", "re");
+	char line[256];
+	unsigned long long eff = ~0ull;
+	while (f && fgets(line, sizeof(line), f))
+		sscanf(line, "CapEff: %llx", &eff);
+	if (f)
+		fclose(f);
+	size_t at = 0;
+	if (geteuid() != 0)
+		at += (size_t)snprintf(out + at, len - at,
+				       "phosfs is not root: CRIU cannot checkpoint or restore anything. ");
+	else if (!(eff & (1ull << 24))) /* CAP_SYS_RESOURCE */
+		at += (size_t)snprintf(out + at, len - at,
+				       "phosfs lacks CAP_SYS_RESOURCE: CRIU cannot checkpoint processes of other "
+				       "users (\"Can't get rlimit\"); run jobs as root or give phosfs that capability. ");
+	if (at && out[at - 1] == ' ')
+		out[at - 1] = 0;
+}
+
+static int run(const char *criu, char *const argv[], const char *log, const char *what, pid_t pid, char *err,
+	       size_t errlen)
 {
 	int lfd = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
 	if (lfd < 0)
@@ -61,8 +168,8 @@ static int run(const char *criu, char *const argv[], const char *log, const char
 			return engine_fail(-errno, err, errlen, "waiting for criu: %s", strerror(errno));
 	if (WIFEXITED(st) && WEXITSTATUS(st) == 0)
 		return 0;
-	char why[600];
-	first_error(log, why, sizeof(why));
+	char why[1400];
+	criu_explain(log, pid, why, sizeof(why));
 	return engine_fail(-EIO, err, errlen, "criu %s failed: %s (log: %s)", what,
 			   *why ? why : "no error logged", log);
 }
@@ -78,7 +185,7 @@ int criu_dump(const char *criu, pid_t pid, const char *dir, bool kill, const cha
 {
 	char spid[16];
 	snprintf(spid, sizeof(spid), "%d", (int)pid);
-	char *argv[16];
+	char *argv[20];
 	int n = 0;
 	argv[n++] = (char *)criu;
 	argv[n++] = "dump";
@@ -93,12 +200,21 @@ int criu_dump(const char *criu, pid_t pid, const char *dir, bool kill, const cha
 		argv[n++] = "--leave-running";
 	if (!session_leader(pid))
 		argv[n++] = "--shell-job";
+	if (engine_criu_plugins && *engine_criu_plugins) {
+		argv[n++] = "-L";
+		argv[n++] = (char *)engine_criu_plugins;
+	}
 	argv[n] = NULL;
-	return run(criu, argv, log, "dump", err, errlen);
+	return run(criu, argv, log, "dump", pid, err, errlen);
 }
 
 int criu_restore(const char *criu, const char *dir, const char *log, char *err, size_t errlen)
 {
-	char *argv[] = { (char *)criu, "restore", "-D", (char *)dir, "-o", (char *)log, "-v2", "-d", "--shell-job", NULL };
-	return run(criu, argv, log, "restore", err, errlen);
+	char *argv[] = { (char *)criu, "restore", "-D", (char *)dir, "-o", (char *)log, "-v2", "-d", "--shell-job",
+			 NULL, NULL, NULL };
+	if (engine_criu_plugins && *engine_criu_plugins) {
+		argv[9] = "-L";
+		argv[10] = (char *)engine_criu_plugins;
+	}
+	return run(criu, argv, log, "restore", 0, err, errlen);
 }

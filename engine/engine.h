@@ -22,6 +22,7 @@
 #include <sys/types.h>
 
 #include "../common/wire.h"
+#include "../image-format/phosimg.h"
 
 #define ENGINE_ERR_MAX 512
 #define ENGINE_CHUNK (4u << 20) /* staging and image chunk size */
@@ -66,20 +67,37 @@ typedef struct engine_progress {
  * leaves. STEP_DONE ends the accounting. */
 void engine_step(engine_progress *p, int step);
 
-/* The parked memory of a process: records and the fds that hold it. */
+/* The parked memory of the processes of a tree: records, the fds that
+ * hold them, and the process each belongs to. One process's objects are
+ * consecutive. */
 typedef struct engine_parked {
 	wire_object *objs;
 	int *fds;
+	pid_t *pids;
 	int n, cap;
 } engine_parked;
 
 /* Closes the fds and frees the arrays. */
 void engine_parked_free(engine_parked *p);
 
-/* The traced side of a process. */
+/* Moves every object of from to the end of to (from is left empty).
+ * Errors: -ENOMEM (nothing moved). */
+int engine_parked_move(engine_parked *to, engine_parked *from);
+
+/* The run of pid's objects in all, as a view into its arrays (not to be
+ * freed); empty if pid has none. */
+engine_parked engine_parked_of(const engine_parked *all, pid_t pid);
+
+/* A traced process of a tree: its connection, on which the engine sends
+ * PARK, and the thread WIRE_WAKE_SIGNAL goes to. */
+typedef struct engine_traced {
+	pid_t pid;
+	int conn;
+	pid_t control_tid;
+} engine_traced;
+
+/* How the engine meets a woken tracer again, one process at a time. */
 typedef struct engine_tracer {
-	int conn;              /* its connection; the engine sends PARK on it */
-	pid_t control_tid;     /* where WIRE_WAKE_SIGNAL goes */
 	/* Called before the wake signal is sent: the next HELLO RESUME of pid
 	 * must be held for await. */
 	int (*expect)(void *arg, pid_t pid);
@@ -112,44 +130,78 @@ int driver_unlock(pid_t pid, char *err, size_t errlen);
 
 /* ---- park.c: the conversation with a traced process ----------------------- */
 
-/* Sends PARK on conn and collects every object until PARKED. The tracer
- * closes its end afterwards. Errors: -EIO (the tracer refused: err says
- * why), -EPROTO, wire errors. */
-int engine_park(int conn, engine_parked *out, char *err, size_t errlen);
+/* Sends PARK on conn and collects every object of process pid until
+ * PARKED, into *out (emptied first). The tracer closes its end
+ * afterwards. Errors: -EIO (the tracer refused: err says why), -EPROTO,
+ * wire errors. */
+int engine_park(pid_t pid, int conn, engine_parked *out, char *err, size_t errlen);
 
-/* Wakes the parked process, waits for it to connect again, gives it the
- * objects (the fds are sent, not closed) and waits until it runs.
- * Errors: -ETIMEDOUT, -EPROTO, -EIO (err says why). */
-int engine_unpark(pid_t pid, const engine_tracer *t, const engine_parked *objs, char *err, size_t errlen);
+/* Wakes the parked process pid through its control thread tid, waits for
+ * it to connect again, gives it the objects (the fds are sent, not
+ * closed) and waits until it runs. Errors: -ETIMEDOUT, -EPROTO, -EIO
+ * (err says why). */
+int engine_unpark(pid_t pid, pid_t tid, const engine_tracer *t, const engine_parked *objs, char *err,
+		  size_t errlen);
 
 /* The tid of pid's tracer control thread ("phos-control"), or -ESRCH. */
 pid_t engine_find_control_thread(pid_t pid);
 
+/* ---- tree.c: the processes of a job --------------------------------------- */
+
+/* root and all its descendants, root first and parents before children,
+ * as members (pid, ppid, comm; no flags) in a malloc'd *out. Errors:
+ * -ESRCH (root is gone), -ENOMEM, errno of opendir(/proc). */
+int engine_tree(pid_t root, phosimg_member **out, uint32_t *n);
+
+/* The index of pid among m[0..n), or -ENOENT. */
+int engine_tree_member(const phosimg_member *m, uint32_t n, pid_t pid);
+
 /* ---- criu.c ------------------------------------------------------------- */
 
+/* CRIU plugins (criu -L): phos's, for device files that forked children
+ * of CUDA processes keep. NULL or "" for none. Set once, before jobs. */
+extern const char *engine_criu_plugins;
+
 /* Runs `criu dump` of pid's tree into dir, leaving it running unless
- * kill. CRIU's log goes to log. Errors: -EIO (err quotes CRIU's error). */
+ * kill. CRIU's log goes to log. Errors: -EIO (err gives CRIU's first real
+ * error, what it names, and what to do). */
 int criu_dump(const char *criu, pid_t pid, const char *dir, bool kill, const char *log, char *err,
 	      size_t errlen);
 
 /* Runs `criu restore` from dir, detached. Errors as criu_dump. */
 int criu_restore(const char *criu, const char *dir, const char *log, char *err, size_t errlen);
 
+/* Turns CRIU's log into one sentence for people: its first real error
+ * line (harmless warnings skipped), with what that line names and advice
+ * for the errors phos knows; "" when the log holds no error. pid is the
+ * dumped tree's root (0 for a restore). */
+void criu_explain(const char *log, pid_t pid, char *out, size_t len);
+
+/* What this machine's CRIU cannot do, one sentence per limit, for the
+ * log at start ("" if nothing): e.g. other users' processes without
+ * CAP_SYS_RESOURCE. */
+void criu_limits(char *out, size_t len);
+
 /* ---- stop.c: the stop-the-world protocol ---------------------------------- */
 
 typedef struct engine_stop_args {
-	pid_t pid;
+	pid_t pid;         /* the root of the tree */
 	const char *image; /* where the image is published; must not exist */
 	const char *criu;  /* the criu binary */
 	const char *log;   /* CRIU's log file */
-	bool kill;         /* end the process after the dump */
-	const engine_tracer *tracer; /* NULL: untraced (the driver copies) */
+	bool kill;         /* end the tree after the dump */
+	/* The traced processes of the tree, which park; the rest of its CUDA
+	 * processes are checkpointed by the driver, which copies. */
+	const engine_traced *traced;
+	int ntraced;
+	const engine_tracer *tracer; /* meets woken tracers; NULL if ntraced is 0 */
 	engine_progress *prog;
 } engine_stop_args;
 
-/* Checkpoints the process and publishes the image. On failure the process
- * runs on (unless it died), nothing is published and earlier images are
- * untouched. */
+/* Checkpoints the process tree of pid and publishes one image of it: every
+ * traced process is parked, every CUDA process driver-checkpointed, then
+ * CRIU dumps the tree. On failure every process runs on (unless it died),
+ * nothing is published and earlier images are untouched. */
 int engine_stop(const engine_stop_args *a, char *err, size_t errlen);
 
 /* ---- copy.c: device memory to and from images ----------------------------- */
@@ -163,10 +215,11 @@ int engine_copy_out(const engine_parked *objs, phosimg_writer *w, engine_progres
 		    size_t errlen);
 
 /* Makes a new allocation for every object of img, fills it from the
- * image, and returns the records and fds in *out, ready for unpark. */
+ * image, and returns the records, fds and pids in *out, ready for
+ * unpark. */
 int engine_copy_in(phosimg *img, engine_parked *out, engine_progress *prog, char *err, size_t errlen);
 
-/* ---- job.c: a job runs in a process of its own ------------------------------ */
+/* ---- a job runs in a process of its own (phosfs/job-process.c) ------------- */
 
 /* What a job process shares with phosfs: a memfd mapped by both. A job
  * outlives phosfs if phosfs dies, and still finishes (it publishes the
@@ -178,10 +231,6 @@ typedef struct engine_shared {
 	_Atomic int32_t pid;  /* restore: the restored pid, once known */
 	char err[ENGINE_ERR_MAX];
 } engine_shared;
-
-/* The main of a job process: `phosfs --job stop|restore …` (see job.c).
- * Returns the exit status. */
-int engine_job_main(int argc, char **argv);
 
 /* Whether pid exists (a zombie included). */
 bool engine_alive(pid_t pid);

@@ -23,10 +23,12 @@ void engine_parked_free(engine_parked *p)
 			close(p->fds[i]);
 	free(p->objs);
 	free(p->fds);
+	free(p->pids);
 	memset(p, 0, sizeof(*p));
 }
 
-static int parked_add(engine_parked *p, const wire_object *objs, const int *fds, int n)
+/* Appends n objects of process pid; the fds are then p's. */
+static int parked_add(engine_parked *p, const wire_object *objs, const int *fds, pid_t pid, int n)
 {
 	if (p->n + n > p->cap) {
 		int cap = p->cap ? p->cap : 256;
@@ -36,15 +38,58 @@ static int parked_add(engine_parked *p, const wire_object *objs, const int *fds,
 		if (o)
 			p->objs = o;
 		int *f = o ? realloc(p->fds, (size_t)cap * sizeof(*f)) : NULL;
-		if (!f)
+		if (f)
+			p->fds = f;
+		pid_t *w = f ? realloc(p->pids, (size_t)cap * sizeof(*w)) : NULL;
+		if (!w)
 			return -ENOMEM;
-		p->fds = f;
+		p->pids = w;
 		p->cap = cap;
 	}
 	memcpy(p->objs + p->n, objs, (size_t)n * sizeof(*objs));
 	memcpy(p->fds + p->n, fds, (size_t)n * sizeof(*fds));
+	for (int i = 0; i < n; i++)
+		p->pids[p->n + i] = pid;
 	p->n += n;
 	return 0;
+}
+
+int engine_parked_move(engine_parked *to, engine_parked *from)
+{
+	for (int at = 0; at < from->n;) {
+		int k = at + 1;
+		while (k < from->n && from->pids[k] == from->pids[at])
+			k++;
+		int e = parked_add(to, from->objs + at, from->fds + at, from->pids[at], k - at);
+		if (e) {
+			to->n -= at; /* give back what moved: from still owns it all */
+			return e;
+		}
+		at = k;
+	}
+	free(from->objs);
+	free(from->fds);
+	free(from->pids);
+	memset(from, 0, sizeof(*from));
+	return 0;
+}
+
+engine_parked engine_parked_of(const engine_parked *all, pid_t pid)
+{
+	engine_parked v = { 0 };
+	int at = 0;
+	while (at < all->n && all->pids[at] != pid)
+		at++;
+	int k = at;
+	while (k < all->n && all->pids[k] == pid)
+		k++;
+	if (k > at) {
+		v.objs = all->objs + at;
+		v.fds = all->fds + at;
+		v.pids = all->pids + at;
+		v.n = v.cap = k - at;
+	}
+	return v;
 }
 
 /* Waits for a message on sock for at most ms. */
@@ -57,7 +102,7 @@ static int readable(int sock, int ms)
 	return n > 0 ? 0 : n == 0 ? -ETIMEDOUT : -errno;
 }
 
-int engine_park(int conn, engine_parked *out, char *err, size_t errlen)
+int engine_park(pid_t pid, int conn, engine_parked *out, char *err, size_t errlen)
 {
 	static _Thread_local uint8_t buf[WIRE_MAX_PAYLOAD + 1];
 	memset(out, 0, sizeof(*out));
@@ -73,12 +118,12 @@ int engine_park(int conn, engine_parked *out, char *err, size_t errlen)
 		if (h.type == WIRE_PARKED)
 			return 0;
 		if (h.type == WIRE_OBJECTS && h.count == (uint32_t)nfds && h.length == h.count * sizeof(wire_object)) {
-			e = parked_add(out, (const wire_object *)buf, fds, nfds);
+			e = parked_add(out, (const wire_object *)buf, fds, pid, nfds);
 			if (!e)
 				continue;
 		} else if (h.type == WIRE_ERROR) {
 			buf[h.length < WIRE_MAX_PAYLOAD ? h.length : WIRE_MAX_PAYLOAD] = 0;
-			e = engine_fail(-EIO, err, errlen, "the tracer did not park: %s", (char *)buf);
+			e = engine_fail(-EIO, err, errlen, "process %d did not park: %s", (int)pid, (char *)buf);
 		} else {
 			e = engine_fail(-EPROTO, err, errlen, "the tracer answered PARK with message %u", h.type);
 		}
@@ -87,26 +132,26 @@ int engine_park(int conn, engine_parked *out, char *err, size_t errlen)
 	}
 	engine_parked_free(out);
 	if (err && !*err)
-		engine_fail(e, err, errlen, "parking failed: %s", strerror(-e));
+		engine_fail(e, err, errlen, "parking process %d failed: %s", (int)pid, strerror(-e));
 	return e;
 }
 
-int engine_unpark(pid_t pid, const engine_tracer *t, const engine_parked *objs, char *err, size_t errlen)
+int engine_unpark(pid_t pid, pid_t tid, const engine_tracer *t, const engine_parked *objs, char *err,
+		  size_t errlen)
 {
 	int e = t->expect(t->arg, pid);
 	if (e)
-		return engine_fail(e, err, errlen, "cannot wait for the process: %s", strerror(-e));
-	pid_t tid = t->control_tid;
+		return engine_fail(e, err, errlen, "cannot wait for process %d: %s", (int)pid, strerror(-e));
 	if (syscall(SYS_tgkill, pid, tid, WIRE_WAKE_SIGNAL) != 0) {
 		e = -errno;
 		t->drop(t->arg, pid);
-		return engine_fail(e, err, errlen, "cannot wake the tracer (thread %d): %s", (int)tid, strerror(-e));
+		return engine_fail(e, err, errlen, "cannot wake process %d's tracer (thread %d): %s", (int)pid, (int)tid, strerror(-e));
 	}
 	int conn = -1;
 	e = t->await(t->arg, pid, RESUME_TIMEOUT_MS, &conn);
 	if (e) {
 		t->drop(t->arg, pid);
-		return engine_fail(e, err, errlen, "the process did not come back to phosfs: %s", strerror(-e));
+		return engine_fail(e, err, errlen, "process %d did not come back to phosfs: %s", (int)pid, strerror(-e));
 	}
 	const int per = 200;
 	for (int at = 0; !e && at < objs->n; at += per) {

@@ -86,18 +86,88 @@ bool engine_alive(pid_t pid)
 	return kill(pid, 0) == 0 || errno == EPERM;
 }
 
+/* What each member of the tree went through, so that exactly that is
+ * undone. */
+typedef struct member_state {
+	bool cuda, locked, checkpointed, parked;
+	pid_t tid; /* a traced member's control thread */
+} member_state;
+
+/* Brings every live member back to running: driver restore and unlock,
+ * then unpark. The first error goes to err (if it is still empty). */
+static int bring_back(const engine_stop_args *a, const phosimg_member *m, member_state *ms, uint32_t n,
+		      const engine_parked *parked, bool dumped, char *err, size_t errlen)
+{
+	engine_progress *prog = a->prog;
+	int first = 0;
+	char msg[ENGINE_ERR_MAX];
+	for (uint32_t i = 0; i < n; i++) {
+		if (!ms[i].locked || !engine_alive(m[i].pid) || (dumped && a->kill))
+			continue;
+		engine_step(prog, STEP_UNLOCK);
+		int e = ms[i].checkpointed ? driver_restore(m[i].pid, msg, sizeof(msg)) : 0;
+		if (!e)
+			e = driver_unlock(m[i].pid, msg, sizeof(msg));
+		if (e && !first) {
+			first = e;
+			if (!*err)
+				snprintf(err, errlen, "%s", msg);
+		}
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		if (!ms[i].parked || !engine_alive(m[i].pid) || (dumped && a->kill))
+			continue;
+		engine_step(prog, STEP_UNPARK);
+		engine_parked mine = engine_parked_of(parked, m[i].pid);
+		int e = engine_unpark(m[i].pid, ms[i].tid, a->tracer, &mine, msg, sizeof(msg));
+		if (e && !first) {
+			first = e;
+			if (!*err)
+				snprintf(err, errlen, "%s", msg);
+		}
+	}
+	return first;
+}
+
 int engine_stop(const engine_stop_args *a, char *err, size_t errlen)
 {
 	engine_progress *prog = a->prog;
 	int e = driver_open(err, errlen);
 	if (e)
 		return e;
-	phosimg_meta meta = { .pid = a->pid, .protocol = PHOSIMG_PROTO_STOP };
+	phosimg_member *m = NULL;
+	uint32_t n = 0;
+	e = engine_tree(a->pid, &m, &n);
+	if (e)
+		return engine_fail(e, err, errlen, "process %d is gone", (int)a->pid);
+	member_state *ms = calloc(n, sizeof(*ms));
+	if (!ms) {
+		free(m);
+		return engine_fail(-ENOMEM, err, errlen, "out of memory");
+	}
+	for (int t = 0; t < a->ntraced; t++) {
+		int i = engine_tree_member(m, n, a->traced[t].pid);
+		if (i >= 0) {
+			m[i].flags |= PHOSIMG_MEMBER_TRACED;
+			ms[i].tid = a->traced[t].control_tid;
+		}
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		int cstate = 0;
+		ms[i].cuda = driver_process_state(m[i].pid, &cstate) == 0;
+		if (ms[i].cuda)
+			m[i].flags |= PHOSIMG_MEMBER_CUDA;
+	}
+
+	phosimg_meta meta = { .pid = a->pid, .protocol = PHOSIMG_PROTO_STOP, .members = m, .member_count = n };
 	char *cmdline = NULL;
 	phosimg_device devs[PHOSIMG_DEVICES_MAX];
 	e = describe(a->pid, &meta, &cmdline);
-	if (e)
+	if (e) {
+		free(ms);
+		free(m);
 		return engine_fail(e, err, errlen, "process %d is gone", (int)a->pid);
+	}
 	if (driver_devices(devs, PHOSIMG_DEVICES_MAX, &meta.device_count) == 0)
 		meta.devices = devs;
 	phosimg_writer *w = NULL;
@@ -105,6 +175,8 @@ int engine_stop(const engine_stop_args *a, char *err, size_t errlen)
 	e = phosimg_writer_create(a->image, &wo, &w);
 	if (e) {
 		free(cmdline);
+		free(ms);
+		free(m);
 		return engine_fail(e, err, errlen, "cannot start the image: %s",
 				   *phosimg_last_error() ? phosimg_last_error() : strerror(-e));
 	}
@@ -114,9 +186,7 @@ int engine_stop(const engine_stop_args *a, char *err, size_t errlen)
 	atomic_store(&prog->data_ready, phosimg_writer_data_ready(w));
 
 	engine_parked parked = { 0 };
-	bool is_parked = false, locked = false, checkpointed = false, dumped = false;
-	int cstate = 0;
-	bool cuda = driver_process_state(a->pid, &cstate) == 0;
+	bool dumped = false;
 	uint64_t t0 = now_ns(CLOCK_MONOTONIC);
 	meta.t1_ns = now_ns(CLOCK_REALTIME);
 	e = phosimg_writer_set_meta(w, &meta);
@@ -124,50 +194,58 @@ int engine_stop(const engine_stop_args *a, char *err, size_t errlen)
 	if (e)
 		engine_fail(e, err, errlen, "describing the image: %s", strerror(-e));
 
-	if (!e && a->tracer) {
+	/* Every traced member parks, in tree order, parents first. */
+	if (!e && a->ntraced)
 		engine_step(prog, STEP_PARK);
-		e = engine_park(a->tracer->conn, &parked, err, errlen);
-		is_parked = !e;
-		uint64_t total = 0;
-		for (int i = 0; i < parked.n; i++)
-			total += parked.objs[i].size;
-		atomic_store(&prog->total, total);
+	for (int t = 0; !e && t < a->ntraced; t++) {
+		int i = engine_tree_member(m, n, a->traced[t].pid);
+		if (i < 0)
+			continue; /* it left the tree (it exited) */
+		engine_parked mine;
+		e = engine_park(m[i].pid, a->traced[t].conn, &mine, err, errlen);
+		ms[i].parked = !e;
+		if (!e) {
+			e = engine_parked_move(&parked, &mine);
+			if (e) {
+				engine_parked_free(&mine);
+				engine_fail(e, err, errlen, "out of memory");
+			}
+		}
 	}
-	if (!e && cuda) {
+	uint64_t total = 0;
+	for (int i = 0; i < parked.n; i++)
+		total += parked.objs[i].size;
+	atomic_store(&prog->total, total);
+	/* Then every CUDA member is locked, and only then checkpointed: no
+	 * member is checkpointed while another still runs on the device. */
+	if (!e)
 		engine_step(prog, STEP_LOCK);
-		e = driver_lock(a->pid, LOCK_TIMEOUT_MS, err, errlen);
-		locked = !e;
-		if (!e)
-			e = driver_checkpoint(a->pid, err, errlen);
-		checkpointed = locked && !e;
-	}
+	for (uint32_t i = 0; !e && i < n; i++)
+		if (ms[i].cuda) {
+			e = driver_lock(m[i].pid, LOCK_TIMEOUT_MS, err, errlen);
+			ms[i].locked = !e;
+		}
+	for (uint32_t i = 0; !e && i < n; i++)
+		if (ms[i].locked) {
+			e = driver_checkpoint(m[i].pid, err, errlen);
+			ms[i].checkpointed = !e;
+		}
 	if (!e) {
 		engine_step(prog, STEP_DUMP);
 		e = criu_dump(a->criu, a->pid, phosimg_writer_criu_dir(w), a->kill, a->log, err, errlen);
 		dumped = !e;
 	}
-	if (!e && a->tracer) {
+	if (!e && parked.n) {
 		engine_step(prog, STEP_COPY);
 		e = engine_copy_out(&parked, w, prog, err, errlen);
 	}
 
-	/* Bring a live process back, whatever happened above. */
+	/* Bring the live processes back, whatever happened above. */
 	char err2[ENGINE_ERR_MAX] = "";
-	int e2 = 0;
-	bool running = engine_alive(a->pid) && !(dumped && a->kill);
-	if (running && locked) {
-		engine_step(prog, STEP_UNLOCK);
-		if (checkpointed)
-			e2 = driver_restore(a->pid, err2, sizeof(err2));
-		if (!e2)
-			e2 = driver_unlock(a->pid, err2, sizeof(err2));
-	}
-	if (running && is_parked) {
-		engine_step(prog, STEP_UNPARK);
-		int e3 = engine_unpark(a->pid, a->tracer, &parked, e2 ? NULL : err2, sizeof(err2));
-		e2 = e2 ? e2 : e3;
-	}
+	int e2 = bring_back(a, m, ms, n, &parked, dumped, err2, sizeof(err2));
 	engine_parked_free(&parked);
+	free(ms);
+	free(m);
 	atomic_store(&prog->stall_ns, now_ns(CLOCK_MONOTONIC) - t0);
 	if (!e && e2) {
 		e = e2;

@@ -38,10 +38,12 @@ enum section_type {
 	SEC_INDEX = 6,
 	SEC_DATA = 7,
 	SEC_CRIU = 8,
+	SEC_MEMBERS = 9,
 };
 
 #define CHECKPOINT_SECTION_SIZE 56u
 #define OBJECT_RECORD_SIZE 32u
+#define MEMBER_RECORD_SIZE 40u
 #define INDEX_SECTION_SIZE 32u
 #define DATA_SECTION_SIZE 16u
 #define CHECKSUM_XXH3_128 1u
@@ -139,6 +141,7 @@ typedef struct manifest {
 	char *cmdline;
 	phosimg_device *devices;
 	phosimg_object *objects;
+	phosimg_member *members;
 	phosimg_criu_file *criu;
 	uint64_t index_size, index_entries;
 	uint8_t index_hash[16];

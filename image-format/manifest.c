@@ -156,6 +156,27 @@ int manifest_encode(const manifest *m, uint8_t **out, size_t *len)
 	}
 	close_section(&b, s);
 
+	/* Critical: a reader that knows no members would restore a tree's
+	 * memory into one process. */
+	if (in->meta.member_count) {
+		s = open_section(&b, SEC_MEMBERS, SECTION_CRITICAL), nsec++;
+		add32(&b, in->meta.member_count);
+		add32(&b, 0);
+		for (uint32_t i = 0; i < in->meta.member_count; i++) {
+			const phosimg_member *mb = &in->meta.members[i];
+			char comm[PHOSIMG_COMM_MAX] = { 0 };
+			memcpy(comm, mb->comm, strnlen(mb->comm, PHOSIMG_COMM_MAX - 1));
+			add32(&b, (uint32_t)mb->pid);
+			add32(&b, (uint32_t)mb->ppid);
+			add32(&b, mb->flags);
+			add32(&b, mb->first_object);
+			add32(&b, mb->object_count);
+			add32(&b, 0);
+			add_bytes(&b, comm, PHOSIMG_COMM_MAX);
+		}
+		close_section(&b, s);
+	}
+
 	s = open_section(&b, SEC_INDEX, SECTION_CRITICAL), nsec++;
 	add64(&b, m->index_size);
 	add64(&b, m->index_entries);
@@ -366,6 +387,77 @@ static int dec_objects(cursor *c, manifest *m)
 	return 0;
 }
 
+static int dec_members(cursor *c, manifest *m)
+{
+	const uint8_t *p;
+	if (!take(c, 8, &p))
+		return short_section(c);
+	uint32_t n = get32(p);
+	if (n == 0 || n > PHOSIMG_MEMBERS_MAX || (uint64_t)n * MEMBER_RECORD_SIZE > c->n - c->at)
+		return BAD(c, "%s: offset %llu: %u members do not fit in their section", c->shown,
+			   (unsigned long long)c->base, n);
+	m->members = calloc(n, sizeof(*m->members));
+	if (!m->members)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < n; i++) {
+		take(c, MEMBER_RECORD_SIZE, &p);
+		phosimg_member *mb = &m->members[i];
+		mb->pid = (int32_t)get32(p);
+		mb->ppid = (int32_t)get32(p + 4);
+		mb->flags = get32(p + 8);
+		mb->first_object = get32(p + 12);
+		mb->object_count = get32(p + 16);
+		memcpy(mb->comm, p + 24, PHOSIMG_COMM_MAX);
+		mb->comm[PHOSIMG_COMM_MAX - 1] = 0;
+		if (mb->pid <= 0)
+			return BAD(c, "%s: offset %llu: member %u has pid %d", c->shown,
+				   (unsigned long long)(c->base + c->at - MEMBER_RECORD_SIZE), i, (int)mb->pid);
+	}
+	m->info.meta.members = m->members;
+	m->info.meta.member_count = n;
+	return 0;
+}
+
+/* Gives every object its process: the member whose range holds it, or
+ * the checkpointed process. Ranges must lie inside the object table and
+ * not overlap; the first member is the checkpointed process. */
+static int assign_owners(const char *shown, manifest *m)
+{
+	phosimg_info *in = &m->info;
+	for (uint32_t k = 0; k < in->object_count; k++)
+		m->objects[k].pid = in->meta.pid;
+	if (!in->meta.member_count)
+		return 0;
+	if (in->meta.members[0].pid != in->meta.pid)
+		return fmt_fail(-EBADMSG, "%s: the first member (pid %d) is not the checkpointed process (pid %d)",
+				shown, (int)in->meta.members[0].pid, (int)in->meta.pid);
+	uint8_t *owned = calloc(in->object_count ? in->object_count : 1, 1);
+	if (!owned)
+		return -ENOMEM;
+	int e = 0;
+	uint32_t covered = 0;
+	for (uint32_t i = 0; !e && i < in->meta.member_count; i++) {
+		const phosimg_member *mb = &in->meta.members[i];
+		for (uint32_t j = 0; !e && j < i; j++)
+			if (in->meta.members[j].pid == mb->pid)
+				e = fmt_fail(-EBADMSG, "%s: pid %d is a member twice", shown, (int)mb->pid);
+		if (!e && (uint64_t)mb->first_object + mb->object_count > in->object_count)
+			e = fmt_fail(-EBADMSG, "%s: member %d's objects %u+%u lie outside the %u objects", shown,
+				     (int)mb->pid, mb->first_object, mb->object_count, in->object_count);
+		for (uint32_t k = mb->first_object; !e && k < mb->first_object + mb->object_count; k++) {
+			if (owned[k]++)
+				e = fmt_fail(-EBADMSG, "%s: object %u belongs to two members", shown, k);
+			m->objects[k].pid = mb->pid;
+		}
+		covered += mb->object_count;
+	}
+	free(owned);
+	if (!e && covered != in->object_count)
+		e = fmt_fail(-EBADMSG, "%s: %u of %u objects belong to no member", shown, in->object_count - covered,
+			     in->object_count);
+	return e;
+}
+
 static int dec_index(cursor *c, manifest *m)
 {
 	const uint8_t *p;
@@ -470,9 +562,9 @@ int manifest_decode(const uint8_t *p, size_t len, const char *shown, manifest *m
 					at + 8, (unsigned long long)slen);
 		cursor c = { p + at + SECTION_HEADER_SIZE, (size_t)slen, 0, at + SECTION_HEADER_SIZE, shown, "" };
 		static const char *names[] = { "", "process", "devices", "checkpoint", "parent",
-					       "objects", "index", "data", "criu" };
+					       "objects", "index", "data", "criu", "members" };
 		int e = 0;
-		if (type >= SEC_PROCESS && type <= SEC_CRIU) {
+		if (type >= SEC_PROCESS && type <= SEC_MEMBERS) {
 			if (seen & (1u << type))
 				return fmt_fail(-EBADMSG, "%s: offset %zu: second %s section", shown, at, names[type]);
 			seen |= 1u << type;
@@ -487,6 +579,7 @@ int manifest_decode(const uint8_t *p, size_t len, const char *shown, manifest *m
 		case SEC_INDEX: e = dec_index(&c, m); break;
 		case SEC_DATA: e = dec_data(&c, m); break;
 		case SEC_CRIU: e = dec_criu(&c, m); break;
+		case SEC_MEMBERS: e = dec_members(&c, m); break;
 		default:
 			if (flags & SECTION_CRITICAL)
 				return fmt_fail(-EPROTONOSUPPORT,
@@ -503,7 +596,7 @@ int manifest_decode(const uint8_t *p, size_t len, const char *shown, manifest *m
 	const uint32_t required = 1u << SEC_CHECKPOINT | 1u << SEC_OBJECTS | 1u << SEC_INDEX | 1u << SEC_DATA;
 	if ((seen & required) != required)
 		return fmt_fail(-EBADMSG, "%s: a required section is missing", shown);
-	return 0;
+	return assign_owners(shown, m);
 }
 
 void manifest_free(manifest *m)
@@ -511,6 +604,7 @@ void manifest_free(manifest *m)
 	free(m->cmdline);
 	free(m->devices);
 	free(m->objects);
+	free(m->members);
 	free(m->criu);
 	memset(m, 0, sizeof(*m));
 }

@@ -29,7 +29,7 @@ extern "C" {
 #endif
 
 #define PHOSIMG_VERSION_MAJOR 1
-#define PHOSIMG_VERSION_MINOR 1
+#define PHOSIMG_VERSION_MINOR 2
 
 /* The entries of an image directory. */
 #define PHOSIMG_MANIFEST_FILE "manifest.phos"
@@ -46,6 +46,8 @@ extern "C" {
 #define PHOSIMG_DEVICES_MAX 64
 #define PHOSIMG_OBJECTS_MAX (1u << 20)
 #define PHOSIMG_DEPTH_MAX 64 /* images in a parent chain, this one included */
+#define PHOSIMG_MEMBERS_MAX 4096 /* processes in one image */
+#define PHOSIMG_COMM_MAX 16      /* a member's name, NUL included */
 
 enum phosimg_protocol {
 	PHOSIMG_PROTO_STOP = 1,   /* stop the world */
@@ -77,7 +79,25 @@ typedef struct phosimg_object {
 	 * which it maps the memory again after a restore; 0 otherwise.
 	 * Format 1.1; read as 0 from 1.0 images. */
 	uint32_t key;
+	/* The process whose memory it is: a member's pid (format 1.2), else
+	 * the checkpointed process's. The objects of one process are
+	 * consecutive. */
+	int32_t pid;
 } phosimg_object;
+
+/* Member flags. */
+#define PHOSIMG_MEMBER_CUDA 0x1u   /* a CUDA process: the driver checkpointed it */
+#define PHOSIMG_MEMBER_TRACED 0x2u /* ran under the tracer: its device memory is in the image */
+
+/* One process of a checkpointed process tree (format 1.2). */
+typedef struct phosimg_member {
+	int32_t pid, ppid;
+	uint32_t flags; /* PHOSIMG_MEMBER_* */
+	/* Its objects: [first_object, first_object + object_count). Filled by
+	 * the writer from the objects' pids; ignored in set_meta. */
+	uint32_t first_object, object_count;
+	char comm[PHOSIMG_COMM_MAX]; /* its name, as in /proc/PID/comm */
+} phosimg_member;
 
 /* What the checkpoint is of. */
 typedef struct phosimg_meta {
@@ -89,6 +109,10 @@ typedef struct phosimg_meta {
 	uint64_t t1_ns, t2_ns; /* CLOCK_REALTIME nanoseconds; 0 = none */
 	const phosimg_device *devices;
 	uint32_t device_count;
+	/* The processes of the tree, the root (pid) first; none for an image
+	 * of one process written before format 1.2. */
+	const phosimg_member *members;
+	uint32_t member_count;
 } phosimg_meta;
 
 /* ---- writer --------------------------------------------------------------- */
@@ -111,13 +135,17 @@ typedef struct phosimg_writer_opts {
  * directory missing), -EBADMSG (parent corrupt), errno of mkdir/open. */
 int phosimg_writer_create(const char *path, const phosimg_writer_opts *opts, phosimg_writer **out);
 
-/* Records the process, protocol, times and devices. The strings are copied.
- * Errors: -EINVAL (over the limits above), -ENOMEM. */
+/* Records the process, protocol, times, devices and members. The strings
+ * and arrays are copied. Errors: -EINVAL (over the limits above, or the
+ * first member is not pid), -ENOMEM. */
 int phosimg_writer_set_meta(phosimg_writer *w, const phosimg_meta *meta);
 
 /* Adds an object (its id is ignored) and returns its id in *id. Objects are
- * added before any chunk of theirs. Errors: -EINVAL (size 0), -E2BIG
- * (too many objects), -ENOMEM. */
+ * added before any chunk of theirs; in an image with members, obj->pid
+ * names its member, and each member's objects are added one after another.
+ * Errors: -EINVAL (size 0; a pid that is no member, or whose objects were
+ * already followed by another member's), -E2BIG (too many objects),
+ * -ENOMEM. */
 int phosimg_writer_add_object(phosimg_writer *w, const phosimg_object *obj, uint32_t *id);
 
 /* Stores one chunk of object `obj`: `offset` is a multiple of the chunk

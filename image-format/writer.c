@@ -364,14 +364,26 @@ int phosimg_writer_set_meta(phosimg_writer *w, const phosimg_meta *meta)
 	if (!w || !meta || meta->cmdline_len > PHOSIMG_CMDLINE_MAX || meta->device_count > PHOSIMG_DEVICES_MAX ||
 	    (meta->cmdline_len && (!meta->cmdline || meta->cmdline[meta->cmdline_len - 1] != 0)) ||
 	    (meta->device_count && !meta->devices) || meta->protocol < PHOSIMG_PROTO_STOP ||
-	    meta->protocol > PHOSIMG_PROTO_RECOPY)
+	    meta->protocol > PHOSIMG_PROTO_RECOPY || meta->member_count > PHOSIMG_MEMBERS_MAX ||
+	    (meta->member_count && (!meta->members || meta->members[0].pid != meta->pid)))
 		return -EINVAL;
+	for (uint32_t i = 0; i < meta->member_count; i++)
+		for (uint32_t j = 0; j <= i; j++)
+			if (meta->members[i].pid <= 0 || (j < i && meta->members[j].pid == meta->members[i].pid))
+				return -EINVAL;
 	char *cmd = malloc(meta->cmdline_len + 1);
 	phosimg_device *dev = calloc(meta->device_count ? meta->device_count : 1, sizeof(*dev));
-	if (!cmd || !dev) {
+	phosimg_member *mem = calloc(meta->member_count ? meta->member_count : 1, sizeof(*mem));
+	if (!cmd || !dev || !mem) {
 		free(cmd);
 		free(dev);
+		free(mem);
 		return -ENOMEM;
+	}
+	for (uint32_t i = 0; i < meta->member_count; i++) {
+		mem[i] = meta->members[i];
+		mem[i].comm[PHOSIMG_COMM_MAX - 1] = 0;
+		mem[i].first_object = mem[i].object_count = 0;
 	}
 	if (meta->cmdline_len)
 		memcpy(cmd, meta->cmdline, meta->cmdline_len);
@@ -382,11 +394,14 @@ int phosimg_writer_set_meta(phosimg_writer *w, const phosimg_meta *meta)
 	}
 	free(w->m.cmdline);
 	free(w->m.devices);
+	free(w->m.members);
 	w->m.cmdline = cmd;
 	w->m.devices = dev;
+	w->m.members = mem;
 	w->m.info.meta = *meta;
 	w->m.info.meta.cmdline = cmd;
 	w->m.info.meta.devices = dev;
+	w->m.info.meta.members = mem;
 	return 0;
 }
 
@@ -403,12 +418,21 @@ int phosimg_writer_add_object(phosimg_writer *w, const phosimg_object *obj, uint
 		const phosimg_info *pi = phosimg_get_info(w->parent);
 		for (uint32_t i = 0; i < pi->object_count && pobj < 0; i++)
 			if (pi->objects[i].va == obj->va && pi->objects[i].size == obj->size &&
-			    pi->objects[i].device == obj->device)
+			    pi->objects[i].device == obj->device &&
+			    pi->objects[i].pid == (obj->pid ? obj->pid : w->m.info.meta.pid))
 				pobj = i;
 	}
 	pthread_mutex_lock(&w->lock);
 	int e = 0;
-	if (w->nobjs == PHOSIMG_OBJECTS_MAX) {
+	/* A member's objects are consecutive: they are its range. */
+	phosimg_member *mb = NULL;
+	for (uint32_t i = 0; i < w->m.info.meta.member_count; i++)
+		if (w->m.members[i].pid == obj->pid)
+			mb = &w->m.members[i];
+	if (w->m.info.meta.member_count &&
+	    (!mb || (mb->object_count && mb->first_object + mb->object_count != w->nobjs))) {
+		e = -EINVAL;
+	} else if (w->nobjs == PHOSIMG_OBJECTS_MAX) {
 		e = -E2BIG;
 	} else if (w->nobjs == w->objs_cap) {
 		uint32_t cap = w->objs_cap ? w->objs_cap * 2 : 64;
@@ -427,6 +451,11 @@ int phosimg_writer_add_object(phosimg_writer *w, const phosimg_object *obj, uint
 		s->nchunks = n;
 		s->done = done;
 		s->parent_obj = pobj;
+		if (mb) {
+			if (!mb->object_count)
+				mb->first_object = w->nobjs;
+			mb->object_count++;
+		}
 		*id = w->nobjs++;
 	}
 	pthread_mutex_unlock(&w->lock);

@@ -21,8 +21,9 @@ pkgs=(
 	libprotobuf-dev libprotobuf-c-dev protobuf-c-compiler protobuf-compiler
 	python3-protobuf libnl-3-dev libnet1-dev libcap-dev libbsd-dev
 	libgnutls28-dev libnftables-dev uuid-dev libaio-dev iproute2
-	# the independent reader of FORMAT.md in tests/; the examples' test
-	python3 python3-xxhash python3-lz4 rsync
+	# the independent reader of FORMAT.md in tests/; the examples' test;
+	# the man page test; pkill and pgrep for the GPU tests
+	python3 python3-xxhash python3-lz4 rsync man-db procps
 )
 
 missing=()
@@ -73,6 +74,16 @@ else
 	make -C "$work/criu-$criu_ver" -j"$(nproc)" criu >"$work/criu-build.log" 2>&1 ||
 		{ tail -30 "$work/criu-build.log" >&2; die "CRIU build failed; log in $work/criu-build.log"; }
 	install -D -m 0755 "$work/criu-$criu_ver/criu/criu" "$prefix/sbin/criu"
+fi
+# The plugin API header, for phos's CRIU plugin (criu-plugin/).
+if [ ! -f "$prefix/include/criu-plugin.h" ]; then
+	if [ -f "$work/criu-$criu_ver/criu/include/criu-plugin.h" ]; then
+		install -D -m 0644 "$work/criu-$criu_ver/criu/include/criu-plugin.h" "$prefix/include/criu-plugin.h"
+	else
+		mkdir -p "$prefix/include"
+		tar -xOf "$work/criu_$criu_ver.orig.tar.xz" "criu-$criu_ver/criu/include/criu-plugin.h" >"$prefix/include/criu-plugin.h" ||
+			die "cannot find criu-plugin.h: remove $prefix and run make deps again"
+	fi
 fi
 
 if [ "$(id -u)" = 0 ]; then

@@ -261,6 +261,9 @@ static int list_root(void *buf, fuse_fill_dir_t fill)
 		free(a);
 		return -ENOMEM;
 	}
+	/* A traced process shows as the job it belongs to. */
+	for (size_t i = 0; i < na; i++)
+		a[i] = job_root(a[i]);
 	for (size_t i = 0; i < na + nb; i++) {
 		pid_t pid = i < na ? a[i] : b[i - na];
 		bool dup = false;
@@ -447,9 +450,56 @@ static void job_status(target *t, text *out)
 	pthread_mutex_unlock(&t->lock);
 }
 
+/* Whether pid has the CUDA driver library loaded. */
+static bool loads_cuda(pid_t pid)
+{
+	char path[64], line[512];
+	snprintf(path, sizeof(path), "/proc/%d/maps", (int)pid);
+	FILE *f = fopen(path, "re");
+	bool found = false;
+	while (f && !found && fgets(line, sizeof(line), f))
+		found = strstr(line, "/libcuda.so") != NULL;
+	if (f)
+		fclose(f);
+	return found;
+}
+
+/* The processes of root's tree, and which of them use the GPU: traced
+ * (parked by a job, or registered), forked from a traced process (the
+ * driver library is loaded but CUDA is not fork-safe: it does not use
+ * the GPU), untraced CUDA, or none. */
+static void add_members(pid_t root, const target *tg, text *t)
+{
+	phosimg_member *m;
+	uint32_t n;
+	if (engine_tree(root, &m, &n))
+		return;
+	bool *traced = calloc(n, sizeof(*traced));
+	add(t, "members: %u\n", n);
+	for (uint32_t i = 0; traced && i < n; i++) {
+		proc *p = registry_get(m[i].pid);
+		traced[i] = p != NULL;
+		if (p)
+			registry_put(p);
+		for (int k = 0; tg && k < tg->nparked; k++)
+			traced[i] = traced[i] || (tg->busy && tg->parked[k] == m[i].pid);
+		const char *gpu = "none";
+		if (traced[i]) {
+			gpu = "traced";
+		} else if (loads_cuda(m[i].pid)) {
+			int up = engine_tree_member(m, i, m[i].ppid);
+			gpu = up >= 0 && traced[up] ? "forked" : "untraced";
+		}
+		add(t, "member: %d %s gpu=%s\n", (int)m[i].pid, m[i].comm, gpu);
+	}
+	free(traced);
+	free(m);
+}
+
 static int make_status(pid_t pid, text *t)
 {
-	target *tg = target_get(pid, false);
+	pid_t root = job_root(pid);
+	target *tg = target_get(root, false);
 	bool busy = false;
 	if (tg) {
 		pthread_mutex_lock(&tg->lock);
@@ -457,6 +507,8 @@ static int make_status(pid_t pid, text *t)
 		pthread_mutex_unlock(&tg->lock);
 	}
 	add(t, "pid: %d\n", (int)pid);
+	if (root != pid)
+		add(t, "job root: %d (a checkpoint takes its whole tree)\n", (int)root);
 	char path[64];
 	snprintf(path, sizeof(path), "/proc/%d", (int)pid);
 	bool alive = access(path, F_OK) == 0;
@@ -480,6 +532,13 @@ static int make_status(pid_t pid, text *t)
 	free(v);
 	if (p)
 		registry_put(p);
+	if (alive) {
+		if (tg)
+			pthread_mutex_lock(&tg->lock);
+		add_members(root, tg, t);
+		if (tg)
+			pthread_mutex_unlock(&tg->lock);
+	}
 	job_status(tg, t);
 	return 0;
 }
@@ -671,7 +730,8 @@ static int fs_write(const char *path, const char *buf, size_t size, off_t off, s
 	ctl_cmd *c = malloc(sizeof(*c));
 	if (!c)
 		return -ENOMEM;
-	target *t = w.n == N_ROOT_CTL ? target_root() : target_get(w.pid, true);
+	/* A member's ctl acts on its job: the image is always the whole tree. */
+	target *t = w.n == N_ROOT_CTL ? target_root() : target_get(job_root(w.pid), true);
 	int e = !t ? -ENOMEM : ctl_parse(buf, size, w.n == N_ROOT_CTL, c, err, sizeof(err));
 	if (e == -EINVAL) {
 		target_error(t, "bad command: %s", err);
@@ -680,11 +740,11 @@ static int fs_write(const char *path, const char *buf, size_t size, off_t off, s
 		e = job_restore(c, &pid, err, sizeof(err));
 	} else if (!e) {
 		char proc_path[64];
-		snprintf(proc_path, sizeof(proc_path), "/proc/%d", (int)w.pid);
+		snprintf(proc_path, sizeof(proc_path), "/proc/%d", (int)t->pid);
 		if (c->verb == CTL_CANCEL)
 			e = job_cancel(t, err, sizeof(err));
 		else if (access(proc_path, F_OK) != 0)
-			e = engine_fail(-ESRCH, err, sizeof(err), "process %d is not running", (int)w.pid);
+			e = engine_fail(-ESRCH, err, sizeof(err), "process %d is not running", (int)t->pid);
 		else
 			e = job_checkpoint(t, c, err, sizeof(err));
 		if (e)

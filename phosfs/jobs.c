@@ -4,7 +4,7 @@
  * checkpoint, across the moments when the process is not registered (a
  * parked process has no connection).
  *
- * Each job runs in a process of its own (engine/job.c), started here and
+ * Each job runs in a process of its own (job-process.c), started here and
  * watched by a thread that waits for it to end.
  */
 #include <dirent.h>
@@ -39,6 +39,57 @@ uid_t pid_owner(pid_t pid)
 		return st.st_uid;
 	snprintf(path, sizeof(path), "%s/%d", phosfs_store, (int)pid);
 	return stat(path, &st) == 0 ? st.st_uid : (uid_t)-1;
+}
+
+/* Whether the environment pid started with holds PHOS_JOB=pid: the mark
+ * `phos run` leaves on the process it starts. */
+static bool marked_job(pid_t pid)
+{
+	char path[64], want[40];
+	snprintf(path, sizeof(path), "/proc/%d/environ", (int)pid);
+	int n = snprintf(want, sizeof(want), "PHOS_JOB=%d", (int)pid);
+	FILE *f = fopen(path, "re");
+	if (!f)
+		return false;
+	bool found = false;
+	char *line = NULL;
+	size_t cap = 0;
+	ssize_t len;
+	while (!found && (len = getdelim(&line, &cap, 0, f)) > 0)
+		found = len == n + 1 && !memcmp(line, want, (size_t)n + 1);
+	free(line);
+	fclose(f);
+	return found;
+}
+
+/* pid's parent, or 0. */
+static pid_t parent_of(pid_t pid)
+{
+	char path[64], buf[512];
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	FILE *f = fopen(path, "re");
+	if (!f)
+		return 0;
+	size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = 0;
+	char *close_paren = strrchr(buf, ')');
+	int pp = 0;
+	if (!close_paren || sscanf(close_paren + 1, " %*c %d", &pp) != 1)
+		return 0;
+	return pp;
+}
+
+pid_t job_root(pid_t pid)
+{
+	pid_t sid = getsid(pid);
+	if (sid <= 0 || sid == pid || !marked_job(sid))
+		return pid;
+	/* Only a descendant of the root is in its tree. */
+	for (pid_t p = parent_of(pid), hops = 0; p > 1 && hops < 4096; p = parent_of(p), hops++)
+		if (p == sid)
+			return sid;
+	return pid;
 }
 
 target *target_root(void)
@@ -165,8 +216,9 @@ typedef struct spawn {
 	pid_t child;
 } spawn;
 
-/* Starts `phosfs --job …` with the shared memfd (and conn, if >= 0). */
-static int spawn_job(char *const *args, int conn, spawn *s, char *err, size_t errlen)
+/* Starts `phosfs --job ARGS… --shared FD`, with the shared memfd and the
+ * fds keep[0..nkeep) left open in it. */
+static int spawn_job(char *const *args, const int *keep, int nkeep, spawn *s, char *err, size_t errlen)
 {
 	int sfd = memfd_create("phos-job", MFD_CLOEXEC);
 	if (sfd < 0 || ftruncate(sfd, sizeof(engine_shared)) != 0) {
@@ -180,33 +232,37 @@ static int spawn_job(char *const *args, int conn, spawn *s, char *err, size_t er
 		close(sfd);
 		return engine_fail(-ENOMEM, err, errlen, "cannot map the job's shared memory");
 	}
-	char sfd_s[16], conn_s[16];
+	char sfd_s[16];
 	snprintf(sfd_s, sizeof(sfd_s), "%d", sfd);
-	snprintf(conn_s, sizeof(conn_s), "%d", conn);
-	char *argv[32];
+	int nargs = 0;
+	while (args[nargs])
+		nargs++;
+	char **argv = calloc((size_t)nargs + 5, sizeof(*argv));
+	if (!argv) {
+		munmap(s->sh, sizeof(engine_shared));
+		close(sfd);
+		return engine_fail(-ENOMEM, err, errlen, "out of memory");
+	}
 	int n = 0;
 	argv[n++] = "phosfs";
 	argv[n++] = "--job";
-	for (int i = 0; args[i] && n < 26; i++)
+	for (int i = 0; i < nargs; i++)
 		argv[n++] = args[i];
 	argv[n++] = "--shared";
 	argv[n++] = sfd_s;
-	if (conn >= 0) {
-		argv[n++] = "--conn";
-		argv[n++] = conn_s;
-	}
 	argv[n] = NULL;
 	s->child = fork();
 	if (s->child == 0) {
 		/* Its own session: signals meant for phosfs's group do not end it. */
 		setsid();
 		fcntl(sfd, F_SETFD, 0);
-		if (conn >= 0)
-			fcntl(conn, F_SETFD, 0);
+		for (int i = 0; i < nkeep; i++)
+			fcntl(keep[i], F_SETFD, 0);
 		execv(phosfs_self, argv);
 		_exit(127);
 	}
 	int e = s->child < 0 ? -errno : 0;
+	free(argv);
 	close(sfd);
 	if (e) {
 		munmap(s->sh, sizeof(engine_shared));
@@ -307,31 +363,77 @@ int job_checkpoint(target *t, const ctl_cmd *c, char *err, size_t errlen)
 	snprintf(log, sizeof(log), "%s/%s-dump.log", logdir, name);
 	unlink(log);
 
-	/* A registered process hands its connection to the job: it parks. */
-	int conn = -1;
-	pid_t tid = 0;
-	proc *p = registry_get(t->pid);
-	if (p) {
-		if (p->hello.flags & WIRE_HELLO_STOP_ONLY) {
-			registry_put(p);
-			pthread_mutex_unlock(&t->lock);
-			return engine_fail(-EOPNOTSUPP, err, errlen, "this process cannot be parked (%s)",
-					   p->hello.stop_only_reason);
-		}
-		tid = p->hello.control_tid;
-		conn = registry_take(p);
-		registry_put(p);
-	}
-	char pid_s[16], tid_s[16];
-	snprintf(pid_s, sizeof(pid_s), "%d", (int)t->pid);
-	snprintf(tid_s, sizeof(tid_s), "%d", (int)tid);
-	char *args[] = { "stop", "--pid", pid_s, "--image", image, "--criu", (char *)phosfs_criu, "--log", log,
-			 "--tid", tid_s, c->kill ? "--kill" : NULL, NULL };
-	watch *w = calloc(1, sizeof(*w));
-	int e = w ? spawn_job(args, conn, &w->s, err, errlen) : -ENOMEM;
-	if (conn >= 0)
-		close(conn);
+	/* Each registered process of the tree hands its connection to the
+	 * job: it parks. The rest of the tree is dumped as it is. */
+	phosimg_member *m = NULL;
+	uint32_t n = 0;
+	int e = engine_tree(t->pid, &m, &n);
+	proc **procs = e ? NULL : calloc(n, sizeof(*procs));
+	if (!e && !procs)
+		e = -ENOMEM;
 	if (e) {
+		free(m);
+		pthread_mutex_unlock(&t->lock);
+		return engine_fail(e == -ESRCH ? e : -ENOMEM, err, errlen,
+				   e == -ESRCH ? "process %d is not running" : "out of memory (process %d)", (int)t->pid);
+	}
+	int ntraced = 0;
+	for (uint32_t i = 0; i < n && !e; i++) {
+		proc *p = registry_get(m[i].pid);
+		if (p && (p->hello.flags & WIRE_HELLO_STOP_ONLY))
+			e = engine_fail(-EOPNOTSUPP, err, errlen, "process %d cannot be parked (%s)", (int)p->pid,
+					p->hello.stop_only_reason);
+		if (p)
+			procs[ntraced++] = p;
+	}
+	int *conns = e ? NULL : calloc((size_t)ntraced + 1, sizeof(*conns));
+	char (*members)[48] = e ? NULL : calloc((size_t)ntraced + 1, sizeof(*members));
+	char **args = e ? NULL : calloc(16 + 2 * (size_t)ntraced, sizeof(*args));
+	if (!e && (!conns || !members || !args))
+		e = engine_fail(-ENOMEM, err, errlen, "out of memory");
+	int nconns = 0;
+	for (int i = 0; i < ntraced; i++) {
+		if (!e) {
+			pid_t tid = procs[i]->hello.control_tid;
+			int c = registry_take(procs[i]);
+			if (c >= 0) {
+				conns[nconns] = c;
+				snprintf(members[nconns], sizeof(members[0]), "%d:%d:%d", (int)procs[i]->pid, c, (int)tid);
+				nconns++;
+			}
+		}
+		registry_put(procs[i]);
+	}
+	free(procs);
+	free(m);
+	char pid_s[16];
+	snprintf(pid_s, sizeof(pid_s), "%d", (int)t->pid);
+	watch *w = NULL;
+	if (!e) {
+		int k = 0;
+		const char *fixed[] = { "stop", "--pid", pid_s, "--image", image, "--criu", phosfs_criu, "--log", log };
+		for (size_t i = 0; i < sizeof(fixed) / sizeof(*fixed); i++)
+			args[k++] = (char *)fixed[i];
+		if (*phosfs_criu_plugins) {
+			args[k++] = "--plugins";
+			args[k++] = (char *)phosfs_criu_plugins;
+		}
+		if (c->kill)
+			args[k++] = "--kill";
+		for (int i = 0; i < nconns; i++) {
+			args[k++] = "--member";
+			args[k++] = members[i];
+		}
+		args[k] = NULL;
+		w = calloc(1, sizeof(*w));
+		e = w ? spawn_job(args, conns, nconns, &w->s, err, errlen) : -ENOMEM;
+	}
+	for (int i = 0; i < nconns; i++)
+		close(conns[i]);
+	free(conns);
+	free(args);
+	if (e) {
+		free(members);
 		free(w);
 		pthread_mutex_unlock(&t->lock);
 		return e;
@@ -342,7 +444,11 @@ int job_checkpoint(target *t, const ctl_cmd *c, char *err, size_t errlen)
 	t->sh = w->s.sh;
 	t->result = 0;
 	t->error[0] = 0;
-	t->traced = conn >= 0;
+	t->traced = nconns > 0;
+	t->nparked = 0;
+	for (int i = 0; i < nconns && t->nparked < (int)(sizeof(t->parked) / sizeof(*t->parked)); i++)
+		t->parked[t->nparked++] = (pid_t)atoi(members[i]);
+	free(members);
 	snprintf(t->name, sizeof(t->name), "%s", name);
 	snprintf(t->job, sizeof(t->job), "checkpoint stop name=%s%s", name, c->kill ? " kill" : "");
 	pthread_t th;
@@ -380,12 +486,13 @@ int job_restore(const ctl_cmd *c, pid_t *pid, char *err, size_t errlen)
 	snprintf(logdir, sizeof(logdir), "%s/.logs", phosfs_store);
 	mkdir(logdir, 0700);
 	snprintf(log, sizeof(log), "%s/restore-%lld-%d.log", logdir, (long long)time(NULL), (int)gettid());
-	char *args[] = { "restore", "--image", (char *)c->dir, "--criu", (char *)phosfs_criu, "--log", log, NULL };
+	char *args[] = { "restore", "--image", (char *)c->dir, "--criu", (char *)phosfs_criu, "--log", log,
+			 *phosfs_criu_plugins ? "--plugins" : NULL, (char *)phosfs_criu_plugins, NULL };
 	/* One restore at a time: the root target holds its outcome. */
 	static pthread_mutex_t one = PTHREAD_MUTEX_INITIALIZER;
 	pthread_mutex_lock(&one);
 	spawn s;
-	int e = spawn_job(args, -1, &s, err, errlen);
+	int e = spawn_job(args, NULL, 0, &s, err, errlen);
 	if (e) {
 		pthread_mutex_unlock(&one);
 		return e;

@@ -1,7 +1,8 @@
 /*
  * phosfs: the phos file system daemon.
  *
- *   phosfs [--socket PATH] [--store DIR] [--criu PATH] [FUSE options] MOUNTPOINT
+ *   phosfs [--socket PATH] [--store DIR] [--criu PATH] [--criu-plugins DIR]
+ *          [FUSE options] MOUNTPOINT
  *
  * Registers traced processes on the socket (default /run/phos/phosfs.sock)
  * and shows them under MOUNTPOINT; images go under the store (default
@@ -9,7 +10,7 @@
  * (logging to stderr as well as syslog), -d to debug, -o …. SIGTERM,
  * SIGINT and SIGHUP unmount and exit with status 0.
  *
- * `phosfs --job …` is a job process, started by phosfs itself (engine/job.c).
+ * `phosfs --job …` is a job process, started by phosfs itself (job-process.c).
  */
 #define FUSE_USE_VERSION 312
 #include <errno.h>
@@ -33,6 +34,7 @@
 const char *phosfs_store;
 const char *phosfs_criu;
 const char *phosfs_self;
+const char *phosfs_criu_plugins = "";
 
 extern const struct fuse_operations phosfs_ops;
 
@@ -48,7 +50,8 @@ static void *init(struct fuse_conn_info *conn, struct fuse_config *cfg)
 
 static int usage(FILE *f)
 {
-	fprintf(f, "usage: phosfs [--socket PATH] [--store DIR] [--criu PATH] [-f] [-d] [-o OPTIONS] MOUNTPOINT\n");
+	fprintf(f, "usage: phosfs [--socket PATH] [--store DIR] [--criu PATH] [--criu-plugins DIR] [-f] [-d] [-o OPTIONS]"
+		   " MOUNTPOINT\n");
 	return f == stdout ? 0 : 2;
 }
 
@@ -77,7 +80,7 @@ static int make_store(const char *dir, char *abs)
 int main(int argc, char **argv)
 {
 	if (argc > 1 && !strcmp(argv[1], "--job"))
-		return engine_job_main(argc, argv);
+		return job_process_main(argc, argv);
 	const char *sock = wire_socket_path();
 	const char *store = "/var/lib/phos";
 	static char store_abs[PATH_MAX], self[PATH_MAX];
@@ -85,6 +88,11 @@ int main(int argc, char **argv)
 	phosfs_criu = getenv("PHOS_CRIU") && *getenv("PHOS_CRIU")	   ? getenv("PHOS_CRIU")
 		      : access(PHOS_LIBEXEC "/criu", X_OK) == 0 ? PHOS_LIBEXEC "/criu"
 								 : "criu";
+	/* phos's CRIU plugins: where phos installs them, unless told. */
+	const char *plugins = getenv("PHOS_CRIU_PLUGINS");
+	phosfs_criu_plugins = plugins                                        ? plugins
+			      : access(PHOS_LIBEXEC "/criu-plugins", X_OK) == 0 ? PHOS_LIBEXEC "/criu-plugins"
+										 : "";
 	char **argl = calloc((size_t)argc + 4, sizeof(*argl));
 	int n = 0;
 	if (!argl)
@@ -97,6 +105,8 @@ int main(int argc, char **argv)
 			store = argv[++i];
 		} else if (!strcmp(argv[i], "--criu") && i + 1 < argc) {
 			phosfs_criu = argv[++i];
+		} else if (!strcmp(argv[i], "--criu-plugins") && i + 1 < argc) {
+			phosfs_criu_plugins = argv[++i];
 		} else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
 			free(argl);
 			return usage(stdout);
@@ -127,6 +137,14 @@ int main(int argc, char **argv)
 	self[sl > 0 ? sl : 0] = 0;
 	phosfs_self = self;
 	openlog("phosfs", LOG_PID | (opts.foreground ? LOG_PERROR : 0), LOG_DAEMON);
+	/* Once, at start: what CRIU cannot do here. */
+	char limits[1024];
+	criu_limits(limits, sizeof(limits));
+	if (*limits)
+		syslog(LOG_WARNING, "%s", limits);
+	if (!*phosfs_criu_plugins)
+		syslog(LOG_WARNING, "no CRIU plugins (--criu-plugins): forked children of CUDA processes, such as "
+				    "PyTorch DataLoader workers, cannot be checkpointed");
 	struct fuse_operations ops = phosfs_ops;
 	ops.init = init;
 	int rc = 1;

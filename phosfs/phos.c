@@ -165,6 +165,11 @@ static int cmd_run(int argc, char **argv)
 		dup2(o, 1);
 		dup2(e, 2);
 		close(in), close(o), close(e);
+		/* The mark by which phosfs knows this process as the root of a
+		 * job: a checkpoint of any process under it takes the tree. */
+		char job[32];
+		snprintf(job, sizeof(job), "%d", (int)getpid());
+		setenv("PHOS_JOB", job, 1);
 		const char *pre = getenv("LD_PRELOAD");
 		char *preload = malloc(strlen(libpath) + (pre ? strlen(pre) : 0) + 2);
 		if (preload) {

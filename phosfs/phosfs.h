@@ -23,6 +23,7 @@
 extern const char *phosfs_store; /* --store: where images go */
 extern const char *phosfs_criu;  /* --criu or $PHOS_CRIU: the criu binary */
 extern const char *phosfs_self;  /* this binary, to start jobs with */
+extern const char *phosfs_criu_plugins; /* --criu-plugins: criu -L, or "" */
 
 /* A traced process, as registered. Owned by the registry; callers get
  * references through registry_get and give them back with registry_put. */
@@ -66,6 +67,8 @@ typedef struct target {
 	uid_t uid;                  /* the process owner */
 	bool busy;                  /* a job runs */
 	bool traced;                /* the running job parks the process */
+	pid_t parked[64];           /* the traced processes the running job parks */
+	int nparked;
 	int kind;                   /* enum ctl_verb of the job */
 	char job[160];              /* the job, as status shows it */
 	char name[CTL_NAME_MAX + 1];/* the checkpoint being written */
@@ -79,7 +82,15 @@ typedef struct target {
 	struct target *next;        /* guarded by the list's lock */
 } target;
 
+/* job-process.c: the main of `phosfs --job stop|restore …`, a job's own
+ * process. Returns its exit status. */
+int job_process_main(int argc, char **argv);
+
 /* jobs.c */
+/* The job pid belongs to: the root of the `phos run` job whose tree holds
+ * it (the session leader that phos run started, which carries PHOS_JOB),
+ * else pid itself. */
+pid_t job_root(pid_t pid);
 /* The owner of pid: of the live process, else of its store directory;
  * (uid_t)-1 if neither exists. */
 uid_t pid_owner(pid_t pid);

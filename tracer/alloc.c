@@ -608,3 +608,14 @@ int alloc_unpark(const wire_object *recs, const int *fds, int n)
 	pthread_rwlock_unlock(&lock);
 	return e ? e : (all ? 0 : -EAGAIN);
 }
+
+void alloc_forget_fds(void)
+{
+	/* A forked child: one thread, and the lock may be held by a thread of
+	 * the parent that the child does not have, so none is taken. */
+	for (uint32_t i = 0; i < nobjs; i++) {
+		if (objs[i].kept)
+			close(objs[i].kept - 1);
+		objs[i].kept = 0;
+	}
+}

@@ -28,6 +28,9 @@
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 
+/* The connection to phosfs, or -1; a forked child closes its copy. */
+static _Atomic int live_sock = -1;
+
 static int send_error(int sock, const char *msg)
 {
 	return wire_send(sock, WIRE_ERROR, msg, (uint32_t)strlen(msg) + 1, 0, NULL, 0);
@@ -96,6 +99,7 @@ static int unpark(void)
 			tr_log("cannot reach phosfs to unpark (%s); still trying", strerror(-sock));
 		usleep(100000);
 	}
+	atomic_store(&live_sock, sock);
 	int e = hello(sock, WIRE_HELLO_RESUME);
 	static wire_object recs[WIRE_MAX_PAYLOAD / sizeof(wire_object)];
 	int fds[WIRE_MAX_FDS], nfds;
@@ -150,6 +154,7 @@ static int serve(int sock)
 			continue;
 		}
 		if (e) {
+			atomic_store(&live_sock, -1);
 			close(sock);
 			return -1;
 		}
@@ -185,6 +190,7 @@ static int serve(int sock)
 			}
 			/* Nothing shared with phosfs stays open while parked. */
 			state_close();
+			atomic_store(&live_sock, -1);
 			close(sock);
 			return unpark();
 		}
@@ -192,6 +198,7 @@ static int serve(int sock)
 			e = send_error(sock, "unknown request");
 		}
 		if (e) {
+			atomic_store(&live_sock, -1);
 			close(sock);
 			return -1;
 		}
@@ -212,7 +219,9 @@ static void *control_main(void *arg)
 			sigtimedwait(&set, NULL, &ts);
 			continue;
 		}
+		atomic_store(&live_sock, sock);
 		if (hello(sock, 0)) {
+			atomic_store(&live_sock, -1);
 			close(sock);
 			continue;
 		}
@@ -222,8 +231,25 @@ static void *control_main(void *arg)
 	return NULL;
 }
 
+/* In a child forked from a traced process (a DataLoader worker): CUDA is
+ * not fork-safe, so the child never uses the GPU, and it has no control
+ * thread. It must not keep what the parent shares with phosfs: a copy of
+ * the connection would keep it open (and CRIU cannot dump a socket whose
+ * peer is outside the tree), and the state table is the parent's. */
+static void forked_child(void)
+{
+	int s = atomic_exchange(&live_sock, -1);
+	if (s >= 0)
+		close(s);
+	state_forget();
+	/* The fds of the parent's device memory would keep it alive. */
+	alloc_forget_fds();
+	vmm_forget_fds();
+}
+
 static void start(void)
 {
+	pthread_atfork(NULL, NULL, forked_child);
 	/* A stray process-wide wake signal must not kill the application;
 	 * blocked in the control thread, it still reaches sigwaitinfo there. */
 	struct sigaction sa = { .sa_handler = SIG_IGN };

@@ -109,6 +109,9 @@ void batch_add(obj_batch *b, const wire_object *rec, int fd);
 int batch_finish(obj_batch *b);
 /* Unpark: maps the given fds at their objects' VAs again. */
 int alloc_unpark(const wire_object *objs, const int *fds, int n);
+/* In a forked child: closes the fds kept for the next park (they would
+ * keep the parent's device memory alive), without taking the lock. */
+void alloc_forget_fds(void);
 bool alloc_parked(void);
 /* Live buffers and objects, for the debug summary. */
 void alloc_stats(uint64_t *buffers, uint64_t *objects, uint64_t *bytes);
@@ -127,6 +130,8 @@ CUresult vmm_retain(CUmemGenericAllocationHandle *out, void *addr);
  * records carry WIRE_OBJ_APP. */
 int vmm_park(alloc_emit_fn emit, void *arg);
 int vmm_unpark(const wire_object *objs, const int *fds, int n);
+/* As alloc_forget_fds, for the application's own handles. */
+void vmm_forget_fds(void);
 bool vmm_parked(void);
 
 /* module.c: modules, libraries and their functions. */
@@ -167,6 +172,8 @@ void spec_range(uint64_t addr, size_t len, bool read, bool write);
 int state_open(void);
 /* Unmaps and closes it (at park). */
 void state_close(void);
+/* In a forked child: drops the parent's table without taking any lock. */
+void state_forget(void);
 /* Mirrors a buffer; returns its slot, or -1 if not mirrored. Called with
  * the allocation lock held. */
 int state_add(uint64_t va, uint64_t size, uint32_t device, uint32_t state);

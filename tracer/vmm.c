@@ -316,3 +316,13 @@ bool vmm_parked(void)
 	pthread_mutex_unlock(&lock);
 	return p;
 }
+
+void vmm_forget_fds(void)
+{
+	/* As alloc_forget_fds: in a forked child, without the lock. */
+	for (uint32_t i = 0; i < nh; i++) {
+		if (hs[i].kept)
+			close(hs[i].kept - 1);
+		hs[i].kept = 0;
+	}
+}

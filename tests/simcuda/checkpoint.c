@@ -128,6 +128,15 @@ static void *server_main(void *arg)
 	}
 }
 
+static int server_fd = -1;
+
+void sc_checkpoint_fork_child(void)
+{
+	if (server_fd >= 0)
+		close(server_fd);
+	server_fd = -1;
+}
+
 void sc_checkpoint_start_server(void)
 {
 	struct sockaddr_un a;
@@ -150,6 +159,7 @@ void sc_checkpoint_start_server(void)
 	}
 	pthread_setname_np(t, "simcuda-ckpt");
 	pthread_detach(t);
+	server_fd = fd;
 }
 
 /* Sends one request to pid's control thread. */

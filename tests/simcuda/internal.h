@@ -55,6 +55,12 @@ void sc_gate_open(void);
 uint64_t sc_mem_physical_bytes(void);
 /* Checks that [p, p+n) is device memory that is mapped. */
 bool sc_mem_is_device(uintptr_t p, size_t n);
+/* fork(): the memory tables are held across it; in the child, device
+ * memory is no longer reachable (as the UVM driver disables a forked
+ * child's mappings) and physical allocations are no longer held. */
+void sc_mem_fork_prepare(void);
+void sc_mem_fork_parent(void);
+void sc_mem_fork_child(void);
 
 /* context.c */
 typedef struct sc_ctx {
@@ -79,5 +85,8 @@ void sc_kernels_load_plugins(void);
 
 /* checkpoint.c */
 void sc_checkpoint_start_server(void);
+/* In a forked child: the parent's control socket is closed; the child is
+ * no CUDA process to the checkpoint API. */
+void sc_checkpoint_fork_child(void);
 
 #endif

@@ -75,6 +75,36 @@ static size_t find_index(const table *t, uintptr_t va)
 	return lo; /* insertion point */
 }
 
+void sc_mem_fork_prepare(void)
+{
+	pthread_mutex_lock(&mem_lock);
+}
+
+void sc_mem_fork_parent(void)
+{
+	pthread_mutex_unlock(&mem_lock);
+}
+
+/* Replaces [va, va+size) with inaccessible anonymous memory. */
+static void disable(uintptr_t va, size_t size)
+{
+	mmap((void *)va, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
+}
+
+void sc_mem_fork_child(void)
+{
+	for (size_t i = 0; i < mapped.n; i++) {
+		disable(mapped.v[i].va, mapped.v[i].size);
+		if (mapped.v[i].ph && mapped.v[i].ph->fd >= 0) {
+			close(mapped.v[i].ph->fd);
+			mapped.v[i].ph->fd = -1;
+		}
+	}
+	for (size_t i = 0; i < allocs.n; i++)
+		disable(allocs.v[i].va, allocs.v[i].size);
+	pthread_mutex_unlock(&mem_lock);
+}
+
 static range *containing(const table *t, uintptr_t va)
 {
 	size_t i = find_index(t, va);

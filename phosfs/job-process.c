@@ -2,9 +2,12 @@
  * A job process. phosfs runs each checkpoint and restore as
  *
  *   phosfs --job stop    --shared FD --pid PID --image PATH --criu CRIU --log LOG
- *                        [--kill] [--conn FD --tid TID]
- *   phosfs --job restore --shared FD --image PATH --criu CRIU --log LOG
+ *                        [--kill] [--plugins DIR] [--member PID:CONN:TID]…
+ *   phosfs --job restore --shared FD --image PATH --criu CRIU --log LOG [--plugins DIR]
  *
+ * PID is the root of the tree checkpointed; each --member is a traced
+ * process of it, with the connection phosfs handed over and its control
+ * thread.
  * so that a job finishes even if phosfs is killed: the process it parked
  * gets its memory back, and the image is published or not at all. The
  * job reports through the shared memfd (engine_shared); its exit status
@@ -23,7 +26,7 @@
 #include <unistd.h>
 
 #include "../restore/restore.h"
-#include "engine.h"
+#include "phosfs.h"
 
 /* The rendezvous with the woken tracer; used by this process alone. */
 typedef struct rendezvous {
@@ -100,12 +103,16 @@ static void set_latest(const char *image)
 	free(dir);
 }
 
-int engine_job_main(int argc, char **argv)
+int job_process_main(int argc, char **argv)
 {
 	const char *kind = NULL, *image = NULL, *criu = "criu", *log = "/dev/null";
-	int shared_fd = -1, conn = -1;
-	pid_t pid = 0, tid = 0;
+	int shared_fd = -1;
+	pid_t pid = 0;
 	bool kill = false;
+	engine_traced *traced = calloc((size_t)argc, sizeof(*traced));
+	int ntraced = 0;
+	if (!traced)
+		return 2;
 	for (int i = 1; i < argc; i++) {
 		const char *v = i + 1 < argc ? argv[i + 1] : NULL;
 		if (!strcmp(argv[i], "--job") && v)
@@ -120,11 +127,13 @@ int engine_job_main(int argc, char **argv)
 			criu = argv[++i];
 		else if (!strcmp(argv[i], "--log") && v)
 			log = argv[++i];
-		else if (!strcmp(argv[i], "--conn") && v)
-			conn = atoi(argv[++i]);
-		else if (!strcmp(argv[i], "--tid") && v)
-			tid = atoi(argv[++i]);
-		else if (!strcmp(argv[i], "--kill"))
+		else if (!strcmp(argv[i], "--plugins") && v)
+			engine_criu_plugins = argv[++i];
+		else if (!strcmp(argv[i], "--member") && v) {
+			engine_traced *t = &traced[ntraced];
+			if (sscanf(argv[++i], "%d:%d:%d", &t->pid, &t->conn, &t->control_tid) == 3)
+				ntraced++;
+		} else if (!strcmp(argv[i], "--kill"))
 			kill = true;
 	}
 	engine_shared *sh = shared_fd >= 0 ? mmap(NULL, sizeof(engine_shared), PROT_READ | PROT_WRITE, MAP_SHARED,
@@ -132,17 +141,17 @@ int engine_job_main(int argc, char **argv)
 					   : MAP_FAILED;
 	if (sh == MAP_FAILED || !kind || !image) {
 		fprintf(stderr, "phosfs: a job needs --job, --shared and --image\n");
+		free(traced);
 		return 2;
 	}
 	close(shared_fd);
 	rendezvous rv = { -1, -1 };
-	engine_tracer t = { .conn = conn, .control_tid = tid, .expect = rv_expect, .await = rv_await,
-			    .adopt = rv_done, .drop = rv_done, .arg = &rv };
+	engine_tracer t = { .expect = rv_expect, .await = rv_await, .adopt = rv_done, .drop = rv_done, .arg = &rv };
 	char err[ENGINE_ERR_MAX] = "";
 	int e;
 	if (!strcmp(kind, "stop")) {
 		engine_stop_args a = { .pid = pid, .image = image, .criu = criu, .log = log, .kill = kill,
-				       .tracer = conn >= 0 ? &t : NULL, .prog = &sh->prog };
+				       .traced = traced, .ntraced = ntraced, .tracer = &t, .prog = &sh->prog };
 		e = engine_stop(&a, err, sizeof(err));
 		if (!e)
 			set_latest(image);
@@ -155,8 +164,9 @@ int engine_job_main(int argc, char **argv)
 	} else {
 		e = engine_fail(-EINVAL, err, sizeof(err), "unknown job %s", kind);
 	}
-	if (conn >= 0)
-		close(conn);
+	for (int i = 0; i < ntraced; i++)
+		close(traced[i].conn);
+	free(traced);
 	rv_done(&rv, pid);
 	engine_step(&sh->prog, STEP_DONE);
 	sh->result = e;

@@ -1,0 +1,117 @@
+/*
+ * The processes of a job: a pid and all its descendants, found from
+ * /proc, parents before their children. CRIU dumps the same tree with
+ * `criu dump -t ROOT`.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine.h"
+
+/* Reads pid's parent and name from /proc/PID/stat. Threads are not
+ * processes: a tid whose tgid differs is skipped by the caller. */
+static int read_stat(pid_t pid, pid_t *ppid, char comm[PHOSIMG_COMM_MAX])
+{
+	char path[64], buf[512];
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	FILE *f = fopen(path, "re");
+	if (!f)
+		return -ESRCH;
+	size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = 0;
+	/* pid (comm) state ppid …: comm may hold spaces and parentheses. */
+	char *open = strchr(buf, '('), *close = strrchr(buf, ')');
+	if (!open || !close || close < open)
+		return -EIO;
+	size_t len = (size_t)(close - open - 1);
+	if (len >= PHOSIMG_COMM_MAX)
+		len = PHOSIMG_COMM_MAX - 1;
+	memcpy(comm, open + 1, len);
+	comm[len] = 0;
+	char state;
+	int pp;
+	if (sscanf(close + 1, " %c %d", &state, &pp) != 2)
+		return -EIO;
+	if (state == 'Z' || state == 'X')
+		return -ESRCH; /* a zombie is not dumped */
+	*ppid = pp;
+	return 0;
+}
+
+typedef struct proc_entry {
+	pid_t pid, ppid;
+	char comm[PHOSIMG_COMM_MAX];
+} proc_entry;
+
+int engine_tree(pid_t root, phosimg_member **out, uint32_t *count)
+{
+	*out = NULL;
+	*count = 0;
+	DIR *d = opendir("/proc");
+	if (!d)
+		return -errno;
+	proc_entry *all = NULL;
+	size_t n = 0, cap = 0;
+	struct dirent *de;
+	int e = 0;
+	while ((de = readdir(d))) {
+		if (de->d_name[0] < '1' || de->d_name[0] > '9')
+			continue;
+		proc_entry pe = { .pid = (pid_t)atoi(de->d_name) };
+		if (read_stat(pe.pid, &pe.ppid, pe.comm))
+			continue;
+		if (n == cap) {
+			cap = cap ? cap * 2 : 512;
+			proc_entry *v = realloc(all, cap * sizeof(*v));
+			if (!v) {
+				e = -ENOMEM;
+				break;
+			}
+			all = v;
+		}
+		all[n++] = pe;
+	}
+	closedir(d);
+	phosimg_member *m = e ? NULL : calloc(n ? n : 1, sizeof(*m));
+	uint32_t k = 0;
+	for (size_t i = 0; m && i < n; i++)
+		if (all[i].pid == root) {
+			m[k].pid = root;
+			m[k].ppid = all[i].ppid;
+			memcpy(m[k].comm, all[i].comm, PHOSIMG_COMM_MAX);
+			k++;
+		}
+	if (m && !k)
+		e = -ESRCH;
+	/* Breadth first: each found process adds its children. */
+	for (uint32_t at = 0; !e && at < k; at++)
+		for (size_t i = 0; i < n && k < PHOSIMG_MEMBERS_MAX; i++)
+			if (all[i].ppid == m[at].pid && all[i].pid != root) {
+				m[k].pid = all[i].pid;
+				m[k].ppid = all[i].ppid;
+				memcpy(m[k].comm, all[i].comm, PHOSIMG_COMM_MAX);
+				k++;
+			}
+	free(all);
+	if (!m && !e)
+		e = -ENOMEM;
+	if (e) {
+		free(m);
+		return e;
+	}
+	*out = m;
+	*count = k;
+	return 0;
+}
+
+int engine_tree_member(const phosimg_member *m, uint32_t n, pid_t pid)
+{
+	for (uint32_t i = 0; i < n; i++)
+		if (m[i].pid == pid)
+			return (int)i;
+	return -ENOENT;
+}

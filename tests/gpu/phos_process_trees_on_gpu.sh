@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# Whole jobs on a real GPU, with a real phosfs mount and phos's CRIU plugin:
+#   1. PyTorch training fed by DataLoader(num_workers=2), whose workers are
+#      forked from the CUDA process, is checkpointed with `stop`, killed
+#      with -9 and restored: every step line (batch checksum and loss) is
+#      the uninterrupted run's;
+#   2. the same job started through a shell script (`phos run -- train.sh`,
+#      with pinned batches), checkpointed through the shell's pid, killed
+#      and restored as a tree.
+# Needs root, FUSE, a GPU and PyTorch with CUDA.
+b=${PHOS_BUNDLE:-gpu-bundle}
+src=${PHOS_SRCDIR:-$b/..}
+echo "1..2"
+skip() { for i in 1 2; do echo "ok $i # skip $1"; done; exit 0; }
+[ "$(id -u)" = 0 ] && [ -e /dev/fuse ] || skip "needs root and FUSE"
+python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null ||
+	skip "no PyTorch with CUDA"
+work=$(mktemp -d /dev/shm/phos-trees.XXXXXX)
+mnt=$work/mnt store=$work/store
+mkdir -p "$mnt"
+export PHOS_MOUNT=$mnt PHOS_SOCKET=$work/sock PHOS_LIBPHOS=$b/lib/libphos.so
+"$b/bin/phosfs" --socket "$PHOS_SOCKET" --store "$store" --criu "$b/bin/criu" \
+	--criu-plugins "$b/criu-plugins" -f "$mnt" 2>"$work/phosfs.log" &
+fs=$!
+cleanup() {
+	for p in $(cat "$work"/pids 2>/dev/null); do pkill -9 -s "$p" 2>/dev/null; done
+	kill "$fs" 2>/dev/null
+	wait "$fs" 2>/dev/null
+	sed 's/^/# phosfs: /' "$work/phosfs.log" | tail -20
+	rm -rf "$work"
+}
+trap cleanup EXIT
+for _ in $(seq 50); do [ -e "$mnt/version" ] && break; sleep 0.1; done
+phos="$b/bin/phos"
+wait_line() { # FILE PATTERN SECONDS
+	for _ in $(seq $(($3 * 10))); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.1; done
+	return 1
+}
+# Kills a job's whole session and waits until none of it is left.
+kill_job() {
+	pkill -9 -s "$1"
+	for _ in $(seq 100); do pgrep -s "$1" >/dev/null || return 0; sleep 0.1; done
+	return 1
+}
+start() { # FILE CMD...: runs CMD under phos, its pid in FILE
+	local f=$1
+	shift
+	"$phos" run -- "$@" >"$f" 2>/dev/null &
+	for _ in $(seq 50); do [ -s "$f" ] && break; sleep 0.1; done
+	cat "$f"
+}
+# JOB-NAME PLAIN-ARGS -- CMD...: run, checkpoint at step 30, kill, restore,
+# compare with the uninterrupted run.
+tree_case() {
+	local n=$1 steps=100
+	shift
+	local plain
+	plain=$(python3 "$src/examples/pytorch/train_loader.py" --steps $steps "$@" 2>&1)
+	local pid
+	pid=$(start "$work/pid$n" "${runner[@]}" --steps $steps --sleep 0.05 "$@")
+	echo "$pid" >>"$work/pids"
+	local out=$store/run/$pid.out ok=0
+	if wait_line "$out" "^step 30 " 180; then
+		sed -n '/^members/,/^job:/p' "$mnt/$pid/status" | sed 's/^/# /'
+		"$phos" checkpoint "$pid" stop --wait | sed 's/^/# /'
+		grep -E '^(stall ms|steps ms|error)' "$mnt/$pid/status" | sed 's/^/# /'
+		kill_job "$pid"
+		local rpid
+		rpid=$("$phos" restore "$mnt/$pid/checkpoints/latest")
+		wait_line "$out" "^step $((steps - 1)) " 180
+		local bad last
+		bad=$(grep '^step' "$out" | sort -u | grep -vxF -f <(printf '%s\n' "$plain") | wc -l)
+		last=$(grep -c '^step' "$out")
+		echo "# restored $rpid; $last step lines, $bad differ from the uninterrupted run"
+		[ "$rpid" = "$pid" ] && [ "$bad" = 0 ] && grep -q "^step $((steps - 1)) " "$out" && ok=1
+		grep -v '^step' "$out" "$store/run/$pid.err" 2>/dev/null | tail -5 | sed 's/^/# /'
+	fi
+	[ $ok = 1 ] || { grep -h -B2 -A8 'Error' "$store/$pid/.logs/"*.log "$store/.logs/"*.log 2>/dev/null | head -30 | sed 's/^/# criu: /'; }
+	kill_job "$pid"
+	return $((1 - ok))
+}
+runner=(python3 "$src/examples/pytorch/train_loader.py")
+tree_case 1 --workers 2 &&
+	echo "ok 1 - PyTorch with DataLoader workers is checkpointed, killed and restored, and goes on with the batches and losses of an uninterrupted run" ||
+	echo "not ok 1 - the DataLoader job did not continue exactly"
+runner=(sh "$src/examples/pytorch/train.sh")
+tree_case 2 --workers 2 --pin-memory &&
+	echo "ok 2 - the same job started by a shell script is checkpointed through the shell's pid and restored as a tree" ||
+	echo "not ok 2 - the job started by a shell script did not continue exactly"
