@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # Installs what phos needs to build and test on Debian bookworm, and builds
-# CRIU 4.1.1 into a project-local prefix. Idempotent: a second run only checks.
+# CRIU 4.2.1 into a project-local prefix. Idempotent: a second run only checks.
 #
 #   mk/deps.sh PREFIX      (PREFIX is where CRIU goes, e.g. deps/criu)
 set -euo pipefail
 
 prefix=${1:?usage: mk/deps.sh PREFIX}
-criu_ver=4.1.1
+criu_ver=4.2.1
+# Debian sid has it: 4.1.1 (trixie) hangs dumping any process on Linux 6.18
+# (at "Waiting for PID to trap", after the parasite), 4.2.1 does not.
+criu_suite=sid
 here=$(cd "$(dirname "$0")/.." && pwd)
 case $prefix in /*) ;; *) prefix=$here/$prefix ;; esac
 work=$here/deps/src
@@ -46,8 +49,8 @@ cuda=${CUDA_HOME:-/usr/local/cuda}
 [ -f "$cuda/include/cuda.h" ] || die "no cuda.h under $cuda: install the CUDA 13.0 toolkit (cuda-toolkit-13-0) or set CUDA_HOME"
 [ -x "$cuda/bin/nvcc" ] || say "warning: no nvcc under $cuda: tests that need cubins will skip; install cuda-nvcc-13-0 to run them"
 
-# CRIU 4.1.1, from Debian trixie's source tarball. Bookworm's CRIU 3.17
-# fails on current kernels (vDSO area bounds).
+# CRIU, from Debian's source tarball. Bookworm's CRIU 3.17 fails on
+# current kernels (vDSO area bounds), trixie's 4.1.1 on Linux 6.18.
 if [ -x "$prefix/sbin/criu" ] && "$prefix/sbin/criu" --version 2>/dev/null | grep -q "Version: $criu_ver"; then
 	say "CRIU $criu_ver present in $prefix"
 else
@@ -57,16 +60,16 @@ else
 		uri=$(awk '/^URIs:/{print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)
 		[ -n "$uri" ] || uri=$(awk '/^deb /{print $2; exit}' /etc/apt/sources.list 2>/dev/null || true)
 		[ -n "$uri" ] || die "cannot find the Debian mirror in /etc/apt; put criu_$criu_ver.orig.tar.xz in $work by hand"
-		echo "deb-src $uri trixie main" >"$work/apt/src.list"
+		echo "deb-src $uri $criu_suite main" >"$work/apt/src.list"
 		o=(-oDir::Etc::SourceList="$work/apt/src.list" -oDir::Etc::SourceParts=/dev/null
 			-oDir::State::Lists="$work/apt/lists" -oAPT::Sandbox::User=root)
 		say "fetching criu_$criu_ver.orig.tar.xz"
 		apt-get "${o[@]}" update -qq
-		# The .dsc is absent from the mirror, so this exits non-zero after
-		# fetching the tarball; the tarball is what counts.
+		# Where the .dsc is absent from the mirror, this exits non-zero
+		# after fetching the tarball; the tarball is what counts.
 		(cd "$work" && apt-get "${o[@]}" source --download-only -qq "criu=$criu_ver-*" >/dev/null 2>&1) || true
 		[ -f "$tarball" ] || (cd "$work" && apt-get "${o[@]}" source --download-only -qq criu >/dev/null 2>&1) || true
-		[ -f "$tarball" ] || die "could not fetch criu_$criu_ver.orig.tar.xz from Debian trixie"
+		[ -f "$tarball" ] || die "could not fetch criu_$criu_ver.orig.tar.xz from Debian $criu_suite"
 	fi
 	rm -rf "$work/criu-$criu_ver"
 	tar -C "$work" -xf "$tarball"
