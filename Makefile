@@ -213,9 +213,14 @@ TEST_BIN := $(TEST_C:tests/%.c=$(BUILD)/tests/%) $(TEST_SH:tests/%.sh=$(BUILD)/t
 .PHONY: tests
 tests: $(TEST_BIN) $(KERNELS)
 
+# Tests that call into engine/ directly link its objects.
+ENGINE_TESTS := $(BUILD)/tests/phosfs_criu_errors_name_the_real_cause
+$(ENGINE_TESTS): $(ENGINE_OBJ)
+$(ENGINE_TESTS): TEST_OBJ = $(ENGINE_OBJ)
+
 $(BUILD)/tests/%: tests/%.c $(wildcard tests/*.h) tests/simcuda/simcuda.h $(SIMCUDA_LIB) $(LIBPHOSIMG) $(LIBPHOS) $(BUILD)/common/wire.o | $(PHOSFS)
 	@mkdir -p $(@D)
-	$(CC) $(CPPFLAGS) $(XCFLAGS) $(CFLAGS) -Iimage-format -o $@ $< $(LIBPHOSIMG) $(BUILD)/common/wire.o $(XLDFLAGS) $(LDFLAGS) \
+	$(CC) $(CPPFLAGS) $(XCFLAGS) $(CFLAGS) -Iimage-format -o $@ $< $(TEST_OBJ) $(LIBPHOSIMG) $(BUILD)/common/wire.o $(XLDFLAGS) $(LDFLAGS) \
 		-rdynamic -L$(BUILD)/simcuda -lcuda -Wl,-rpath,'$$ORIGIN/../simcuda' $(IMG_LIBS) -ldl
 
 $(BUILD)/tests/%: tests/%.sh

@@ -71,12 +71,15 @@ void criu_explain(const char *log, pid_t pid, char *out, size_t len)
 	char file[512], what[600];
 	unsigned long long a = 0, b = 0;
 	int mpid = 0, n = 0;
-	if (sscanf(msg, "File %511s has bad size %llu (expect %llu)", file, &a, &b) == 3) {
+	if (sscanf(msg, "File %510s has bad size %llu (expect %llu)", file + 1, &a, &b) == 3) {
+		/* CRIU names files relative to the root. */
+		file[0] = '/';
+		const char *abs = file[1] == '/' ? file + 1 : file;
 		snprintf(out, len,
 			 "%s: the process's file %s changed size after the checkpoint (%llu bytes now, %llu in the "
 			 "image); CRIU cannot restore a file that changed size: run programs under `phos run`, "
 			 "which keeps their output where CRIU can restore it",
-			 msg, file, a, b);
+			 msg, abs, a, b);
 	} else if (strstr(msg, "Can't get rlimit") && strstr(msg, "not permitted")) {
 		snprintf(out, len,
 			 "%s: CRIU may not read the limits of process %d, which belongs to another user, because "

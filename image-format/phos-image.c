@@ -88,8 +88,8 @@ static void flags_text(uint32_t fl, char *buf, size_t n)
 static int cmd_ls(phosimg *img)
 {
 	const phosimg_info *in = phosimg_get_info(img);
-	printf("%-6s %-6s %-18s %14s %-10s %8s %8s %14s\n", "OBJECT", "DEVICE", "VA", "SIZE", "FLAGS", "CHUNKS",
-	       "PARENT", "STORED");
+	printf("%-6s %-8s %-6s %-18s %14s %-10s %8s %8s %14s\n", "OBJECT", "PID", "DEVICE", "VA", "SIZE", "FLAGS",
+	       "CHUNKS", "PARENT", "STORED");
 	for (uint32_t i = 0; i < in->object_count; i++) {
 		const phosimg_object *o = &in->objects[i];
 		uint64_t n = o->size / in->chunk_size + (o->size % in->chunk_size != 0), par = 0, stored = 0;
@@ -101,8 +101,8 @@ static int cmd_ls(phosimg *img)
 		}
 		char fl[32];
 		flags_text(o->flags, fl, sizeof(fl));
-		printf("%-6u %-6u 0x%016" PRIx64 " %14" PRIu64 " %-10s %8" PRIu64 " %8" PRIu64 " %14" PRIu64 "\n",
-		       i, o->device, o->va, o->size, fl, n, par, stored);
+		printf("%-6u %-8d %-6u 0x%016" PRIx64 " %14" PRIu64 " %-10s %8" PRIu64 " %8" PRIu64 " %14" PRIu64 "\n",
+		       i, (int)o->pid, o->device, o->va, o->size, fl, n, par, stored);
 	}
 	return 0;
 }
@@ -127,6 +127,12 @@ static int cmd_info(phosimg *img)
 		       d->cc_major, d->cc_minor, d->total_mem);
 		print_uuid(stdout, d->uuid);
 		printf("\n");
+	}
+	for (uint32_t i = 0; i < in->meta.member_count; i++) {
+		const phosimg_member *m = &in->meta.members[i];
+		printf("member %d: %s, parent %d, %s%s, objects %u+%u\n", (int)m->pid, m->comm, (int)m->ppid,
+		       m->flags & PHOSIMG_MEMBER_TRACED ? "traced" : "untraced",
+		       m->flags & PHOSIMG_MEMBER_CUDA ? " CUDA" : "", m->first_object, m->object_count);
 	}
 	printf("chunk size: %u\n", in->chunk_size);
 	printf("objects: %u\n", in->object_count);

@@ -37,8 +37,15 @@ static void make(const char *path, const char *parent, uint8_t **data, const uin
 	phosimg_writer_opts o = { .chunk_size = CHUNK, .lz4 = true, .parent = parent };
 	if (phosimg_writer_create(path, &o, &w))
 		bail("create: %s", phosimg_last_error());
+	/* A tree of two processes: the last object is the child's. */
+	phosimg_member m[2] = { { .pid = 100, .ppid = 1, .flags = PHOSIMG_MEMBER_CUDA | PHOSIMG_MEMBER_TRACED, .comm = "parent" },
+				{ .pid = 101, .ppid = 100, .flags = PHOSIMG_MEMBER_TRACED, .comm = "child" } };
+	phosimg_meta meta = { .pid = 100, .protocol = PHOSIMG_PROTO_STOP, .members = m, .member_count = 2 };
+	if (phosimg_writer_set_meta(w, &meta))
+		bail("set_meta");
 	for (int i = 0; i < n; i++) {
-		phosimg_object ob = { .va = 0x10000000ull * (uint64_t)(i + 1), .size = sizes[i], .flags = 1 };
+		phosimg_object ob = { .va = 0x10000000ull * (uint64_t)(i + 1), .size = sizes[i], .flags = 1,
+				      .pid = i == n - 1 ? 101 : 100 };
 		uint32_t id;
 		if (phosimg_writer_add_object(w, &ob, &id) || put_object(w, id, data[i], sizes[i], CHUNK, NULL))
 			bail("write: %s", phosimg_last_error());
@@ -74,7 +81,7 @@ int main(void)
 	make(b, "a", data, sizes, 3);
 
 	ok(run_reader("verify", a, NULL, NULL) == 0 && run_reader("verify", b, NULL, NULL) == 0,
-	   "the independent reader finds a full and an incremental image sound");
+	   "the independent reader finds a full and an incremental image of a process tree sound");
 	int same = 1;
 	for (int i = 0; i < 3 && same; i++) {
 		char obj[8];

@@ -70,13 +70,14 @@ class Image:
         self.parent_path = None
         self.criu = {}
         self.objects = []
+        self.members = []
         for _ in range(nsec):
             need(end - at >= 16, 'manifest: section header')
             typ, flags, length = struct.unpack_from('<IIQ', m, at)
             need(length <= end - at - 16, 'manifest: section length')
             p = m[at + 16:at + 16 + length]
             pbase = at + 16
-            if 1 <= typ <= 8:
+            if 1 <= typ <= 9:
                 need(typ not in seen, 'manifest: section twice')
                 seen.add(typ)
             if typ == 3:
@@ -124,6 +125,14 @@ class Image:
                     last = name
                     self.criu[name.decode()] = (size, sums)
                     off = (pbase + off + 26 + n + 7) // 8 * 8 - pbase
+            elif typ == 9:
+                need(len(p) >= 8, 'members: short')
+                count, = struct.unpack_from('<I', p, 0)
+                need(1 <= count <= 4096 and 8 + 40 * count <= len(p), 'members: count')
+                for i in range(count):
+                    pid, ppid, mflags, first, n = struct.unpack_from('<iiIII', p, 8 + 40 * i)
+                    need(pid > 0 and pid not in [m[0] for m in self.members], 'members: pid')
+                    self.members.append((pid, ppid, mflags, first, n))
             elif typ in (1, 2):
                 pass  # process and devices: not needed to read GPU memory
             else:
@@ -132,6 +141,13 @@ class Image:
             need(at <= end, 'manifest: padding')
         need(at == end, 'manifest: bytes after the last section')
         need({3, 5, 6, 7} <= seen, 'manifest: required section missing')
+        # Members own consecutive runs of objects that cover them all once.
+        owned = [0] * len(self.objects)
+        for _, _, _, first, n in self.members:
+            need(first + n <= len(self.objects), 'members: objects out of range')
+            for k in range(first, first + n):
+                owned[k] += 1
+        need(not self.members or all(c == 1 for c in owned), 'members: objects owned twice or not at all')
 
     # Index ---------------------------------------------------------------
     def parse_index(self, x):

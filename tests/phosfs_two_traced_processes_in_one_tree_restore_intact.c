@@ -1,0 +1,170 @@
+/*
+ * Two independent traced CUDA processes in one job:
+ *
+ *   phos run -- sh -c 'counter 24 & counter 40 & wait'
+ *
+ * The shell's pid is checkpointed with `stop`: both counters park and are
+ * driver-checkpointed together, and one image holds the tree. Each
+ * counter's device memory in the image is checked byte for byte against
+ * the pattern it wrote, and is that counter's alone. The tree is killed
+ * with -9 and restored; each counter then checks every byte of its device
+ * memory (SIGUSR1) and counts on.
+ */
+#include "phosfs_test.h"
+
+/* The counter's pattern byte at off (examples/counter.c). */
+static uint8_t pattern(uint64_t off)
+{
+	uint64_t x = (off / 8) * 0x9E3779B97F4A7C15ull;
+	return (uint8_t)(x >> (8 * (off % 8)));
+}
+
+/* Whether object obj holds a counter's data of mib MiB: the pattern,
+ * except the first 8 bytes of a page, which hold a count or the pattern. */
+static int holds_counter_data(phosimg *img, uint32_t obj, int mib)
+{
+	static uint8_t buf[4 << 20];
+	for (uint64_t at = 0; at < (uint64_t)mib << 20; at += sizeof(buf)) {
+		if (phosimg_read(img, obj, at, buf, sizeof(buf)))
+			return 0;
+		for (uint64_t k = 0; k < sizeof(buf); k++) {
+			uint64_t off = at + k;
+			if (off % 4096 < 8)
+				continue;
+			if (buf[k] != pattern(off)) {
+				diag("object %u: byte %llu differs", obj, (unsigned long long)off);
+				return 0;
+			}
+		}
+	}
+	return 1;
+}
+
+static int count_lines(const char *file, const char *prefix)
+{
+	FILE *f = fopen(file, "r");
+	char l[256];
+	int n = 0;
+	while (f && fgets(l, sizeof(l), f))
+		n += !strncmp(l, prefix, strlen(prefix));
+	if (f)
+		fclose(f);
+	return n;
+}
+
+int main(void)
+{
+	rig r;
+	rig_require(&r);
+	plan(6);
+	if (rig_mount(&r, NULL))
+		bail("phosfs did not mount");
+	char script[PATH_MAX * 2 + 64];
+	snprintf(script, sizeof(script), "'%s' 24 & '%s' 40 & wait", r.counter, r.counter);
+	int p[2];
+	if (pipe(p))
+		bail("pipe");
+	pid_t c = fork();
+	if (c == 0) {
+		close(p[0]);
+		dup2(p[1], 1);
+		execl(r.phos, "phos", "run", "--", "/bin/sh", "-c", script, (char *)NULL);
+		_exit(127);
+	}
+	close(p[1]);
+	char buf[32] = "";
+	ssize_t n = read(p[0], buf, sizeof(buf) - 1);
+	close(p[0]);
+	pid_t sh = n > 0 ? (pid_t)atoi(buf) : -1;
+	char out[PATH_MAX], path[256], st[4096];
+	rig_out(&r, sh, out, sizeof(out));
+	/* Both have started once two "ready" lines are out. */
+	int ready = 0;
+	for (int i = 0; i < 300 && !ready; i++, usleep(50000))
+		ready = count_lines(out, "counter: ") >= 2 && count_lines(out, "count ") >= 6;
+	snprintf(path, sizeof(path), "%s/%d/status", r.mnt, (int)sh);
+	int traced = 0;
+	for (int i = 0; i < 100 && traced < 2; i++, usleep(50000)) {
+		rig_read(path, st, sizeof(st));
+		traced = 0;
+		for (char *s = st; (s = strstr(s, "gpu=traced")); s++)
+			traced++;
+	}
+	ok(ready && traced == 2, "both counters run under one shell, and status shows both traced");
+
+	snprintf(path, sizeof(path), "%s/%d/ctl", r.mnt, (int)sh);
+	int e = rig_ctl(path, "checkpoint stop name=two\n", 25);
+	char last[256] = "";
+	ok(e == 0 && rig_job_done(&r, sh, 30000, last, sizeof(last)) && strstr(last, "done"),
+	   "checkpoint stop of the shell's pid (%s)", e ? strerror(e) : last);
+
+	char image[PATH_MAX];
+	snprintf(image, sizeof(image), "%s/%d/two", r.store, (int)sh);
+	phosimg *img;
+	int members = 0, ntraced = 0, good = 0;
+	pid_t owners[2] = { 0, 0 };
+	if (phosimg_open(image, &img) == 0) {
+		const phosimg_info *in = phosimg_get_info(img);
+		members = (int)in->meta.member_count;
+		for (uint32_t i = 0; i < in->meta.member_count; i++) {
+			const phosimg_member *m = &in->meta.members[i];
+			if (!(m->flags & PHOSIMG_MEMBER_TRACED))
+				continue;
+			/* Its largest object is its data: 24 or 40 MiB, its own. */
+			uint32_t big = UINT32_MAX;
+			for (uint32_t k = m->first_object; k < m->first_object + m->object_count; k++)
+				if (big == UINT32_MAX || in->objects[k].size > in->objects[big].size)
+					big = k;
+			int mib = big == UINT32_MAX ? 0 : in->objects[big].size >= (40u << 20) ? 40 : 24;
+			if (ntraced < 2)
+				owners[ntraced] = mib;
+			ntraced++;
+			good += big != UINT32_MAX && in->objects[big].pid == m->pid && holds_counter_data(img, big, mib);
+		}
+		phosimg_close(img);
+	}
+	ok(members == 3 && ntraced == 2 && good == 2 && owners[0] + owners[1] == 64,
+	   "one image: 3 members, 2 traced, each with its own device memory, byte for byte (%d, %d MiB)", owners[0],
+	   owners[1]);
+
+	pid_t kids[2] = { 0, 0 };
+	snprintf(path, sizeof(path), "/proc/%d/task/%d/children", (int)sh, (int)sh);
+	FILE *f = fopen(path, "r");
+	if (f) {
+		if (fscanf(f, "%d %d", &kids[0], &kids[1]) != 2)
+			kids[0] = kids[1] = 0;
+		fclose(f);
+	}
+	kill(-sh, SIGKILL);
+	for (int i = 0; i < 100 && (rig_alive(sh) || rig_alive(kids[0]) || rig_alive(kids[1])); i++)
+		usleep(50000);
+	int verified = count_lines(out, "verify ok");
+	char cmd[PATH_MAX + 16];
+	snprintf(cmd, sizeof(cmd), "restore %s\n", image);
+	snprintf(path, sizeof(path), "%s/ctl", r.mnt);
+	e = rig_ctl(path, cmd, strlen(cmd));
+	ok(e == 0 && rig_alive(sh) && kids[0] && rig_alive(kids[0]) && rig_alive(kids[1]),
+	   "after kill -9 the tree is restored: the shell and both counters (%s)", e ? strerror(e) : "ok");
+	if (e) {
+		snprintf(path, sizeof(path), "%s/status", r.mnt);
+		diag("%s", rig_read(path, st, sizeof(st)) ? st : "");
+	}
+	usleep(300000);
+	kill(kids[0], SIGUSR1);
+	kill(kids[1], SIGUSR1);
+	int now = verified;
+	for (int i = 0; i < 100 && now < verified + 2; i++, usleep(50000))
+		now = count_lines(out, "verify ok");
+	ok(now == verified + 2 && !rig_line(out, "verify FAILED", 0, NULL, 0),
+	   "each restored counter checks every byte of its device memory: intact");
+	long before = rig_count(out);
+	ok(rig_counts_past(out, before + 3, 5000), "and they count on");
+
+	pid_t all[] = { sh, kids[0], kids[1] };
+	for (size_t i = 0; i < sizeof(all) / sizeof(*all); i++)
+		if (all[i] > 0)
+			kill(all[i], SIGKILL);
+	rig_reap();
+	rig_cleanup(&r);
+	return done();
+}
