@@ -154,21 +154,7 @@ int main(int argc, char **argv)
 	/* phos run -- sh -c 'APP --tree-app; echo …': sh stays between. */
 	char script[PATH_MAX + 64];
 	snprintf(script, sizeof(script), "'%s' --tree-app; echo tree-app exited $?", self);
-	int p[2];
-	if (pipe(p))
-		bail("pipe");
-	pid_t c = fork();
-	if (c == 0) {
-		close(p[0]);
-		dup2(p[1], 1);
-		execl(r.phos, "phos", "run", "--", "/bin/sh", "-c", script, (char *)NULL);
-		_exit(127);
-	}
-	close(p[1]);
-	char buf[32] = "";
-	ssize_t n = read(p[0], buf, sizeof(buf) - 1);
-	close(p[0]);
-	pid_t sh = n > 0 ? (pid_t)atoi(buf) : -1;
+	pid_t sh = rig_shell_job(&r, script);
 	char out[PATH_MAX];
 	rig_out(&r, sh, out, sizeof(out));
 	int ready = sh > 0 && rig_line(out, "count 5", 15000, NULL, 0);

@@ -150,6 +150,26 @@ static inline pid_t rig_counter(rig *r, int mib)
 	return n > 0 ? (pid_t)atoi(buf) : -1;
 }
 
+/* Starts `phos run -- /bin/sh -c script`; returns the shell's pid. */
+static inline pid_t rig_shell_job(rig *r, const char *script)
+{
+	int p[2];
+	if (pipe(p))
+		return -1;
+	pid_t c = fork();
+	if (c == 0) {
+		close(p[0]);
+		dup2(p[1], 1);
+		execl(r->phos, "phos", "run", "--", "/bin/sh", "-c", script, (char *)NULL);
+		_exit(127);
+	}
+	close(p[1]);
+	char buf[32] = "";
+	ssize_t n = read(p[0], buf, sizeof(buf) - 1);
+	close(p[0]);
+	return n > 0 ? (pid_t)atoi(buf) : -1;
+}
+
 /* Path of a process's output file in the store. */
 static inline void rig_out(rig *r, pid_t pid, char *out, size_t len)
 {

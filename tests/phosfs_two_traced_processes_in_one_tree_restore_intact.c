@@ -61,21 +61,7 @@ int main(void)
 		bail("phosfs did not mount");
 	char script[PATH_MAX * 2 + 64];
 	snprintf(script, sizeof(script), "'%s' 24 & '%s' 40 & wait", r.counter, r.counter);
-	int p[2];
-	if (pipe(p))
-		bail("pipe");
-	pid_t c = fork();
-	if (c == 0) {
-		close(p[0]);
-		dup2(p[1], 1);
-		execl(r.phos, "phos", "run", "--", "/bin/sh", "-c", script, (char *)NULL);
-		_exit(127);
-	}
-	close(p[1]);
-	char buf[32] = "";
-	ssize_t n = read(p[0], buf, sizeof(buf) - 1);
-	close(p[0]);
-	pid_t sh = n > 0 ? (pid_t)atoi(buf) : -1;
+	pid_t sh = rig_shell_job(&r, script);
 	char out[PATH_MAX], path[256], st[4096];
 	rig_out(&r, sh, out, sizeof(out));
 	/* Both have started once two "ready" lines are out. */

@@ -241,7 +241,7 @@ static void forked_child(void)
 	int s = atomic_exchange(&live_sock, -1);
 	if (s >= 0)
 		close(s);
-	state_forget();
+	state_close();
 	/* The fds of the parent's device memory would keep it alive. */
 	alloc_forget_fds();
 	vmm_forget_fds();

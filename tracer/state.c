@@ -63,21 +63,6 @@ void state_close(void)
 	nfree = 0;
 }
 
-void state_forget(void)
-{
-	if (!table)
-		return;
-	/* No lock: the child of a fork has one thread, and the allocation
-	 * lock may have been held by another thread of the parent. */
-	munmap(table, STATE_BYTES);
-	close(table_fd);
-	table = NULL;
-	table_fd = -1;
-	free(free_slots);
-	free_slots = NULL;
-	nfree = 0;
-}
-
 int state_add(uint64_t va, uint64_t size, uint32_t device, uint32_t state)
 {
 	if (!table)

@@ -170,10 +170,9 @@ void spec_range(uint64_t addr, size_t len, bool read, bool write);
 /* Makes the table and fills it; returns its fd (owned by state.c) or a
  * negative errno. Called by the control thread. */
 int state_open(void);
-/* Unmaps and closes it (at park). */
+/* Unmaps and closes it (at park, and in a forked child, which drops the
+ * parent's table). Takes no lock. */
 void state_close(void);
-/* In a forked child: drops the parent's table without taking any lock. */
-void state_forget(void);
 /* Mirrors a buffer; returns its slot, or -1 if not mirrored. Called with
  * the allocation lock held. */
 int state_add(uint64_t va, uint64_t size, uint32_t device, uint32_t state);
