@@ -17,7 +17,8 @@ const char *engine_criu_plugins;
 /* Error lines CRIU prints on these machines that are no error of the
  * dump: they never explain a failure. */
 static const char *const harmless[] = {
-	"Can't setup RLIMIT_NOFILE for self",
+	"Can't setup RLIMIT_NOFILE for self", /* without CAP_SYS_RESOURCE */
+	"Unable to create tun",               /* probing, where /dev/net/tun is missing */
 };
 
 /* The message of an "Error (file:line): message" log line, or NULL. */

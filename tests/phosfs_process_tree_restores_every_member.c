@@ -206,6 +206,17 @@ int main(int argc, char **argv)
 	long before = rig_count(out);
 	ok(rig_counts_past(out, before, 5000), "after the checkpoint the tree runs on (count %ld)", before);
 
+#ifdef __SANITIZE_ADDRESS__
+	/* CRIU restores no AddressSanitizer process that forked without exec:
+	 * the restored parent dies of SIGSEGV. A ten-line program that
+	 * mallocs and forks fails the same way, without phos. */
+	for (int i = 0; i < 4; i++)
+		skip("CRIU cannot restore a forked AddressSanitizer process");
+	kill(-sh, SIGKILL);
+	rig_reap();
+	rig_cleanup(&r);
+	return done();
+#endif
 	kill(-sh, SIGKILL);
 	for (int i = 0; i < 100 && (rig_alive(sh) || rig_alive(app[0]) || rig_alive(kids[0]) || rig_alive(kids[1])); i++)
 		usleep(50000);
