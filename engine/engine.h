@@ -153,6 +153,10 @@ pid_t engine_find_control_thread(pid_t pid);
  * -ESRCH (root is gone), -ENOMEM, errno of opendir(/proc). */
 int engine_tree(pid_t root, phosimg_member **out, uint32_t *n);
 
+/* A live process's parent and name (comm, NUL-terminated), from
+ * /proc/PID/stat. Errors: -ESRCH (gone, or a zombie), -EIO (unreadable). */
+int engine_proc_stat(pid_t pid, pid_t *ppid, char comm[PHOSIMG_COMM_MAX]);
+
 /* The index of pid among m[0..n), or -ENOENT. */
 int engine_tree_member(const phosimg_member *m, uint32_t n, pid_t pid);
 

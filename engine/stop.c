@@ -89,7 +89,7 @@ bool engine_alive(pid_t pid)
 /* What each member of the tree went through, so that exactly that is
  * undone. */
 typedef struct member_state {
-	bool cuda, locked, checkpointed, parked;
+	bool locked, checkpointed, parked;
 	pid_t tid; /* a traced member's control thread */
 } member_state;
 
@@ -154,8 +154,7 @@ int engine_stop(const engine_stop_args *a, char *err, size_t errlen)
 	}
 	for (uint32_t i = 0; i < n; i++) {
 		int cstate = 0;
-		ms[i].cuda = driver_process_state(m[i].pid, &cstate) == 0;
-		if (ms[i].cuda)
+		if (driver_process_state(m[i].pid, &cstate) == 0)
 			m[i].flags |= PHOSIMG_MEMBER_CUDA;
 	}
 
@@ -221,7 +220,7 @@ int engine_stop(const engine_stop_args *a, char *err, size_t errlen)
 	if (!e)
 		engine_step(prog, STEP_LOCK);
 	for (uint32_t i = 0; !e && i < n; i++)
-		if (ms[i].cuda) {
+		if (m[i].flags & PHOSIMG_MEMBER_CUDA) {
 			e = driver_lock(m[i].pid, LOCK_TIMEOUT_MS, err, errlen);
 			ms[i].locked = !e;
 		}

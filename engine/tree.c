@@ -11,9 +11,7 @@
 
 #include "engine.h"
 
-/* Reads pid's parent and name from /proc/PID/stat. Threads are not
- * processes: a tid whose tgid differs is skipped by the caller. */
-static int read_stat(pid_t pid, pid_t *ppid, char comm[PHOSIMG_COMM_MAX])
+int engine_proc_stat(pid_t pid, pid_t *ppid, char comm[PHOSIMG_COMM_MAX])
 {
 	char path[64], buf[512];
 	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
@@ -47,6 +45,14 @@ typedef struct proc_entry {
 	char comm[PHOSIMG_COMM_MAX];
 } proc_entry;
 
+static void add_member(phosimg_member *m, uint32_t *k, const proc_entry *pe)
+{
+	m[*k].pid = pe->pid;
+	m[*k].ppid = pe->ppid;
+	memcpy(m[*k].comm, pe->comm, PHOSIMG_COMM_MAX);
+	(*k)++;
+}
+
 int engine_tree(pid_t root, phosimg_member **out, uint32_t *count)
 {
 	*out = NULL;
@@ -62,7 +68,7 @@ int engine_tree(pid_t root, phosimg_member **out, uint32_t *count)
 		if (de->d_name[0] < '1' || de->d_name[0] > '9')
 			continue;
 		proc_entry pe = { .pid = (pid_t)atoi(de->d_name) };
-		if (read_stat(pe.pid, &pe.ppid, pe.comm))
+		if (engine_proc_stat(pe.pid, &pe.ppid, pe.comm))
 			continue;
 		if (n == cap) {
 			cap = cap ? cap * 2 : 512;
@@ -79,23 +85,15 @@ int engine_tree(pid_t root, phosimg_member **out, uint32_t *count)
 	phosimg_member *m = e ? NULL : calloc(n ? n : 1, sizeof(*m));
 	uint32_t k = 0;
 	for (size_t i = 0; m && i < n; i++)
-		if (all[i].pid == root) {
-			m[k].pid = root;
-			m[k].ppid = all[i].ppid;
-			memcpy(m[k].comm, all[i].comm, PHOSIMG_COMM_MAX);
-			k++;
-		}
+		if (all[i].pid == root)
+			add_member(m, &k, &all[i]);
 	if (m && !k)
 		e = -ESRCH;
 	/* Breadth first: each found process adds its children. */
 	for (uint32_t at = 0; !e && at < k; at++)
 		for (size_t i = 0; i < n && k < PHOSIMG_MEMBERS_MAX; i++)
-			if (all[i].ppid == m[at].pid && all[i].pid != root) {
-				m[k].pid = all[i].pid;
-				m[k].ppid = all[i].ppid;
-				memcpy(m[k].comm, all[i].comm, PHOSIMG_COMM_MAX);
-				k++;
-			}
+			if (all[i].ppid == m[at].pid && all[i].pid != root)
+				add_member(m, &k, &all[i]);
 	free(all);
 	if (!m && !e)
 		e = -ENOMEM;

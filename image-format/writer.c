@@ -367,10 +367,13 @@ int phosimg_writer_set_meta(phosimg_writer *w, const phosimg_meta *meta)
 	    meta->protocol > PHOSIMG_PROTO_RECOPY || meta->member_count > PHOSIMG_MEMBERS_MAX ||
 	    (meta->member_count && (!meta->members || meta->members[0].pid != meta->pid)))
 		return -EINVAL;
-	for (uint32_t i = 0; i < meta->member_count; i++)
-		for (uint32_t j = 0; j <= i; j++)
-			if (meta->members[i].pid <= 0 || (j < i && meta->members[j].pid == meta->members[i].pid))
+	for (uint32_t i = 0; i < meta->member_count; i++) {
+		if (meta->members[i].pid <= 0)
+			return -EINVAL;
+		for (uint32_t j = 0; j < i; j++)
+			if (meta->members[j].pid == meta->members[i].pid)
 				return -EINVAL;
+	}
 	char *cmd = malloc(meta->cmdline_len + 1);
 	phosimg_device *dev = calloc(meta->device_count ? meta->device_count : 1, sizeof(*dev));
 	phosimg_member *mem = calloc(meta->member_count ? meta->member_count : 1, sizeof(*mem));

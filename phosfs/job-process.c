@@ -5,13 +5,14 @@
  *                        [--kill] [--plugins DIR] [--member PID:CONN:TID]…
  *   phosfs --job restore --shared FD --image PATH --criu CRIU --log LOG [--plugins DIR]
  *
- * PID is the root of the tree checkpointed; each --member is a traced
- * process of it, with the connection phosfs handed over and its control
- * thread.
  * so that a job finishes even if phosfs is killed: the process it parked
  * gets its memory back, and the image is published or not at all. The
  * job reports through the shared memfd (engine_shared); its exit status
  * is 0 on success.
+ *
+ * PID is the root of the tree checkpointed; each --member is a traced
+ * process of it, with the connection phosfs handed over and its control
+ * thread.
  *
  * A woken tracer finds the job on the abstract socket
  * "phos-resume.<pid>" (wire_listen_resume).

@@ -65,19 +65,9 @@ static bool marked_job(pid_t pid)
 /* pid's parent, or 0. */
 static pid_t parent_of(pid_t pid)
 {
-	char path[64], buf[512];
-	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	FILE *f = fopen(path, "re");
-	if (!f)
-		return 0;
-	size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-	fclose(f);
-	buf[n] = 0;
-	char *close_paren = strrchr(buf, ')');
-	int pp = 0;
-	if (!close_paren || sscanf(close_paren + 1, " %*c %d", &pp) != 1)
-		return 0;
-	return pp;
+	pid_t pp;
+	char comm[PHOSIMG_COMM_MAX];
+	return engine_proc_stat(pid, &pp, comm) ? 0 : pp;
 }
 
 pid_t job_root(pid_t pid)
@@ -392,6 +382,7 @@ int job_checkpoint(target *t, const ctl_cmd *c, char *err, size_t errlen)
 	if (!e && (!conns || !members || !args))
 		e = engine_fail(-ENOMEM, err, errlen, "out of memory");
 	int nconns = 0;
+	t->nparked = 0;
 	for (int i = 0; i < ntraced; i++) {
 		if (!e) {
 			pid_t tid = procs[i]->hello.control_tid;
@@ -400,6 +391,8 @@ int job_checkpoint(target *t, const ctl_cmd *c, char *err, size_t errlen)
 				conns[nconns] = c;
 				snprintf(members[nconns], sizeof(members[0]), "%d:%d:%d", (int)procs[i]->pid, c, (int)tid);
 				nconns++;
+				if (t->nparked < (int)(sizeof(t->parked) / sizeof(*t->parked)))
+					t->parked[t->nparked++] = procs[i]->pid;
 			}
 		}
 		registry_put(procs[i]);
@@ -431,9 +424,9 @@ int job_checkpoint(target *t, const ctl_cmd *c, char *err, size_t errlen)
 	for (int i = 0; i < nconns; i++)
 		close(conns[i]);
 	free(conns);
+	free(members);
 	free(args);
 	if (e) {
-		free(members);
 		free(w);
 		pthread_mutex_unlock(&t->lock);
 		return e;
@@ -445,10 +438,6 @@ int job_checkpoint(target *t, const ctl_cmd *c, char *err, size_t errlen)
 	t->result = 0;
 	t->error[0] = 0;
 	t->traced = nconns > 0;
-	t->nparked = 0;
-	for (int i = 0; i < nconns && t->nparked < (int)(sizeof(t->parked) / sizeof(*t->parked)); i++)
-		t->parked[t->nparked++] = (pid_t)atoi(members[i]);
-	free(members);
 	snprintf(t->name, sizeof(t->name), "%s", name);
 	snprintf(t->job, sizeof(t->job), "checkpoint stop name=%s%s", name, c->kill ? " kill" : "");
 	pthread_t th;

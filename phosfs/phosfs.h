@@ -67,7 +67,7 @@ typedef struct target {
 	uid_t uid;                  /* the process owner */
 	bool busy;                  /* a job runs */
 	bool traced;                /* the running job parks the process */
-	pid_t parked[64];           /* the traced processes the running job parks */
+	pid_t parked[64];           /* the traced processes the running job parks (while busy) */
 	int nparked;
 	int kind;                   /* enum ctl_verb of the job */
 	char job[160];              /* the job, as status shows it */

@@ -241,10 +241,7 @@ int main(int argc, char **argv)
 	   "no member found its state wrong");
 
 	pid_t all[] = { sh, app[0], kids[0], kids[1] };
-	for (size_t i = 0; i < sizeof(all) / sizeof(*all); i++)
-		if (all[i] > 0)
-			kill(all[i], SIGKILL);
-	rig_reap();
+	rig_kill_all(all, sizeof(all) / sizeof(*all));
 	rig_cleanup(&r);
 	return done();
 }

@@ -126,8 +126,8 @@ static inline void rig_cleanup(rig *r)
 		diag("could not remove %s", r->dir);
 }
 
-/* Starts examples/counter MIB under `phos run`; returns its pid. */
-static inline pid_t rig_counter(rig *r, int mib)
+/* Starts `phos run -- CMD…` (stderr quiet); returns the pid it prints. */
+static inline pid_t rig_phos_run(rig *r, char *const cmd[])
 {
 	int p[2];
 	if (pipe(p))
@@ -138,9 +138,10 @@ static inline pid_t rig_counter(rig *r, int mib)
 		dup2(p[1], 1);
 		int nul = open("/dev/null", O_WRONLY);
 		dup2(nul, 2);
-		char arg[16];
-		snprintf(arg, sizeof(arg), "%d", mib);
-		execl(r->phos, "phos", "run", "--", r->counter, arg, (char *)NULL);
+		char *argv[32] = { "phos", "run", "--" };
+		for (int i = 0; cmd[i] && i < 28; i++)
+			argv[3 + i] = cmd[i];
+		execv(r->phos, argv);
 		_exit(127);
 	}
 	close(p[1]);
@@ -150,24 +151,29 @@ static inline pid_t rig_counter(rig *r, int mib)
 	return n > 0 ? (pid_t)atoi(buf) : -1;
 }
 
+/* Starts examples/counter MIB under `phos run`; returns its pid. */
+static inline pid_t rig_counter(rig *r, int mib)
+{
+	char arg[16];
+	snprintf(arg, sizeof(arg), "%d", mib);
+	char *const cmd[] = { r->counter, arg, NULL };
+	return rig_phos_run(r, cmd);
+}
+
 /* Starts `phos run -- /bin/sh -c script`; returns the shell's pid. */
 static inline pid_t rig_shell_job(rig *r, const char *script)
 {
-	int p[2];
-	if (pipe(p))
-		return -1;
-	pid_t c = fork();
-	if (c == 0) {
-		close(p[0]);
-		dup2(p[1], 1);
-		execl(r->phos, "phos", "run", "--", "/bin/sh", "-c", script, (char *)NULL);
-		_exit(127);
-	}
-	close(p[1]);
-	char buf[32] = "";
-	ssize_t n = read(p[0], buf, sizeof(buf) - 1);
-	close(p[0]);
-	return n > 0 ? (pid_t)atoi(buf) : -1;
+	char *const cmd[] = { "/bin/sh", "-c", (char *)script, NULL };
+	return rig_phos_run(r, cmd);
+}
+
+/* Kills each of the n pids that is > 0 with SIGKILL, and reaps. */
+static inline void rig_kill_all(const pid_t *pids, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (pids[i] > 0)
+			kill(pids[i], SIGKILL);
+	rig_reap();
 }
 
 /* Path of a process's output file in the store. */

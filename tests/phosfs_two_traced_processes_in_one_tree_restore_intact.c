@@ -147,10 +147,7 @@ int main(void)
 	ok(rig_counts_past(out, before + 3, 5000), "and they count on");
 
 	pid_t all[] = { sh, kids[0], kids[1] };
-	for (size_t i = 0; i < sizeof(all) / sizeof(*all); i++)
-		if (all[i] > 0)
-			kill(all[i], SIGKILL);
-	rig_reap();
+	rig_kill_all(all, sizeof(all) / sizeof(*all));
 	rig_cleanup(&r);
 	return done();
 }

@@ -11,16 +11,6 @@ static atomic_bool initialized;
 /* As on a GPU, a child forked from a CUDA process cannot use CUDA: its
  * device memory mappings are disabled and the driver answers "not
  * initialized" (CUDA is not fork-safe). Its open files stay. */
-static void fork_prepare(void)
-{
-	sc_mem_fork_prepare();
-}
-
-static void fork_parent(void)
-{
-	sc_mem_fork_parent();
-}
-
 static void fork_child(void)
 {
 	atomic_store(&initialized, false);
@@ -32,7 +22,7 @@ static void do_init(void)
 {
 	sc_kernels_load_plugins();
 	sc_checkpoint_start_server();
-	pthread_atfork(fork_prepare, fork_parent, fork_child);
+	pthread_atfork(sc_mem_fork_prepare, sc_mem_fork_parent, fork_child);
 	atomic_store(&initialized, true);
 }
 

@@ -75,6 +75,12 @@ static size_t find_index(const table *t, uintptr_t va)
 	return lo; /* insertion point */
 }
 
+/* Replaces [va, va+size) with inaccessible anonymous memory. */
+static void disable(uintptr_t va, size_t size)
+{
+	mmap((void *)va, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
+}
+
 void sc_mem_fork_prepare(void)
 {
 	pthread_mutex_lock(&mem_lock);
@@ -83,12 +89,6 @@ void sc_mem_fork_prepare(void)
 void sc_mem_fork_parent(void)
 {
 	pthread_mutex_unlock(&mem_lock);
-}
-
-/* Replaces [va, va+size) with inaccessible anonymous memory. */
-static void disable(uintptr_t va, size_t size)
-{
-	mmap((void *)va, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
 }
 
 void sc_mem_fork_child(void)
@@ -368,7 +368,7 @@ SC_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
 		if (p == MAP_FAILED) {
 			r = CUDA_ERROR_OUT_OF_MEMORY;
 		} else if (insert(&mapped, (range){ .va = ptr, .size = size, .kind = RANGE_MAPPED, .ph = ph })) {
-			mmap((void *)ptr, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
+			disable(ptr, size);
 			r = CUDA_ERROR_OUT_OF_MEMORY;
 		} else {
 			ph->maps++;
@@ -396,7 +396,7 @@ SC_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
 		p += m->size;
 	}
 	if (r == CUDA_SUCCESS) {
-		mmap((void *)ptr, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
+		disable(ptr, size);
 		for (p = ptr; p < end;) {
 			range *m = containing(&mapped, p);
 			phys *ph = m->ph;
