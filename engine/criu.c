@@ -71,7 +71,7 @@ void criu_explain(const char *log, pid_t pid, char *out, size_t len)
 		return;
 	char file[512], what[600];
 	unsigned long long a = 0, b = 0;
-	int mpid = 0, n = 0;
+	int mpid = 0;
 	if (sscanf(msg, "File %510s has bad size %llu (expect %llu)", file + 1, &a, &b) == 3) {
 		/* CRIU names files relative to the root. */
 		file[0] = '/';
@@ -87,7 +87,7 @@ void criu_explain(const char *log, pid_t pid, char *out, size_t len)
 			 "phosfs lacks CAP_SYS_RESOURCE here; run the job as phosfs's user, or give phosfs "
 			 "CAP_SYS_RESOURCE",
 			 msg, (int)pid);
-	} else if (sscanf(msg, "Can't handle non-regular mapping on %d's map %llx%n", &mpid, &a, &n) >= 2) {
+	} else if (sscanf(msg, "Can't handle non-regular mapping on %d's map %llx", &mpid, &a) == 2) {
 		mapped_file(mpid, a, file, sizeof(file));
 		if (!*file)
 			snprintf(file, sizeof(file), "a device");
@@ -114,6 +114,11 @@ void criu_explain(const char *log, pid_t pid, char *out, size_t len)
 			 "%s: a process of the tree has a unix socket connected to a process outside it; CRIU "
 			 "cannot save that: checkpoint the job that holds both ends",
 			 msg);
+	} else if (sscanf(msg, "Can't fork for %d: File exists", &mpid) == 1) {
+		snprintf(out, len,
+			 "%s: process %d of the image cannot have its pid back, which another process holds now; CRIU "
+			 "restores every process with its old pid: end that process first",
+			 msg, mpid);
 	} else if (strstr(msg, "is not a session leader")) {
 		snprintf(out, len, "%s: start the job with `phos run`, which makes it a session of its own", msg);
 	} else {
@@ -131,16 +136,11 @@ void criu_limits(char *out, size_t len)
 		sscanf(line, "CapEff: %llx", &eff);
 	if (f)
 		fclose(f);
-	size_t at = 0;
 	if (geteuid() != 0)
-		at += (size_t)snprintf(out + at, len - at,
-				       "phosfs is not root: CRIU cannot checkpoint or restore anything. ");
+		snprintf(out, len, "phosfs is not root: CRIU cannot checkpoint or restore anything.");
 	else if (!(eff & (1ull << 24))) /* CAP_SYS_RESOURCE */
-		at += (size_t)snprintf(out + at, len - at,
-				       "phosfs lacks CAP_SYS_RESOURCE: CRIU cannot checkpoint processes of other "
-				       "users (\"Can't get rlimit\"); run jobs as root or give phosfs that capability. ");
-	if (at && out[at - 1] == ' ')
-		out[at - 1] = 0;
+		snprintf(out, len, "phosfs lacks CAP_SYS_RESOURCE: CRIU cannot checkpoint processes of other users "
+				   "(\"Can't get rlimit\"); run jobs as root or give phosfs that capability.");
 }
 
 static int run(const char *criu, char *const argv[], const char *log, const char *what, pid_t pid, char *err,
