@@ -179,7 +179,11 @@ $(PHOS_IMAGE): image-format/phos-image.c $(LIBPHOSIMG)
 
 # ---- benchmarks ----------------------------------------------------------------
 
-bench: $(BUILD)/bench/image-bench
+bench: $(BUILD)/bench/image-bench $(BUILD)/bench/store-bw
+
+$(BUILD)/bench/store-bw: bench/store-bw.c
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) $(XCFLAGS) $(CFLAGS) -o $@ $< $(XLDFLAGS) $(LDFLAGS) -lpthread
 
 $(BUILD)/bench/image-bench: bench/image-bench.c $(LIBPHOSIMG)
 	@mkdir -p $(@D)
@@ -210,8 +214,14 @@ TEST_C   := $(wildcard tests/*.c)
 TEST_SH  := $(wildcard tests/*.sh)
 TEST_BIN := $(TEST_C:tests/%.c=$(BUILD)/tests/%) $(TEST_SH:tests/%.sh=$(BUILD)/tests/%)
 
+# Programs the tests run under phos (tests/apps/), against simcuda or a GPU.
+TEST_APPS := $(BUILD)/tests/apps/cow_app
+
 .PHONY: tests
-tests: $(TEST_BIN) $(KERNELS)
+tests: $(TEST_BIN) $(KERNELS) $(TEST_APPS)
+$(BUILD)/tests/apps/%: tests/apps/%.c tests/simcuda/simcuda.h $(SIMCUDA_LIB)
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) $(XCFLAGS) $(CFLAGS) -o $@ $< $(XLDFLAGS) $(LDFLAGS) -rdynamic -L$(BUILD)/simcuda -lcuda
 
 # Tests that call into engine/ directly link its objects.
 ENGINE_TESTS := $(BUILD)/tests/phosfs_criu_errors_name_the_real_cause
@@ -228,7 +238,7 @@ $(BUILD)/tests/%: tests/%.sh
 	install -m 0755 $< $@
 
 # Tests find the project's CRIU and the kernels through these.
-TEST_ENV := PHOS_CRIU=$(abspath $(CRIU)) PHOS_KERNELS=$(abspath $(BUILD)/kernels) PHOS_SRCDIR=$(CURDIR) PHOS_LIBPHOS=$(abspath $(LIBPHOS)) PHOS_PHOSFS=$(abspath $(PHOSFS)) PHOS_CLI=$(abspath $(PHOS_CLI)) PHOS_COUNTER=$(abspath $(BUILD)/examples/counter) PHOS_SIMCUDA=$(abspath $(BUILD)/simcuda) PHOS_CRIU_PLUGINS=$(abspath $(CRIU_PLUGIN_DIR))
+TEST_ENV := PHOS_CRIU=$(abspath $(CRIU)) PHOS_KERNELS=$(abspath $(BUILD)/kernels) PHOS_SRCDIR=$(CURDIR) PHOS_LIBPHOS=$(abspath $(LIBPHOS)) PHOS_PHOSFS=$(abspath $(PHOSFS)) PHOS_CLI=$(abspath $(PHOS_CLI)) PHOS_COUNTER=$(abspath $(BUILD)/examples/counter) PHOS_SIMCUDA=$(abspath $(BUILD)/simcuda) PHOS_CRIU_PLUGINS=$(abspath $(CRIU_PLUGIN_DIR)) PHOS_COW_APP=$(abspath $(BUILD)/tests/apps/cow_app)
 
 check: all
 	$(TEST_ENV) $(PROVE) $(PROVE_FLAGS) $(TEST_BIN)
@@ -311,16 +321,25 @@ $(BUNDLE)/bench/launch.cubin: bench/kernels/launch.cu
 	@mkdir -p $(@D)
 	$(NVCC) -cubin -arch=sm_90 -o $@ $<
 
+# The CoW harness and its kernels, against the real driver.
+GPU_BIN += $(BUNDLE)/progs/cow_app $(BUNDLE)/progs/cow.cubin
+$(BUNDLE)/progs/cow_app: tests/apps/cow_app.c tests/simcuda/simcuda.h
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) $(XCFLAGS) $(CFLAGS) -o $@ $< -L$(CUDA_HOME)/lib64/stubs -lcuda
+$(BUNDLE)/progs/cow.cubin: tests/kernels/cow.cu
+	@mkdir -p $(@D)
+	$(NVCC) -cubin -arch=sm_90 -o $@ $<
+
 # The demo program, against the real driver.
 $(BUNDLE)/examples/counter: examples/counter.c
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) $(XCFLAGS) $(CFLAGS) -o $@ $< -L$(CUDA_HOME)/lib64/stubs -lcuda
 
-gpu-bundle: $(GPU_BIN) $(GPU_KERNELS) $(GPU_BENCH) $(PHOS_IMAGE) $(BUILD)/bench/image-bench $(LIBPHOS) \
+gpu-bundle: $(GPU_BIN) $(GPU_KERNELS) $(GPU_BENCH) $(PHOS_IMAGE) $(BUILD)/bench/image-bench $(BUILD)/bench/store-bw $(LIBPHOS) \
 	    $(PHOSFS) $(PHOS_CLI) $(BUNDLE)/examples/counter $(CRIU_PLUGIN)
 	@test -x $(CRIU) || { echo "no CRIU in $(CRIU_PREFIX): run 'make deps' first" >&2; exit 1; }
 	@test "$(HAVE_NVCC)" = 1 || { echo "no nvcc under $(CUDA_HOME): the GPU programs need it" >&2; exit 1; }
-	mk/gpu-bundle.sh $(BUNDLE) bin:$(CRIU) bin:$(PHOS_IMAGE) bin:$(BUILD)/bench/image-bench lib:$(LIBPHOS) \
+	mk/gpu-bundle.sh $(BUNDLE) bin:$(CRIU) bin:$(PHOS_IMAGE) bin:$(BUILD)/bench/image-bench bin:$(BUILD)/bench/store-bw lib:$(LIBPHOS) \
 		bin:$(PHOSFS) bin:$(PHOS_CLI) \
 		$(addprefix test:,$(GPU_SH))
 	install -d $(BUNDLE)/criu-plugins

@@ -8,6 +8,8 @@
  *   tracer -> phosfs  OBJECTS    records + fds of the device memory (batches)
  *   tracer -> phosfs  PARKED     the last batch was sent; the tracer detaches
  *   phosfs -> tracer  OBJECTS    (after a resume HELLO) the same fds back
+ *   phosfs -> tracer  COW        (optional) a copy-on-write checkpoint's table
+ *                                and shadow pool (common/cow.h), as fds
  *   phosfs -> tracer  UNPARK     the last batch was sent; map and resume
  *   tracer -> phosfs  UNPARKED   mapped again; the process runs
  *   phosfs -> tracer  LIST       ask for the buffer table
@@ -31,7 +33,7 @@
 #include <sys/types.h>
 
 #define WIRE_MAGIC 0x52574850u /* "PHWR" */
-#define WIRE_VERSION 1
+#define WIRE_VERSION 2
 #define WIRE_SOCKET_DEFAULT "/run/phos/phosfs.sock"
 #define WIRE_SOCKET_ENV "PHOS_SOCKET"
 #define WIRE_WAKE_SIGNAL (SIGRTMIN + 7)
@@ -50,6 +52,7 @@ enum wire_type {
 	WIRE_END,
 	WIRE_ERROR,
 	WIRE_KERNELS,
+	WIRE_COW,
 };
 
 typedef struct wire_header {
@@ -78,6 +81,7 @@ typedef struct wire_object {
 	uint64_t size;
 	uint32_t device;
 	uint32_t flags; /* WIRE_OBJ_* */
+	uint64_t writes; /* calls so far that wrote into it (at park) */
 } wire_object;
 
 #define WIRE_OBJ_APP 0x1u /* the application's own cuMemCreate allocation */
@@ -100,9 +104,19 @@ typedef struct wire_kernel {
 	uint64_t reads;         /* buffers in read sets, summed over launches */
 	uint64_t writes;        /* buffers in write sets, summed over launches */
 	uint64_t bytes_written; /* bytes of those written buffers: whole buffers are the scope */
+	uint64_t net_waits;     /* launches held by the CoW safety net */
 	int32_t nparams;        /* -1: arguments unseen (no layout) */
 	uint32_t name_len;      /* name bytes after the record, then padding to 8 */
 } wire_kernel;
+
+/* WIRE_COW: the table (fd 0) and, if pool_bytes, the shadow pool's
+ * device memory (fd 1), exported by phosfs. */
+typedef struct wire_cow {
+	uint64_t table_bytes;
+	uint64_t pool_bytes;
+	uint32_t pool_device;
+	uint32_t reserved;
+} wire_cow;
 
 /* Sends one message with count records of payload and nfds fds.
  * Returns 0 or a negative errno. */

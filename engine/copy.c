@@ -1,12 +1,11 @@
 /*
- * Device memory to images and back. phosfs maps the process's memory
- * objects in its own context. Then, one device at a time, COPY_WORKERS
- * threads take ENGINE_CHUNK pieces from a shared cursor; each moves its
- * pieces through NBUF pinned buffers of its own, a stream each, so that
- * one piece is on the bus while another is written to (or read from) the
- * image. The image writer and reader are safe from several threads and
- * take chunks in any order, so hashing, writing and reading run on every
- * worker at once.
+ * Images back to device memory (the fill of a restore). The job makes
+ * new allocations in its own context. Then, one device at a time,
+ * COPY_WORKERS threads take chunks from a shared cursor; each moves its
+ * chunks through NBUF pinned buffers of its own, a stream each, so that
+ * one chunk is on the bus while the next is read from the image. The
+ * reader is safe from several threads, so reading and checking run on
+ * every worker at once. (The copy out is copy-out.c.)
  */
 #include <errno.h>
 #include <pthread.h>
@@ -15,25 +14,15 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "driver.h"
+#include "mapping.h"
 
 #define COPY_WORKERS 4
 #define NBUF 2
 
-/* One object mapped in phosfs's context. */
-typedef struct mapping {
-	CUdeviceptr va;
-	size_t size; /* mapped */
-	uint64_t len; /* copied: the object's size, up to size */
-	CUmemGenericAllocationHandle h;
-	int device;
-} mapping;
-
 /* One device's share of a copy, which its workers take chunks from. */
 typedef struct pass {
 	int device;
-	phosimg_writer *w; /* copy out: the image written */
-	phosimg *img;      /* copy in: the image read */
+	phosimg *img; /* the image read */
 	const mapping *maps;
 	const uint32_t *ids; /* the image's object id of each mapping */
 	int *objs;           /* this device's objects: indices into maps */
@@ -55,51 +44,6 @@ typedef struct slot {
 	uint64_t off;
 	size_t len;
 } slot;
-
-static void unmap(mapping *m)
-{
-	if (m->va) {
-		cu.cuMemUnmap(m->va, m->size);
-		cu.cuMemAddressFree(m->va, m->size);
-	}
-	if (m->h)
-		cu.cuMemRelease(m->h);
-	memset(m, 0, sizeof(*m));
-}
-
-/* Unmaps every mapping, each with its device's context current. */
-static void unmap_all(mapping *maps, int n)
-{
-	for (int k = 0; k < n; k++) {
-		if (maps[k].va || maps[k].h)
-			driver_use(maps[k].device, NULL, 0);
-		unmap(&maps[k]);
-	}
-}
-
-/* Maps handle h of size bytes on device dev at a new address. */
-static int map(mapping *m, CUmemGenericAllocationHandle h, size_t size, int dev, char *err, size_t errlen)
-{
-	m->h = h;
-	m->size = size;
-	m->len = size;
-	m->device = dev;
-	CUresult r = cu.cuMemAddressReserve(&m->va, size, 0, 0, 0);
-	if (r) {
-		m->va = 0;
-		return driver_fail(r, err, errlen, "reserving an address range");
-	}
-	r = cu.cuMemMap(m->va, size, 0, h, 0);
-	if (r) {
-		cu.cuMemAddressFree(m->va, size);
-		m->va = 0;
-		return driver_fail(r, err, errlen, "mapping device memory");
-	}
-	CUmemAccessDesc acc = { .location = { CU_MEM_LOCATION_TYPE_DEVICE, dev },
-				.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
-	r = cu.cuMemSetAccess(m->va, size, &acc, 1);
-	return r ? driver_fail(r, err, errlen, "setting access to device memory") : 0;
-}
 
 static uint64_t chunks_of(uint64_t size)
 {
@@ -124,28 +68,6 @@ static int settle(slot *s, const char *what, char *err, size_t errlen)
 	s->busy = false;
 	CUresult r = cu.cuStreamSynchronize(s->stream);
 	return r ? driver_fail(r, err, errlen, what) : 0;
-}
-
-/* Copy out: writes the chunk in s into the image once it is on the host. */
-static int drain(pass *p, slot *s, char *err, size_t errlen)
-{
-	if (!s->busy)
-		return 0;
-	int e = settle(s, "copying device memory to the host", err, errlen);
-	if (e)
-		return e;
-	e = phosimg_writer_put(p->w, s->obj, s->off, s->buf, s->len);
-	if (e)
-		return engine_fail(e, err, errlen, "writing the image: %s",
-				   *phosimg_last_error() ? phosimg_last_error() : strerror(-e));
-	if (p->prog) {
-		atomic_fetch_add(&p->prog->done, s->len);
-		/* Puts finish out of order: the largest value seen wins. */
-		uint64_t ready = phosimg_writer_data_ready(p->w), was = atomic_load(&p->prog->data_ready);
-		while (was < ready && !atomic_compare_exchange_weak(&p->prog->data_ready, &was, ready))
-			;
-	}
-	return 0;
 }
 
 /* Copy in: reads the chunk from the image and queues it to the device. */
@@ -182,7 +104,6 @@ static int locate(const pass *p, uint64_t g)
 static void *worker(void *arg)
 {
 	pass *p = arg;
-	bool out = p->w != NULL;
 	char err[ENGINE_ERR_MAX] = "";
 	slot s[NBUF] = { 0 };
 	int e = driver_use(p->device, err, sizeof(err));
@@ -196,8 +117,7 @@ static void *worker(void *arg)
 	uint64_t total = p->first[p->n];
 	for (uint64_t k = 0; !e && !atomic_load(&p->error); k++) {
 		slot *sl = &s[k % NBUF];
-		e = out ? drain(p, sl, err, sizeof(err))
-			: settle(sl, "copying the image to the device", err, sizeof(err));
+		e = settle(sl, "copying the image to the device", err, sizeof(err));
 		if (e)
 			break;
 		if (p->prog && atomic_load(&p->prog->cancel)) {
@@ -212,20 +132,10 @@ static void *worker(void *arg)
 		sl->obj = p->ids[p->objs[i]];
 		sl->off = (g - p->first[i]) * ENGINE_CHUNK;
 		sl->len = m->len - sl->off < ENGINE_CHUNK ? (size_t)(m->len - sl->off) : ENGINE_CHUNK;
-		if (out) {
-			CUresult r = cu.cuMemcpyDtoHAsync(sl->buf, m->va + sl->off, sl->len, sl->stream);
-			if (r)
-				e = driver_fail(r, err, sizeof(err), "copying device memory to the host");
-			sl->busy = !r;
-		} else {
-			e = fill(p, sl, m, err, sizeof(err));
-		}
+		e = fill(p, sl, m, err, sizeof(err));
 	}
 	for (int i = 0; i < NBUF; i++) {
-		/* After an error the queued copies are only waited for. */
-		int de = out && !e && !atomic_load(&p->error)
-				 ? drain(p, &s[i], err, sizeof(err))
-				 : settle(&s[i], "copying device memory", e ? NULL : err, sizeof(err));
+		int de = settle(&s[i], "copying the image to the device", e ? NULL : err, sizeof(err));
 		e = e ? e : de;
 	}
 	for (int i = 0; i < NBUF; i++) {
@@ -239,11 +149,10 @@ static void *worker(void *arg)
 	return NULL;
 }
 
-/* Copies every chunk of the mappings (all of them already mapped), one
- * device at a time, with the workers. In for copy in (from img), out for
- * copy out (into w). */
-static int run_passes(const mapping *maps, const uint32_t *ids, int n, phosimg_writer *w, phosimg *img,
-		      engine_progress *prog, char *err, size_t errlen)
+/* Fills every mapping (all of them already made) from img, one device at
+ * a time, with the workers. */
+static int run_passes(const mapping *maps, const uint32_t *ids, int n, phosimg *img, engine_progress *prog,
+		      char *err, size_t errlen)
 {
 	int *objs = calloc(n ? (size_t)n : 1, sizeof(*objs));
 	uint64_t *first = calloc((size_t)n + 1, sizeof(*first));
@@ -252,7 +161,7 @@ static int run_passes(const mapping *maps, const uint32_t *ids, int n, phosimg_w
 	for (int k = 0; k < n && !e; k++) {
 		if (done[k])
 			continue;
-		pass p = { .device = maps[k].device, .w = w, .img = img, .maps = maps, .ids = ids,
+		pass p = { .device = maps[k].device, .img = img, .maps = maps, .ids = ids,
 			   .objs = objs, .first = first, .prog = prog };
 		for (int j = k; j < n; j++) {
 			if (done[j] || maps[j].device != p.device)
@@ -286,45 +195,6 @@ static int run_passes(const mapping *maps, const uint32_t *ids, int n, phosimg_w
 	return e;
 }
 
-int engine_copy_out(const engine_parked *objs, phosimg_writer *w, engine_progress *prog, char *err, size_t errlen)
-{
-	int n = objs->n;
-	mapping *maps = calloc(n ? (size_t)n : 1, sizeof(*maps));
-	uint32_t *ids = calloc(n ? (size_t)n : 1, sizeof(*ids));
-	int e = maps && ids ? 0 : -ENOMEM;
-	for (int k = 0; k < n && !e; k++) {
-		const wire_object *o = &objs->objs[k];
-		phosimg_object io = { .device = o->device, .va = o->va, .size = o->size, .pid = objs->pids[k] };
-		if (o->flags & WIRE_OBJ_APP) {
-			io.flags = PHOSIMG_OBJ_APP_VMM;
-			io.key = (uint32_t)o->key;
-		}
-		e = phosimg_writer_add_object(w, &io, &ids[k]);
-		if (e) {
-			engine_fail(e, err, errlen, "adding an object to the image: %s", strerror(-e));
-			break;
-		}
-		e = driver_use((int)o->device, err, errlen);
-		if (e)
-			break;
-		CUmemGenericAllocationHandle h;
-		CUresult r = cu.cuMemImportFromShareableHandle(&h, (void *)(intptr_t)objs->fds[k],
-							       CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
-		if (r) {
-			e = driver_fail(r, err, errlen, "importing the process's device memory");
-			break;
-		}
-		e = map(&maps[k], h, o->size, (int)o->device, err, errlen);
-	}
-	if (!e)
-		e = run_passes(maps, ids, n, w, NULL, prog, err, errlen);
-	if (maps)
-		unmap_all(maps, n);
-	free(maps);
-	free(ids);
-	return e;
-}
-
 /* Makes one allocation of at least size bytes on dev, exportable as an fd. */
 static int create(mapping *m, uint64_t size, int dev, char *err, size_t errlen)
 {
@@ -340,7 +210,7 @@ static int create(mapping *m, uint64_t size, int dev, char *err, size_t errlen)
 	r = cu.cuMemCreate(&h, bytes, &prop, 0);
 	if (r)
 		return driver_fail(r, err, errlen, "allocating device memory");
-	return map(m, h, bytes, dev, err, errlen);
+	return mapping_map(m, h, bytes, dev, err, errlen);
 }
 
 int engine_copy_in(phosimg *img, engine_parked *out, engine_progress *prog, char *err, size_t errlen)
@@ -365,7 +235,7 @@ int engine_copy_in(phosimg *img, engine_parked *out, engine_progress *prog, char
 		maps[k].len = o->size;
 	}
 	if (!e)
-		e = run_passes(maps, ids, n, NULL, img, prog, err, errlen);
+		e = run_passes(maps, ids, n, img, prog, err, errlen);
 	for (int k = 0; k < n && !e; k++) {
 		const phosimg_object *o = &in->objects[k];
 		int fd = -1;
@@ -386,7 +256,7 @@ int engine_copy_in(phosimg *img, engine_parked *out, engine_progress *prog, char
 	}
 	/* The fds keep the memory; phosfs's mappings and handles go. */
 	if (maps)
-		unmap_all(maps, n);
+		mapping_unmap_all(maps, n);
 	free(maps);
 	free(ids);
 	if (e)

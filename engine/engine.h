@@ -21,11 +21,14 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "../common/cow.h"
 #include "../common/wire.h"
 #include "../image-format/phosimg.h"
 
 #define ENGINE_ERR_MAX 512
-#define ENGINE_CHUNK (4u << 20) /* staging and image chunk size */
+#define ENGINE_CHUNK (4u << 20)          /* default staging, CoW and image chunk size */
+#define ENGINE_STAGING (4ull << 30)      /* default host staging pool */
+#define ENGINE_SHADOW_POOL (2ull << 30)  /* default CoW shadow pool, per process */
 
 /* Where a job is; shown in status. */
 enum engine_step {
@@ -61,6 +64,17 @@ typedef struct engine_progress {
 	 * while it is written. data_ready is 0 until data_path is set. */
 	char data_path[PATH_MAX];
 	_Atomic uint64_t data_ready;
+	/* Bytes of device memory whose t1 contents are off the GPU (in
+	 * staging or in the image): `done` counts those in the image. */
+	_Atomic uint64_t off;
+	/* Nanoseconds from t1 until the last t1 byte left the GPU, and until
+	 * the image was published; 0 until then. */
+	_Atomic uint64_t off_ns, publish_ns;
+	/* CoW: shadow copies the tracer made, calls that waited for the copy
+	 * (and how long), and calls the safety net held. */
+	_Atomic uint64_t shadows, shadow_bytes, waits, wait_ns, net_waits, net_wait_ns;
+	_Atomic int protocol; /* PHOSIMG_PROTO_* of the checkpoint */
+	_Atomic uint64_t staging_bytes; /* the host staging pool of the copy */
 } engine_progress;
 
 /* Moves p to step, adding the time since the last move to the step it
@@ -136,12 +150,54 @@ int driver_unlock(pid_t pid, char *err, size_t errlen);
  * wire errors. */
 int engine_park(pid_t pid, int conn, engine_parked *out, char *err, size_t errlen);
 
+/* ---- cow.c: the tables of a copy-on-write checkpoint (common/cow.h) -------- */
+
+/* One traced process's table, and its shadow pool. */
+typedef struct engine_cow_member {
+	pid_t pid;
+	cow_header *t; /* mapped */
+	uint64_t bytes;
+	int fd;        /* the table's memfd */
+	uint32_t pool_device;
+	uint64_t pool_bytes; /* 0: no pool (the GPU had no room) */
+	int pool_fd;
+	uint64_t pool_h;     /* CUmemGenericAllocationHandle */
+	uint64_t pool_va;    /* the pool in the job's context */
+} engine_cow_member;
+
+typedef struct engine_cow {
+	engine_cow_member *m;
+	int n;
+	uint32_t chunk;
+	int *table_of;      /* per parked object: its member */
+	uint64_t *first_of; /* per parked object: its first chunk in that table */
+} engine_cow;
+
+/* Makes a table for each process of all, and a shadow pool of up to pool
+ * bytes (0: none) on the device where it has most memory. Errors:
+ * -ENOMEM, errno of memfd_create, -EIO (the driver; err says which call). */
+int engine_cow_prepare(engine_cow *c, const engine_parked *all, uint32_t chunk, uint64_t pool, char *err,
+		       size_t errlen);
+/* pid's table, or NULL. */
+const engine_cow_member *engine_cow_of(const engine_cow *c, pid_t pid);
+/* The state word of chunk `chunk` of parked object k, and its table. */
+_Atomic uint32_t *engine_cow_chunk(const engine_cow *c, int k, uint64_t chunk, cow_header **t);
+/* Tells waiting tracers that a chunk moved. */
+void engine_cow_wake(cow_header *t);
+/* Ends the copy for every tracer: they stop protecting and drop the
+ * table and the pool. */
+void engine_cow_end(engine_cow *c);
+/* Sums the tracers' counters into p. */
+void engine_cow_stats(const engine_cow *c, engine_progress *p);
+/* Ends the copy (if it was not) and frees everything. */
+void engine_cow_free(engine_cow *c);
+
 /* Wakes the parked process pid through its control thread tid, waits for
  * it to connect again, gives it the objects (the fds are sent, not
- * closed) and waits until it runs. Errors: -ETIMEDOUT, -EPROTO, -EIO
- * (err says why). */
-int engine_unpark(pid_t pid, pid_t tid, const engine_tracer *t, const engine_parked *objs, char *err,
-		  size_t errlen);
+ * closed), and with cow (or NULL) its CoW table and pool, and waits until
+ * it runs. Errors: -ETIMEDOUT, -EPROTO, -EIO (err says why). */
+int engine_unpark(pid_t pid, pid_t tid, const engine_tracer *t, const engine_parked *objs,
+		  const engine_cow_member *cow, char *err, size_t errlen);
 
 /* The tid of pid's tracer control thread ("phos-control"), or -ESRCH. */
 pid_t engine_find_control_thread(pid_t pid);
@@ -200,12 +256,21 @@ typedef struct engine_stop_args {
 	int ntraced;
 	const engine_tracer *tracer; /* meets woken tracers; NULL if ntraced is 0 */
 	engine_progress *prog;
+	/* Copy-on-write: the traced processes run again right after the
+	 * dump, and their memory is copied while they run. Ignored with
+	 * kill (nothing runs) and for a tree with no traced process. */
+	bool cow;
+	uint64_t staging;  /* host staging pool, bytes (0: ENGINE_STAGING) */
+	uint64_t shadow_pool; /* CoW shadow pool per process, bytes */
+	uint32_t chunk;    /* bytes (0: ENGINE_CHUNK) */
 } engine_stop_args;
 
 /* Checkpoints the process tree of pid and publishes one image of it: every
  * traced process is parked, every CUDA process driver-checkpointed, then
- * CRIU dumps the tree. On failure every process runs on (unless it died),
- * nothing is published and earlier images are untouched. */
+ * CRIU dumps the tree. With stop, the parked memory is copied before the
+ * processes run again; with cow, after. On failure every process runs on
+ * (unless it died), nothing is published and earlier images are
+ * untouched. */
 int engine_stop(const engine_stop_args *a, char *err, size_t errlen);
 
 /* ---- copy.c: device memory to and from images ----------------------------- */
@@ -213,10 +278,30 @@ int engine_stop(const engine_stop_args *a, char *err, size_t errlen);
 typedef struct phosimg_writer phosimg_writer;
 typedef struct phosimg phosimg;
 
-/* Copies the parked objects into w (one image object each), through
- * pinned staging. */
-int engine_copy_out(const engine_parked *objs, phosimg_writer *w, engine_progress *prog, char *err,
-		    size_t errlen);
+/* How a copy out runs. */
+typedef struct engine_copy_opts {
+	uint32_t chunk;        /* the image's chunk size */
+	void *staging;         /* pinned host staging (engine_staging_alloc) */
+	uint64_t staging_bytes;
+	engine_cow *cow;       /* the processes run: take chunks by their CoW state */
+	uint64_t t1_ns;        /* CLOCK_MONOTONIC at t1, for prog->off_ns */
+} engine_copy_opts;
+
+/* Copies the parked objects into w (one image object each). Copiers move
+ * chunks from the device into a pool of pinned host memory at the bus's
+ * speed; writers drain the pool into the image at the store's. Objects
+ * written most go first; with cow, a chunk a call waits for goes before
+ * all, and a chunk is read from its shadow if the tracer made one, and
+ * copiers pause while the application moves data to or from the host.
+ * Once every chunk is off the GPU, the copy ends for the tracers.
+ * Errors: -ECANCELED (prog->cancel), -EIO (driver), image errors. */
+int engine_copy_out(const engine_parked *objs, phosimg_writer *w, const engine_copy_opts *o, engine_progress *prog,
+		    char *err, size_t errlen);
+
+/* Allocates up to want bytes of pinned host memory (less if the host
+ * refuses that much, but at least 4 chunks) for copies. Errors: -ENOMEM. */
+int engine_staging_alloc(uint64_t want, uint32_t chunk, void **buf, uint64_t *got, char *err, size_t errlen);
+void engine_staging_free(void *buf);
 
 /* Makes a new allocation for every object of img, fills it from the
  * image, and returns the records, fds and pids in *out, ready for

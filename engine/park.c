@@ -136,8 +136,8 @@ int engine_park(pid_t pid, int conn, engine_parked *out, char *err, size_t errle
 	return e;
 }
 
-int engine_unpark(pid_t pid, pid_t tid, const engine_tracer *t, const engine_parked *objs, char *err,
-		  size_t errlen)
+int engine_unpark(pid_t pid, pid_t tid, const engine_tracer *t, const engine_parked *objs,
+		  const engine_cow_member *cow, char *err, size_t errlen)
 {
 	int e = t->expect(t->arg, pid);
 	if (e)
@@ -158,6 +158,11 @@ int engine_unpark(pid_t pid, pid_t tid, const engine_tracer *t, const engine_par
 		int k = objs->n - at < per ? objs->n - at : per;
 		e = wire_send(conn, WIRE_OBJECTS, objs->objs + at, (uint32_t)((size_t)k * sizeof(wire_object)),
 			      (uint32_t)k, objs->fds + at, k);
+	}
+	if (!e && cow) {
+		wire_cow wc = { .table_bytes = cow->bytes, .pool_bytes = cow->pool_bytes, .pool_device = cow->pool_device };
+		int fds[2] = { cow->fd, cow->pool_fd };
+		e = wire_send(conn, WIRE_COW, &wc, sizeof(wc), 1, fds, cow->pool_bytes ? 2 : 1);
 	}
 	if (!e)
 		e = wire_send(conn, WIRE_UNPARK, NULL, 0, 0, NULL, 0);

@@ -1,12 +1,15 @@
 /*
- * The stop-the-world protocol (DESIGN.md, "Protocols: Stop"):
+ * The stop-the-world and copy-on-write protocols (DESIGN.md, "Protocols"):
  *
  *   1-2. quiesce and park (traced processes only)
  *   3.   driver lock and checkpoint (CUDA processes only)
  *   4.   criu dump, --leave-running unless kill
- *   5.   copy the parked memory into the image
+ *   5.   stop: copy the parked memory into the image
+ *        cow:  make each traced process's CoW table and shadow pool
  *   6.   driver restore and unlock
- *   7.   unpark; then the image is published
+ *   7.   unpark (cow: with the table); the stall ends here
+ *   8.   cow: copy the parked memory while the processes run
+ *   9.   publish the image
  *
  * Whatever fails, a process that is still alive is brought back to
  * running before the error is returned, and nothing is published.
@@ -96,7 +99,7 @@ typedef struct member_state {
 /* Brings every live member back to running: driver restore and unlock,
  * then unpark. The first error goes to err (if it is still empty). */
 static int bring_back(const engine_stop_args *a, const phosimg_member *m, member_state *ms, uint32_t n,
-		      const engine_parked *parked, bool dumped, char *err, size_t errlen)
+		      const engine_parked *parked, const engine_cow *cow, bool dumped, char *err, size_t errlen)
 {
 	engine_progress *prog = a->prog;
 	int first = 0;
@@ -119,7 +122,8 @@ static int bring_back(const engine_stop_args *a, const phosimg_member *m, member
 			continue;
 		engine_step(prog, STEP_UNPARK);
 		engine_parked mine = engine_parked_of(parked, m[i].pid);
-		int e = engine_unpark(m[i].pid, ms[i].tid, a->tracer, &mine, msg, sizeof(msg));
+		int e = engine_unpark(m[i].pid, ms[i].tid, a->tracer, &mine, engine_cow_of(cow, m[i].pid), msg,
+				      sizeof(msg));
 		if (e && !first) {
 			first = e;
 			if (!*err)
@@ -158,7 +162,11 @@ int engine_stop(const engine_stop_args *a, char *err, size_t errlen)
 			m[i].flags |= PHOSIMG_MEMBER_CUDA;
 	}
 
-	phosimg_meta meta = { .pid = a->pid, .protocol = PHOSIMG_PROTO_STOP, .members = m, .member_count = n };
+	bool cow = a->cow && !a->kill && a->ntraced > 0;
+	uint32_t chunk = a->chunk ? a->chunk : ENGINE_CHUNK;
+	atomic_store(&prog->protocol, cow ? PHOSIMG_PROTO_COW : PHOSIMG_PROTO_STOP);
+	phosimg_meta meta = { .pid = a->pid, .protocol = cow ? PHOSIMG_PROTO_COW : PHOSIMG_PROTO_STOP,
+			      .members = m, .member_count = n };
 	char *cmdline = NULL;
 	phosimg_device devs[PHOSIMG_DEVICES_MAX];
 	e = describe(a->pid, &meta, &cmdline);
@@ -169,15 +177,27 @@ int engine_stop(const engine_stop_args *a, char *err, size_t errlen)
 	}
 	if (driver_devices(devs, PHOSIMG_DEVICES_MAX, &meta.device_count) == 0)
 		meta.devices = devs;
+	/* Pinning is slow: the staging pool is made before the stall. */
+	void *staging = NULL;
+	uint64_t staging_bytes = 0;
+	if (a->ntraced)
+		e = engine_staging_alloc(a->staging ? a->staging : ENGINE_STAGING, chunk, &staging, &staging_bytes, err,
+					 errlen);
+	atomic_store(&prog->staging_bytes, staging_bytes);
 	phosimg_writer *w = NULL;
-	phosimg_writer_opts wo = { .chunk_size = ENGINE_CHUNK };
-	e = phosimg_writer_create(a->image, &wo, &w);
+	phosimg_writer_opts wo = { .chunk_size = chunk };
+	if (!e) {
+		e = phosimg_writer_create(a->image, &wo, &w);
+		if (e)
+			engine_fail(e, err, errlen, "cannot start the image: %s",
+				    *phosimg_last_error() ? phosimg_last_error() : strerror(-e));
+	}
 	if (e) {
+		engine_staging_free(staging);
 		free(cmdline);
 		free(ms);
 		free(m);
-		return engine_fail(e, err, errlen, "cannot start the image: %s",
-				   *phosimg_last_error() ? phosimg_last_error() : strerror(-e));
+		return e;
 	}
 
 	snprintf(prog->data_path, sizeof(prog->data_path), "%s/" PHOSIMG_DATA_FILE,
@@ -185,6 +205,7 @@ int engine_stop(const engine_stop_args *a, char *err, size_t errlen)
 	atomic_store(&prog->data_ready, phosimg_writer_data_ready(w));
 
 	engine_parked parked = { 0 };
+	engine_cow tables = { 0 };
 	bool dumped = false;
 	uint64_t t0 = now_ns(CLOCK_MONOTONIC);
 	meta.t1_ns = now_ns(CLOCK_REALTIME);
@@ -234,15 +255,17 @@ int engine_stop(const engine_stop_args *a, char *err, size_t errlen)
 		e = criu_dump(a->criu, a->pid, phosimg_writer_criu_dir(w), a->kill, a->log, err, errlen);
 		dumped = !e;
 	}
-	if (!e && parked.n) {
+	engine_copy_opts co = { .chunk = chunk, .staging = staging, .staging_bytes = staging_bytes, .t1_ns = t0 };
+	if (!e && parked.n && !cow) {
 		engine_step(prog, STEP_COPY);
-		e = engine_copy_out(&parked, w, prog, err, errlen);
+		e = engine_copy_out(&parked, w, &co, prog, err, errlen);
 	}
+	if (!e && cow)
+		e = engine_cow_prepare(&tables, &parked, chunk, a->shadow_pool, err, errlen);
 
 	/* Bring the live processes back, whatever happened above. */
 	char err2[ENGINE_ERR_MAX] = "";
-	int e2 = bring_back(a, m, ms, n, &parked, dumped, err2, sizeof(err2));
-	engine_parked_free(&parked);
+	int e2 = bring_back(a, m, ms, n, &parked, !e && cow ? &tables : NULL, dumped, err2, sizeof(err2));
 	free(ms);
 	free(m);
 	atomic_store(&prog->stall_ns, now_ns(CLOCK_MONOTONIC) - t0);
@@ -250,6 +273,16 @@ int engine_stop(const engine_stop_args *a, char *err, size_t errlen)
 		e = e2;
 		snprintf(err, errlen, "%s", err2);
 	}
+	/* CoW: the processes run; their t1 memory is copied now. */
+	if (!e && cow) {
+		engine_step(prog, STEP_COPY);
+		co.cow = &tables;
+		e = engine_copy_out(&parked, w, &co, prog, err, errlen);
+		engine_cow_stats(&tables, prog);
+	}
+	engine_cow_free(&tables);
+	engine_parked_free(&parked);
+	engine_staging_free(staging);
 	if (e) {
 		phosimg_writer_abort(w);
 		return e;
@@ -259,5 +292,6 @@ int engine_stop(const engine_stop_args *a, char *err, size_t errlen)
 	if (e)
 		return engine_fail(e, err, errlen, "publishing the image failed: %s",
 				   *phosimg_last_error() ? phosimg_last_error() : strerror(-e));
+	atomic_store(&prog->publish_ns, now_ns(CLOCK_MONOTONIC) - t0);
 	return 0;
 }

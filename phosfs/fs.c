@@ -407,6 +407,32 @@ static const char *state_name(uint32_t s)
 	return s == WIRE_PRESENT ? "present" : s == WIRE_PARKED_STATE ? "parked" : "absent";
 }
 
+static double ms(uint64_t ns)
+{
+	return (double)ns / 1e6;
+}
+
+/* A checkpoint's copy: where its bytes are, and what CoW cost. */
+static void copy_status(const engine_progress *p, text *out)
+{
+	uint64_t total = atomic_load(&p->total);
+	int proto = atomic_load(&p->protocol);
+	add(out, "protocol: %s\n", proto == PHOSIMG_PROTO_COW ? "cow" : "stop");
+	add(out, "off gpu: %" PRIu64 "/%" PRIu64 " bytes\n", atomic_load(&p->off), total);
+	add(out, "in image: %" PRIu64 "/%" PRIu64 " bytes\n", atomic_load(&p->done), total);
+	add(out, "staging: %" PRIu64 " bytes\n", atomic_load(&p->staging_bytes));
+	if (atomic_load(&p->off_ns))
+		add(out, "off gpu at ms: %.1f\n", ms(atomic_load(&p->off_ns)));
+	if (atomic_load(&p->publish_ns))
+		add(out, "published at ms: %.1f\n", ms(atomic_load(&p->publish_ns)));
+	if (proto == PHOSIMG_PROTO_COW)
+		add(out,
+		    "cow shadows: %" PRIu64 " (%" PRIu64 " bytes)\ncow waits: %" PRIu64 " (%.1f ms)\n"
+		    "safety-net waits: %" PRIu64 " (%.1f ms)\n",
+		    atomic_load(&p->shadows), atomic_load(&p->shadow_bytes), atomic_load(&p->waits),
+		    ms(atomic_load(&p->wait_ns)), atomic_load(&p->net_waits), ms(atomic_load(&p->net_wait_ns)));
+}
+
 /* The job part of status, for a process or for the root. */
 static void job_status(target *t, text *out)
 {
@@ -420,6 +446,11 @@ static void job_status(target *t, text *out)
 		add(out, "job: %s\n", t->job);
 		add(out, "step: %s\n", engine_step_name(atomic_load(&p->step)));
 		add(out, "progress: %" PRIu64 "/%" PRIu64 " bytes\n", atomic_load(&p->done), atomic_load(&p->total));
+		if (t->kind == CTL_CHECKPOINT) {
+			if (atomic_load(&p->stall_ns))
+				add(out, "stall ms: %.1f\n", ms(atomic_load(&p->stall_ns)));
+			copy_status(p, out);
+		}
 	} else {
 		add(out, "job: none\n");
 		if (*t->job)
@@ -441,6 +472,8 @@ static void job_status(target *t, text *out)
 			}
 			add(out, "\n");
 		}
+		if (*t->job && t->kind == CTL_CHECKPOINT)
+			copy_status(&t->last_prog, out);
 	}
 	if (*t->last)
 		add(out, "last checkpoint: %s\n", t->last);
@@ -572,8 +605,8 @@ static int make_kernels(proc *p, text *t)
 		size_t rec = sizeof(k) + (k.name_len + 7) / 8 * 8;
 		if (at + rec > len)
 			break;
-		add(t, "%" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 " %d %.*s\n", k.launches, k.reads, k.writes,
-		    k.bytes_written, k.nparams, (int)k.name_len, (const char *)raw + at + sizeof(k));
+		add(t, "%" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 " %d %" PRIu64 " %.*s\n", k.launches, k.reads,
+		    k.writes, k.bytes_written, k.nparams, k.net_waits, (int)k.name_len, (const char *)raw + at + sizeof(k));
 		at += rec;
 	}
 	free(raw);

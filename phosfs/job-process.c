@@ -2,7 +2,8 @@
  * A job process. phosfs runs each checkpoint and restore as
  *
  *   phosfs --job stop    --shared FD --pid PID --image PATH --criu CRIU --log LOG
- *                        [--kill] [--plugins DIR] [--member PID:CONN:TID]…
+ *                        [--kill] [--cow] [--staging BYTES] [--chunk BYTES]
+ *                        [--shadow-pool BYTES] [--plugins DIR] [--member PID:CONN:TID]…
  *   phosfs --job restore --shared FD --image PATH --criu CRIU --log LOG [--plugins DIR]
  *
  * so that a job finishes even if phosfs is killed: the process it parked
@@ -12,7 +13,8 @@
  *
  * PID is the root of the tree checkpointed; each --member is a traced
  * process of it, with the connection phosfs handed over and its control
- * thread.
+ * thread. With --cow the members run again after the dump, and their
+ * memory is copied while they run.
  *
  * A woken tracer finds the job on the abstract socket
  * "phos-resume.<pid>" (wire_listen_resume).
@@ -109,7 +111,8 @@ int job_process_main(int argc, char **argv)
 	const char *kind = NULL, *image = NULL, *criu = "criu", *log = "/dev/null";
 	int shared_fd = -1;
 	pid_t pid = 0;
-	bool kill = false;
+	bool kill = false, cow = false;
+	uint64_t staging = 0, chunk = 0, pool = 0;
 	engine_traced *traced = calloc((size_t)argc, sizeof(*traced));
 	int ntraced = 0;
 	if (!traced)
@@ -136,6 +139,14 @@ int job_process_main(int argc, char **argv)
 				ntraced++;
 		} else if (!strcmp(argv[i], "--kill"))
 			kill = true;
+		else if (!strcmp(argv[i], "--cow"))
+			cow = true;
+		else if (!strcmp(argv[i], "--staging") && v)
+			staging = strtoull(argv[++i], NULL, 10);
+		else if (!strcmp(argv[i], "--chunk") && v)
+			chunk = (uint32_t)strtoull(argv[++i], NULL, 10);
+		else if (!strcmp(argv[i], "--shadow-pool") && v)
+			pool = strtoull(argv[++i], NULL, 10);
 	}
 	engine_shared *sh = shared_fd >= 0 ? mmap(NULL, sizeof(engine_shared), PROT_READ | PROT_WRITE, MAP_SHARED,
 						   shared_fd, 0)
@@ -152,7 +163,8 @@ int job_process_main(int argc, char **argv)
 	int e;
 	if (!strcmp(kind, "stop")) {
 		engine_stop_args a = { .pid = pid, .image = image, .criu = criu, .log = log, .kill = kill,
-				       .traced = traced, .ntraced = ntraced, .tracer = &t, .prog = &sh->prog };
+				       .traced = traced, .ntraced = ntraced, .tracer = &t, .prog = &sh->prog,
+				       .cow = cow, .staging = staging, .chunk = (uint32_t)chunk, .shadow_pool = pool };
 		e = engine_stop(&a, err, sizeof(err));
 		if (!e)
 			set_latest(image);

@@ -282,6 +282,7 @@ static void finish_job(target *t, spawn *s, bool checkpoint)
 	if (!t->result && checkpoint)
 		snprintf(t->last, sizeof(t->last), "%s", t->name);
 	t->last_stall_ns = atomic_load(&sh->prog.stall_ns);
+	memcpy(&t->last_prog, &sh->prog, sizeof(t->last_prog));
 	for (int i = 0; i < STEP_DONE; i++)
 		t->last_step_ns[i] = atomic_load(&sh->prog.step_ns[i]);
 	t->restored = atomic_load(&sh->pid);
@@ -316,11 +317,25 @@ static const char *proto_name(enum ctl_proto p)
 	return p == CTL_COW ? "cow" : p == CTL_RECOPY ? "recopy" : "stop";
 }
 
+/* Device bytes the process's state table shows: what its copy moves. */
+static uint64_t table_bytes(const proc *p)
+{
+	uint64_t sum = 0;
+	state_header *h = p->table;
+	if (!h)
+		return 0;
+	uint32_t used = atomic_load(&h->used);
+	for (uint32_t i = 0; i < used && i < h->capacity; i++)
+		if (atomic_load(&state_slots(h)[i].va))
+			sum += state_slots(h)[i].size;
+	return sum;
+}
+
 int job_checkpoint(target *t, const ctl_cmd *c, char *err, size_t errlen)
 {
-	if (c->proto == CTL_COW || c->proto == CTL_RECOPY)
+	if (c->proto == CTL_RECOPY)
 		return engine_fail(-EOPNOTSUPP, err, errlen,
-				   "checkpoint %s is not available in this version; use checkpoint stop",
+				   "checkpoint %s is not available in this version; use checkpoint cow or stop",
 				   proto_name(c->proto));
 	char dir[PATH_MAX], image[PATH_MAX + 80], logdir[PATH_MAX + 16], log[PATH_MAX + 120];
 	snprintf(dir, sizeof(dir), "%s/%d", phosfs_store, (int)t->pid);
@@ -368,17 +383,28 @@ int job_checkpoint(target *t, const ctl_cmd *c, char *err, size_t errlen)
 				   e == -ESRCH ? "process %d is not running" : "out of memory (process %d)", (int)t->pid);
 	}
 	int ntraced = 0;
+	uint64_t bytes = 0;
 	for (uint32_t i = 0; i < n && !e; i++) {
 		proc *p = registry_get(m[i].pid);
 		if (p && (p->hello.flags & WIRE_HELLO_STOP_ONLY))
 			e = engine_fail(-EOPNOTSUPP, err, errlen, "process %d cannot be parked (%s)", (int)p->pid,
 					p->hello.stop_only_reason);
-		if (p)
+		if (p) {
+			bytes += table_bytes(p);
 			procs[ntraced++] = p;
+		}
 	}
+	/* CoW needs the tracer; a checkpoint that names no protocol of a
+	 * tree without one stops it instead. */
+	enum ctl_proto proto = c->proto != CTL_DEFAULT ? c->proto : ntraced ? CTL_COW : CTL_STOP;
+	if (!e && proto == CTL_COW && !ntraced)
+		e = engine_fail(-EOPNOTSUPP, err, errlen,
+				"checkpoint cow needs the tracer, and no process of %d's tree was started with phos run; "
+				"use checkpoint stop",
+				(int)t->pid);
 	int *conns = e ? NULL : calloc((size_t)ntraced + 1, sizeof(*conns));
 	char (*members)[48] = e ? NULL : calloc((size_t)ntraced + 1, sizeof(*members));
-	char **args = e ? NULL : calloc(16 + 2 * (size_t)ntraced, sizeof(*args));
+	char **args = e ? NULL : calloc(24 + 2 * (size_t)ntraced, sizeof(*args));
 	if (!e && (!conns || !members || !args))
 		e = engine_fail(-ENOMEM, err, errlen, "out of memory");
 	int nconns = 0;
@@ -399,12 +425,21 @@ int job_checkpoint(target *t, const ctl_cmd *c, char *err, size_t errlen)
 	}
 	free(procs);
 	free(m);
-	char pid_s[16];
+	char pid_s[16], staging_s[24], chunk_s[24], pool_s[24];
 	snprintf(pid_s, sizeof(pid_s), "%d", (int)t->pid);
+	/* The staging pool needs to hold no more than the memory copied. */
+	uint64_t staging = phosfs_staging, room = bytes + bytes / 8 + 4 * phosfs_chunk;
+	if (bytes && room < staging)
+		staging = room;
+	snprintf(staging_s, sizeof(staging_s), "%llu", (unsigned long long)staging);
+	snprintf(chunk_s, sizeof(chunk_s), "%llu", (unsigned long long)phosfs_chunk);
+	snprintf(pool_s, sizeof(pool_s), "%llu", (unsigned long long)phosfs_shadow_pool);
 	watch *w = NULL;
 	if (!e) {
 		int k = 0;
-		const char *fixed[] = { "stop", "--pid", pid_s, "--image", image, "--criu", phosfs_criu, "--log", log };
+		const char *fixed[] = { "stop",	   "--pid",	  pid_s,       "--image", image,   "--criu",
+					phosfs_criu, "--log",	  log,	       "--staging", staging_s, "--chunk",
+					chunk_s,     "--shadow-pool", pool_s };
 		for (size_t i = 0; i < sizeof(fixed) / sizeof(*fixed); i++)
 			args[k++] = (char *)fixed[i];
 		if (*phosfs_criu_plugins) {
@@ -413,6 +448,8 @@ int job_checkpoint(target *t, const ctl_cmd *c, char *err, size_t errlen)
 		}
 		if (c->kill)
 			args[k++] = "--kill";
+		if (proto == CTL_COW)
+			args[k++] = "--cow";
 		for (int i = 0; i < nconns; i++) {
 			args[k++] = "--member";
 			args[k++] = members[i];
@@ -439,7 +476,7 @@ int job_checkpoint(target *t, const ctl_cmd *c, char *err, size_t errlen)
 	t->error[0] = 0;
 	t->traced = nconns > 0;
 	snprintf(t->name, sizeof(t->name), "%s", name);
-	snprintf(t->job, sizeof(t->job), "checkpoint stop name=%s%s", name, c->kill ? " kill" : "");
+	snprintf(t->job, sizeof(t->job), "checkpoint %s name=%s%s", proto_name(proto), name, c->kill ? " kill" : "");
 	pthread_t th;
 	if (pthread_create(&th, NULL, watch_main, w) != 0) {
 		/* Without a watcher, wait here. */

@@ -2,6 +2,7 @@
  * phosfs: the phos file system daemon.
  *
  *   phosfs [--socket PATH] [--store DIR] [--criu PATH] [--criu-plugins DIR]
+ *          [--staging SIZE] [--chunk SIZE] [--shadow-pool SIZE]
  *          [FUSE options] MOUNTPOINT
  *
  * Registers traced processes on the socket (default /run/phos/phosfs.sock)
@@ -35,6 +36,9 @@ const char *phosfs_store;
 const char *phosfs_criu;
 const char *phosfs_self;
 const char *phosfs_criu_plugins = "";
+uint64_t phosfs_staging = ENGINE_STAGING;
+uint64_t phosfs_chunk = ENGINE_CHUNK;
+uint64_t phosfs_shadow_pool = ENGINE_SHADOW_POOL;
 
 extern const struct fuse_operations phosfs_ops;
 
@@ -50,9 +54,47 @@ static void *init(struct fuse_conn_info *conn, struct fuse_config *cfg)
 
 static int usage(FILE *f)
 {
-	fprintf(f, "usage: phosfs [--socket PATH] [--store DIR] [--criu PATH] [--criu-plugins DIR] [-f] [-d] [-o OPTIONS]"
-		   " MOUNTPOINT\n");
+	fprintf(f, "usage: phosfs [--socket PATH] [--store DIR] [--criu PATH] [--criu-plugins DIR] [--staging SIZE]\n"
+		   "              [--chunk SIZE] [--shadow-pool SIZE] [-f] [-d] [-o OPTIONS] MOUNTPOINT\n"
+		   "SIZE is bytes, or a number with K, M, G or T (binary units).\n");
 	return f == stdout ? 0 : 2;
+}
+
+/* "4G", "512M", "4194304": bytes into *out; false if s is not a size. */
+static bool parse_size(const char *s, uint64_t *out)
+{
+	char *end;
+	errno = 0;
+	unsigned long long v = strtoull(s, &end, 10);
+	if (end == s || errno || *s == '-')
+		return false;
+	int shift = 0;
+	switch (*end) {
+	case 'K': case 'k': shift = 10; break;
+	case 'M': case 'm': shift = 20; break;
+	case 'G': case 'g': shift = 30; break;
+	case 'T': case 't': shift = 40; break;
+	case 0: break;
+	default: return false;
+	}
+	if (*end && end[1] && strcmp(end + 1, "iB") && strcmp(end + 1, "B"))
+		return false;
+	if (shift && v > (~0ull >> shift))
+		return false;
+	*out = (uint64_t)v << shift;
+	return true;
+}
+
+/* A size option's value, or exits with a message. */
+static uint64_t size_option(const char *opt, const char *v, uint64_t min, uint64_t max, bool pow2)
+{
+	uint64_t b = 0;
+	if (!parse_size(v, &b) || b < min || b > max || (pow2 && (b & (b - 1)))) {
+		fprintf(stderr, "phosfs: %s %s: expected %s%llu KiB to %llu GiB\n", opt, v, pow2 ? "a power of two from " : "",
+			(unsigned long long)(min >> 10), (unsigned long long)(max >> 30));
+		exit(2);
+	}
+	return b;
 }
 
 /* Makes the store and its run/ folder (where `phos run` writes output). */
@@ -107,6 +149,12 @@ int main(int argc, char **argv)
 			phosfs_criu = argv[++i];
 		} else if (!strcmp(argv[i], "--criu-plugins") && i + 1 < argc) {
 			phosfs_criu_plugins = argv[++i];
+		} else if (!strcmp(argv[i], "--staging") && i + 1 < argc) {
+			phosfs_staging = size_option("--staging", argv[++i], 1ull << 20, 1ull << 50, false);
+		} else if (!strcmp(argv[i], "--chunk") && i + 1 < argc) {
+			phosfs_chunk = size_option("--chunk", argv[++i], 64u << 10, 256u << 20, true);
+		} else if (!strcmp(argv[i], "--shadow-pool") && i + 1 < argc) {
+			phosfs_shadow_pool = size_option("--shadow-pool", argv[++i], 0, 1ull << 50, false);
 		} else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
 			free(argl);
 			return usage(stdout);

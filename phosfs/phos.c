@@ -281,7 +281,7 @@ static int cmd_checkpoint(int argc, char **argv)
 	long pid = strtol(argv[0], &end, 10);
 	if (*end || pid <= 0)
 		return usage(stderr);
-	const char *proto = "stop", *name = NULL;
+	const char *proto = NULL, *name = NULL; /* NULL: phosfs's default (cow where it can) */
 	bool kill = false, wait = false;
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "cow") || !strcmp(argv[i], "recopy") || !strcmp(argv[i], "stop"))
@@ -296,8 +296,8 @@ static int cmd_checkpoint(int argc, char **argv)
 			return usage(stderr);
 	}
 	char cmd[256], c[PATH_MAX], s[PATH_MAX];
-	snprintf(cmd, sizeof(cmd), "checkpoint %s%s%s%s\n", proto, name ? " name=" : "", name ? name : "",
-		 kill ? " kill" : "");
+	snprintf(cmd, sizeof(cmd), "checkpoint%s%s%s%s%s\n", proto ? " " : "", proto ? proto : "", name ? " name=" : "",
+		 name ? name : "", kill ? " kill" : "");
 	snprintf(c, sizeof(c), "%s/%ld/ctl", mnt(), pid);
 	snprintf(s, sizeof(s), "%s/%ld/status", mnt(), pid);
 	int r = ctl(c, s, cmd);

@@ -24,6 +24,9 @@ extern const char *phosfs_store; /* --store: where images go */
 extern const char *phosfs_criu;  /* --criu or $PHOS_CRIU: the criu binary */
 extern const char *phosfs_self;  /* this binary, to start jobs with */
 extern const char *phosfs_criu_plugins; /* --criu-plugins: criu -L, or "" */
+extern uint64_t phosfs_staging;     /* --staging: pinned host staging of a copy, bytes */
+extern uint64_t phosfs_chunk;       /* --chunk: chunk of copies and images, bytes */
+extern uint64_t phosfs_shadow_pool; /* --shadow-pool: CoW shadows per process, bytes */
 
 /* A traced process, as registered. Owned by the registry; callers get
  * references through registry_get and give them back with registry_put. */
@@ -77,6 +80,7 @@ typedef struct target {
 	pid_t restored;             /* the pid a restore brought back */
 	uint64_t last_stall_ns;
 	uint64_t last_step_ns[STEP_DONE]; /* the last job's time in each step */
+	engine_progress last_prog;  /* the last job's progress, as it ended */
 	char last[CTL_NAME_MAX + 1];/* the last checkpoint this phosfs made */
 	char error[ENGINE_ERR_MAX + 200]; /* the last error, "" if none */
 	struct target *next;        /* guarded by the list's lock */

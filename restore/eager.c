@@ -102,7 +102,7 @@ int restore_eager(const restore_args *a, char *err, size_t errlen)
 		pid_t tid = engine_find_control_thread(m[i].pid);
 		if (tid > 0 && a->tracer) {
 			engine_step(prog, STEP_UNPARK);
-			e = engine_unpark(m[i].pid, tid, a->tracer, &mine, err, errlen);
+			e = engine_unpark(m[i].pid, tid, a->tracer, &mine, NULL, err, errlen);
 		} else if (mine.n) {
 			e = engine_fail(-EPROTO, err, errlen,
 					"the image holds device memory of process %d, but the restored process has no tracer",

@@ -145,7 +145,7 @@ int main(int argc, char **argv)
 	traced_cmd(&t, 'l');
 	snprintf(f, sizeof(f), "%s/kernels", dir);
 	s = slurp(f);
-	ok(s && strstr(s, "1 3 1 4194304 4 _Z3addPKfS0_Pfi\n"),
+	ok(s && strstr(s, "1 3 1 4194304 4 0 _Z3addPKfS0_Pfi\n"),
 	   "kernels shows add's launch, 3 buffers read and 1 written");
 
 	ok(hidden_from_nobody(mnt, dir, t.pid), "another user can neither list nor open it");

@@ -27,6 +27,7 @@ typedef struct rig {
 	char phosfs[PATH_MAX], phos[PATH_MAX], counter[PATH_MAX], simcuda[PATH_MAX], libphos[PATH_MAX],
 		criu[PATH_MAX];
 	pid_t fs;
+	const char *opts[8]; /* more phosfs options, NULL-terminated */
 } rig;
 
 /* Skips the whole test unless root, FUSE, CRIU and the programs are here. */
@@ -95,8 +96,13 @@ static inline int rig_mount(rig *r, const char *store)
 	if (r->fs == 0) {
 		int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
 		dup2(fd, 2);
-		execl(r->phosfs, "phosfs", "--socket", r->sock, "--store", store ? store : r->store, "--criu", r->criu,
-		      "-f", r->mnt, (char *)NULL);
+		const char *argv[24] = { "phosfs", "--socket", r->sock, "--store", store ? store : r->store,
+					 "--criu", r->criu, "-f" };
+		int n = 8;
+		for (int i = 0; i < 8 && r->opts[i]; i++)
+			argv[n++] = r->opts[i];
+		argv[n++] = r->mnt;
+		execv(r->phosfs, (char *const *)argv);
 		_exit(127);
 	}
 	char v[128];

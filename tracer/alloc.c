@@ -186,6 +186,7 @@ static void object_drop(uint32_t id)
 	REAL(CUresult, cuMemRelease, (CUmemGenericAllocationHandle));
 	REAL(CUresult, cuMemAddressFree, (CUdeviceptr, size_t));
 	object *o = &objs[id];
+	cow_freed(o->va, o->size);
 	if (o->h) {
 		real_cuMemUnmap(o->va, o->size);
 		real_cuMemRelease(o->h);
@@ -527,6 +528,15 @@ int alloc_park(alloc_emit_fn emit, void *arg)
 	int e = parked ? -EALREADY : 0;
 	obj_batch batch;
 	batch_init(&batch, emit, arg);
+	/* Each object's write history: the writes of its buffers. */
+	uint64_t *writes = calloc(nobjs ? nobjs : 1, sizeof(*writes));
+	uint32_t nb = atomic_load(&nby_va);
+	const uint32_t *ids = atomic_load(&by_va);
+	for (uint32_t i = 0; writes && i < nb; i++) {
+		const buffer *b = buf(ids[i]);
+		if (b->obj != NO_OBJECT && b->obj < nobjs)
+			writes[b->obj] += atomic_load(&b->writes);
+	}
 	/* Hand over every object first: nothing is released until phosfs
 	 * holds all of them. */
 	for (uint32_t i = 0; i < nobjs && !e && !batch.err; i++) {
@@ -541,9 +551,11 @@ int alloc_park(alloc_emit_fn emit, void *arg)
 			e = -EIO;
 			break;
 		}
-		wire_object rec = { .key = o->va, .va = o->va, .size = o->size, .device = (uint32_t)o->dev };
+		wire_object rec = { .key = o->va, .va = o->va, .size = o->size, .device = (uint32_t)o->dev,
+				    .writes = writes ? writes[i] : 0 };
 		batch_add(&batch, &rec, fd);
 	}
+	free(writes);
 	int be = batch_finish(&batch);
 	e = e ? e : be;
 	if (!e) {

@@ -5,6 +5,7 @@
  */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "tracer.h"
 
@@ -142,12 +143,19 @@ TR_EXPORT CUresult cuKernelGetFunction(CUfunction *f, CUkernel k)
 
 /* ---- launches -------------------------------------------------------------- */
 
-static void speculate(CUfunction f, void **params, void **extra)
+static void speculate(CUfunction f, void **params, void **extra, CUstream s)
 {
 	kernel_info *k = module_kernel(f);
 	if (k)
-		spec_launch(k, params, extra);
+		spec_launch(k, params, extra, s);
+	else
+		cow_net(NULL); /* a function never seen: nothing is known of it */
 }
+
+/* The per-thread default stream for the _ptsz entry points. */
+#define STREAM_OF(name, s) (sizeof(#name) > 5 && !strcmp(#name + sizeof(#name) - 6, "_ptsz") && !(s) \
+				    ? CU_STREAM_PER_THREAD                                         \
+				    : (s))
 
 #define LAUNCH(name)                                                                                     \
 	TR_EXPORT CUresult name(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, \
@@ -158,7 +166,7 @@ static void speculate(CUfunction f, void **params, void **extra)
 		if (!tr_enabled())                                                                       \
 			return real_##name(f, gx, gy, gz, bx, by, bz, shmem, s, params, extra);          \
 		GATE();                                                                                  \
-		speculate(f, params, extra);                                                             \
+		speculate(f, params, extra, STREAM_OF(name, s));                                         \
 		return real_##name(f, gx, gy, gz, bx, by, bz, shmem, s, params, extra);                  \
 	}
 
@@ -172,9 +180,41 @@ LAUNCH(cuLaunchKernel_ptsz)
 		if (!tr_enabled())                                                              \
 			return real_##name(c, f, params, extra);                                \
 		GATE();                                                                         \
-		speculate(f, params, extra);                                                    \
+		speculate(f, params, extra, STREAM_OF(name, c ? c->hStream : NULL));            \
 		return real_##name(c, f, params, extra);                                        \
 	}
 
 LAUNCH_EX(cuLaunchKernelEx)
 LAUNCH_EX(cuLaunchKernelEx_ptsz)
+
+#define LAUNCH_COOP(name)                                                                                \
+	TR_EXPORT CUresult name(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, \
+				unsigned bz, unsigned shmem, CUstream s, void **params)                        \
+	{                                                                                                \
+		REAL(CUresult, name, (CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,       \
+				      unsigned, unsigned, CUstream, void **));                           \
+		if (!tr_enabled())                                                                       \
+			return real_##name(f, gx, gy, gz, bx, by, bz, shmem, s, params);                 \
+		GATE();                                                                                  \
+		speculate(f, params, NULL, STREAM_OF(name, s));                                          \
+		return real_##name(f, gx, gy, gz, bx, by, bz, shmem, s, params);                         \
+	}
+
+LAUNCH_COOP(cuLaunchCooperativeKernel)
+LAUNCH_COOP(cuLaunchCooperativeKernel_ptsz)
+
+/* A graph's nodes are not speculated: while a CoW copy runs, a graph
+ * launch goes through the safety net. */
+#define GRAPH_LAUNCH(name)                                             \
+	TR_EXPORT CUresult name(CUgraphExec g, CUstream s)             \
+	{                                                              \
+		REAL(CUresult, name, (CUgraphExec, CUstream));         \
+		if (!tr_enabled())                                     \
+			return real_##name(g, s);                      \
+		GATE();                                                \
+		cow_net(NULL);                                         \
+		return real_##name(g, s);                              \
+	}
+
+GRAPH_LAUNCH(cuGraphLaunch)
+GRAPH_LAUNCH(cuGraphLaunch_ptsz)

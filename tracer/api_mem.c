@@ -3,6 +3,8 @@
  * (alloc.c), and copies and sets pass the gate and are counted as reads
  * and writes of the buffers they touch.
  */
+#include <string.h>
+
 #include "tracer.h"
 
 TR_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytes)
@@ -207,20 +209,30 @@ TR_EXPORT CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp *p
 
 /* ---- copies and sets ------------------------------------------------------ */
 
-#define RD(a, n) spec_range((uint64_t)(a), (n), true, false)
-#define WR(a, n) spec_range((uint64_t)(a), (n), false, true)
+#define RD(a, n, st) spec_range((uint64_t)(a), (n), true, false, (st))
+#define WR(a, n, st) spec_range((uint64_t)(a), (n), false, true, (st))
+
+/* The stream a call of entry point `name` runs on: st, or for a call
+ * without one, the default stream that entry point uses. */
+static CUstream stream_of(const char *name, CUstream st)
+{
+	size_t n = strlen(name);
+	bool per_thread = n > 5 && (!strcmp(name + n - 5, "_ptsz") || !strcmp(name + n - 5, "_ptds"));
+	return st ? st : per_thread ? CU_STREAM_PER_THREAD : NULL;
+}
 
 /* host: the copy crosses PCIe and runs before the call returns, so it
  * counts in the state table's pcie_pending while it runs. */
-#define COPY_(name, params, args, dst, src, n, host)                            \
+#define COPY_(name, params, args, dst, src, n, host, st)                        \
 	TR_EXPORT CUresult name params                                          \
 	{                                                                       \
 		REAL(CUresult, name, params);                                   \
 		if (!tr_enabled())                                              \
 			return real_##name args;                                \
 		GATE();                                                         \
-		RD(src, n);                                                     \
-		WR(dst, n);                                                     \
+		CUstream s_ = stream_of(#name, st);                             \
+		RD(src, n, s_);                                                 \
+		WR(dst, n, s_);                                                 \
 		if (host)                                                       \
 			state_transfer(1);                                      \
 		CUresult r_ = real_##name args;                                 \
@@ -228,47 +240,48 @@ TR_EXPORT CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp *p
 			state_transfer(-1);                                     \
 		return r_;                                                      \
 	}
-#define COPY(name, params, args, dst, src, n) COPY_(name, params, args, dst, src, n, 0)
-#define HOST_COPY(name, params, args, dst, src, n) COPY_(name, params, args, dst, src, n, 1)
+#define COPY(name, params, args, dst, src, n) COPY_(name, params, args, dst, src, n, 0, NULL)
+#define COPY_ON(name, params, args, dst, src, n) COPY_(name, params, args, dst, src, n, 0, st)
+#define HOST_COPY(name, params, args, dst, src, n) COPY_(name, params, args, dst, src, n, 1, NULL)
 
 HOST_COPY(cuMemcpyHtoD_v2, (CUdeviceptr d, const void *h, size_t n), (d, h, n), d, 0, n)
 HOST_COPY(cuMemcpyDtoH_v2, (void *h, CUdeviceptr d, size_t n), (h, d, n), 0, d, n)
 COPY(cuMemcpyDtoD_v2, (CUdeviceptr d, CUdeviceptr s, size_t n), (d, s, n), d, s, n)
 HOST_COPY(cuMemcpy, (CUdeviceptr d, CUdeviceptr s, size_t n), (d, s, n), d, s, n)
-COPY(cuMemcpyHtoDAsync_v2, (CUdeviceptr d, const void *h, size_t n, CUstream st), (d, h, n, st), d, 0, n)
-COPY(cuMemcpyDtoHAsync_v2, (void *h, CUdeviceptr d, size_t n, CUstream st), (h, d, n, st), 0, d, n)
-COPY(cuMemcpyDtoDAsync_v2, (CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st), (d, s, n, st), d, s, n)
-COPY(cuMemcpyAsync, (CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st), (d, s, n, st), d, s, n)
+COPY_ON(cuMemcpyHtoDAsync_v2, (CUdeviceptr d, const void *h, size_t n, CUstream st), (d, h, n, st), d, 0, n)
+COPY_ON(cuMemcpyDtoHAsync_v2, (void *h, CUdeviceptr d, size_t n, CUstream st), (h, d, n, st), 0, d, n)
+COPY_ON(cuMemcpyDtoDAsync_v2, (CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st), (d, s, n, st), d, s, n)
+COPY_ON(cuMemcpyAsync, (CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st), (d, s, n, st), d, s, n)
 HOST_COPY(cuMemcpyHtoD_v2_ptds, (CUdeviceptr d, const void *h, size_t n), (d, h, n), d, 0, n)
 HOST_COPY(cuMemcpyDtoH_v2_ptds, (void *h, CUdeviceptr d, size_t n), (h, d, n), 0, d, n)
 COPY(cuMemcpyDtoD_v2_ptds, (CUdeviceptr d, CUdeviceptr s, size_t n), (d, s, n), d, s, n)
 HOST_COPY(cuMemcpy_ptds, (CUdeviceptr d, CUdeviceptr s, size_t n), (d, s, n), d, s, n)
-COPY(cuMemcpyHtoDAsync_v2_ptsz, (CUdeviceptr d, const void *h, size_t n, CUstream st), (d, h, n, st), d, 0, n)
-COPY(cuMemcpyDtoHAsync_v2_ptsz, (void *h, CUdeviceptr d, size_t n, CUstream st), (h, d, n, st), 0, d, n)
-COPY(cuMemcpyDtoDAsync_v2_ptsz, (CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st), (d, s, n, st), d, s, n)
-COPY(cuMemcpyAsync_ptsz, (CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st), (d, s, n, st), d, s, n)
+COPY_ON(cuMemcpyHtoDAsync_v2_ptsz, (CUdeviceptr d, const void *h, size_t n, CUstream st), (d, h, n, st), d, 0, n)
+COPY_ON(cuMemcpyDtoHAsync_v2_ptsz, (void *h, CUdeviceptr d, size_t n, CUstream st), (h, d, n, st), 0, d, n)
+COPY_ON(cuMemcpyDtoDAsync_v2_ptsz, (CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st), (d, s, n, st), d, s, n)
+COPY_ON(cuMemcpyAsync_ptsz, (CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st), (d, s, n, st), d, s, n)
 
-#define SET(name, vtype, width, params, args)                                   \
+#define SET(name, vtype, width, params, args, st)                                 \
 	TR_EXPORT CUresult name params                                          \
 	{                                                                       \
 		REAL(CUresult, name, params);                                   \
 		if (!tr_enabled())                                              \
 			return real_##name args;                                \
 		GATE();                                                         \
-		WR(d, n *width);                                                \
+		WR(d, n *width, stream_of(#name, st));                          \
 		return real_##name args;                                        \
 	}
 
-SET(cuMemsetD8_v2, unsigned char, 1, (CUdeviceptr d, unsigned char v, size_t n), (d, v, n))
-SET(cuMemsetD16_v2, unsigned short, 2, (CUdeviceptr d, unsigned short v, size_t n), (d, v, n))
-SET(cuMemsetD32_v2, unsigned int, 4, (CUdeviceptr d, unsigned int v, size_t n), (d, v, n))
-SET(cuMemsetD8_v2_ptds, unsigned char, 1, (CUdeviceptr d, unsigned char v, size_t n), (d, v, n))
-SET(cuMemsetD16_v2_ptds, unsigned short, 2, (CUdeviceptr d, unsigned short v, size_t n), (d, v, n))
-SET(cuMemsetD32_v2_ptds, unsigned int, 4, (CUdeviceptr d, unsigned int v, size_t n), (d, v, n))
-SET(cuMemsetD8Async, unsigned char, 1, (CUdeviceptr d, unsigned char v, size_t n, CUstream s), (d, v, n, s))
-SET(cuMemsetD16Async, unsigned short, 2, (CUdeviceptr d, unsigned short v, size_t n, CUstream s), (d, v, n, s))
-SET(cuMemsetD32Async, unsigned int, 4, (CUdeviceptr d, unsigned int v, size_t n, CUstream s), (d, v, n, s))
-SET(cuMemsetD8Async_ptsz, unsigned char, 1, (CUdeviceptr d, unsigned char v, size_t n, CUstream s), (d, v, n, s))
+SET(cuMemsetD8_v2, unsigned char, 1, (CUdeviceptr d, unsigned char v, size_t n), (d, v, n), NULL)
+SET(cuMemsetD16_v2, unsigned short, 2, (CUdeviceptr d, unsigned short v, size_t n), (d, v, n), NULL)
+SET(cuMemsetD32_v2, unsigned int, 4, (CUdeviceptr d, unsigned int v, size_t n), (d, v, n), NULL)
+SET(cuMemsetD8_v2_ptds, unsigned char, 1, (CUdeviceptr d, unsigned char v, size_t n), (d, v, n), NULL)
+SET(cuMemsetD16_v2_ptds, unsigned short, 2, (CUdeviceptr d, unsigned short v, size_t n), (d, v, n), NULL)
+SET(cuMemsetD32_v2_ptds, unsigned int, 4, (CUdeviceptr d, unsigned int v, size_t n), (d, v, n), NULL)
+SET(cuMemsetD8Async, unsigned char, 1, (CUdeviceptr d, unsigned char v, size_t n, CUstream s), (d, v, n, s), s)
+SET(cuMemsetD16Async, unsigned short, 2, (CUdeviceptr d, unsigned short v, size_t n, CUstream s), (d, v, n, s), s)
+SET(cuMemsetD32Async, unsigned int, 4, (CUdeviceptr d, unsigned int v, size_t n, CUstream s), (d, v, n, s), s)
+SET(cuMemsetD8Async_ptsz, unsigned char, 1, (CUdeviceptr d, unsigned char v, size_t n, CUstream s), (d, v, n, s), s)
 SET(cuMemsetD16Async_ptsz, unsigned short, 2, (CUdeviceptr d, unsigned short v, size_t n, CUstream s),
-    (d, v, n, s))
-SET(cuMemsetD32Async_ptsz, unsigned int, 4, (CUdeviceptr d, unsigned int v, size_t n, CUstream s), (d, v, n, s))
+    (d, v, n, s), s)
+SET(cuMemsetD32Async_ptsz, unsigned int, 4, (CUdeviceptr d, unsigned int v, size_t n, CUstream s), (d, v, n, s), s)

@@ -118,6 +118,13 @@ static int unpark(void)
 				tr_log("unpark failed: %s", strerror(-r));
 				e = r;
 			}
+		} else if (h.type == WIRE_COW && h.length == sizeof(wire_cow) && nfds >= 1) {
+			int r = cow_begin((const wire_cow *)recs, fds, nfds);
+			if (r) {
+				tr_log("cannot take part in the CoW checkpoint: %s", strerror(-r));
+				send_error(sock, "unpark: the CoW table is not valid");
+				e = r;
+			}
 		} else if (h.type == WIRE_UNPARK) {
 			if (alloc_parked() || vmm_parked()) {
 				send_error(sock, "unpark: some device memory did not come back");
@@ -171,6 +178,10 @@ static int serve(int sock)
 				char msg[160];
 				snprintf(msg, sizeof(msg), "cannot park: %s", why);
 				e = send_error(sock, msg);
+				break;
+			}
+			if (cow_settle() == -EBUSY) {
+				e = send_error(sock, "cannot park: the last checkpoint is still being copied");
 				break;
 			}
 			CUresult r = gate_quiesce();
@@ -242,6 +253,7 @@ static void forked_child(void)
 	if (s >= 0)
 		close(s);
 	state_close();
+	cow_forget();
 	/* The fds of the parent's device memory would keep it alive. */
 	alloc_forget_fds();
 	vmm_forget_fds();

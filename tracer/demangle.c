@@ -189,7 +189,9 @@ static tinfo type(parser *s)
 	case 'R':
 	case 'O': {
 		tinfo pointee = type(s);
-		t.kind = pointee.is_const ? PARAM_PTR_CONST : PARAM_PTR_MUT;
+		bool indirect = pointee.kind == PARAM_PTR_CONST || pointee.kind == PARAM_PTR_MUT ||
+				pointee.kind == PARAM_PTR_INDIRECT;
+		t.kind = indirect ? PARAM_PTR_INDIRECT : pointee.is_const ? PARAM_PTR_CONST : PARAM_PTR_MUT;
 		add_sub(s, t);
 		return t;
 	}

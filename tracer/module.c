@@ -225,7 +225,7 @@ int module_list(module_emit_fn emit, void *arg)
 		}
 		wire_kernel k = { .launches = atomic_load(&v[i]->launches), .reads = atomic_load(&v[i]->reads),
 				  .writes = atomic_load(&v[i]->writes), .bytes_written = atomic_load(&v[i]->bytes_written),
-				  .nparams = v[i]->nparams, .name_len = (uint32_t)nl };
+				  .net_waits = atomic_load(&v[i]->net_waits), .nparams = v[i]->nparams, .name_len = (uint32_t)nl };
 		memcpy(buf + len, &k, sizeof(k));
 		memset(buf + len + sizeof(k), 0, rec - sizeof(k));
 		memcpy(buf + len + sizeof(k), v[i]->name, nl);

@@ -8,6 +8,11 @@
  * A launch whose arguments cannot be seen at all (no layout) counts as
  * reading and writing nothing it can name; its kernel says so in
  * its counters (nparams -1).
+ *
+ * While a CoW copy runs, every buffer written is protected before the
+ * call is queued. A launch with no layout, or with a pointer to pointers
+ * (T**: the buffers it reaches are not among its arguments), has an
+ * unbounded write set and goes through the safety net instead.
  */
 #include <string.h>
 
@@ -18,7 +23,7 @@
 typedef struct touched {
 	uint32_t id[MAX_TOUCHED];
 	uint8_t how[MAX_TOUCHED]; /* bit 0 read, bit 1 write */
-	uint64_t size[MAX_TOUCHED];
+	uint64_t va[MAX_TOUCHED], size[MAX_TOUCHED];
 	int n;
 } touched;
 
@@ -36,20 +41,24 @@ static void touch(touched *t, uint64_t addr, bool write)
 	if (t->n < MAX_TOUCHED) {
 		t->id[t->n] = b.id;
 		t->how[t->n] = (uint8_t)(1 | (write ? 2 : 0));
+		t->va[t->n] = b.va;
 		t->size[t->n++] = b.size;
 	}
 }
 
-void spec_launch(kernel_info *k, void **params, void **extra)
+void spec_launch(kernel_info *k, void **params, void **extra, CUstream s)
 {
 	atomic_fetch_add_explicit(&k->launches, 1, memory_order_relaxed);
 	const uint8_t *packed = NULL;
 	for (void **e = extra; e && e[0] != CU_LAUNCH_PARAM_END; e += 2)
 		if (e[0] == CU_LAUNCH_PARAM_BUFFER_POINTER)
 			packed = e[1];
-	if (k->nparams < 0 || (!params && !packed))
+	if (k->nparams < 0 || (!params && !packed)) {
+		cow_net(k);
 		return;
+	}
 	touched t = { .n = 0 };
+	bool unbounded = false;
 	for (int i = 0; i < k->nparams; i++) {
 		const uint8_t *arg = params ? params[i] : packed + k->params[i].offset;
 		uint16_t size = k->params[i].size;
@@ -57,11 +66,15 @@ void spec_launch(kernel_info *k, void **params, void **extra)
 		switch (k->kinds[i]) {
 		case PARAM_SCALAR:
 			break;
+		case PARAM_PTR_INDIRECT:
+			unbounded = true;
+			/* the pointer array itself is read and written */
+			__attribute__((fallthrough));
 		case PARAM_PTR_CONST:
 		case PARAM_PTR_MUT:
 			if (size == 8) {
 				memcpy(&v, arg, 8);
-				touch(&t, v, k->kinds[i] == PARAM_PTR_MUT);
+				touch(&t, v, k->kinds[i] != PARAM_PTR_CONST);
 			}
 			break;
 		default:
@@ -79,17 +92,23 @@ void spec_launch(kernel_info *k, void **params, void **extra)
 		if (w) {
 			wr++;
 			bytes += t.size[i];
+			cow_before_write(t.va[i], t.size[i], s);
 		}
 	}
+	if (unbounded || t.n == MAX_TOUCHED)
+		cow_net(k);
 	atomic_fetch_add_explicit(&k->reads, rd, memory_order_relaxed);
 	atomic_fetch_add_explicit(&k->writes, wr, memory_order_relaxed);
 	atomic_fetch_add_explicit(&k->bytes_written, bytes, memory_order_relaxed);
 }
 
-void spec_range(uint64_t addr, size_t len, bool read, bool write)
+void spec_range(uint64_t addr, size_t len, bool read, bool write, CUstream s)
 {
-	(void)len; /* whole buffers are the scope */
+	/* Whole buffers are the scope of the counters; CoW protects the
+	 * bytes the call writes, which are known exactly. */
 	buffer_ref b;
 	if (alloc_find(addr, &b))
 		alloc_count(b.id, read, write);
+	if (write)
+		cow_before_write(addr, len, s);
 }

@@ -109,6 +109,7 @@ void state_set(int slot, uint32_t state)
 
 void state_transfer(int delta)
 {
+	cow_transfer(delta);
 	state_header *t = table;
 	if (t)
 		atomic_fetch_add_explicit(&t->pcie_pending, (uint32_t)delta, memory_order_relaxed);

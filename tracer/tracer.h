@@ -135,7 +135,9 @@ void vmm_forget_fds(void);
 bool vmm_parked(void);
 
 /* module.c: modules, libraries and their functions. */
-typedef enum { PARAM_SCALAR, PARAM_PTR_CONST, PARAM_PTR_MUT, PARAM_UNKNOWN } param_kind;
+/* PARAM_PTR_INDIRECT: a pointer to pointers (T**): what it points to
+ * points further, where speculation cannot follow. */
+typedef enum { PARAM_SCALAR, PARAM_PTR_CONST, PARAM_PTR_MUT, PARAM_UNKNOWN, PARAM_PTR_INDIRECT } param_kind;
 typedef struct kernel_info {
 	char *name;
 	int nparams; /* -1: layout unknown */
@@ -143,6 +145,7 @@ typedef struct kernel_info {
 	param_kind kinds[CUBIN_MAX_PARAMS];
 	/* Counters, updated with relaxed atomics. */
 	atomic_uint_fast64_t launches, reads, writes, bytes_written;
+	atomic_uint_fast64_t net_waits; /* launches the CoW safety net held */
 } kernel_info;
 void module_loaded(void *module, const void *image, size_t size);
 void module_unloaded(void *module);
@@ -162,9 +165,35 @@ void module_stats(uint64_t *kernels, uint64_t *with_layout, uint64_t *launches);
  * Returns the number of parameters, or -1 if the name is not understood. */
 int demangle_params(const char *mangled, param_kind *kinds, int max);
 
-/* spec.c: the read and write sets of calls. */
-void spec_launch(kernel_info *k, void **params, void **extra);
-void spec_range(uint64_t addr, size_t len, bool read, bool write);
+/* spec.c: the read and write sets of calls. Each is counted, and while a
+ * CoW copy runs, the chunks written are protected (cow.c) before the call
+ * goes on stream s. A launch whose write set cannot be bounded (no
+ * layout, or a T** parameter) goes through the safety net. */
+void spec_launch(kernel_info *k, void **params, void **extra, CUstream s);
+void spec_range(uint64_t addr, size_t len, bool read, bool write, CUstream s);
+
+/* cow.c: copy-on-write while phosfs copies the t1 memory (common/cow.h). */
+/* Maps the table (fds[0]) and the shadow pool (fds[1]) of WIRE_COW and
+ * starts protecting; called before the gate opens. Errors: -EPROTO (a
+ * bad table), errno of mmap. A pool that cannot be mapped is not an
+ * error: writes then wait for the copy. */
+int cow_begin(const wire_cow *c, const int *fds, int nfds);
+bool cow_active(void);
+/* Makes the t1 bytes of [addr, addr+len) safe from a write queued next
+ * on stream s: shadows them, or waits. */
+void cow_before_write(uint64_t addr, uint64_t len, CUstream s);
+/* The safety net: waits until every t1 byte is off the GPU; counts the
+ * wait for kernel k (NULL: not a kernel). */
+void cow_net(kernel_info *k);
+/* The application freed the object [va, va+size): nothing writes it. */
+void cow_freed(uint64_t va, uint64_t size);
+/* Counts the application's host transfers in flight, for the copier. */
+void cow_transfer(int delta);
+/* Before a park: drops an ended copy's table and pool (after any shadow
+ * copy still queued). -EBUSY while a copy still runs. */
+int cow_settle(void);
+/* In a forked child: forgets the parent's copy. */
+void cow_forget(void);
 
 /* state.c: the state table shared with phosfs (common/state.h). */
 /* Makes the table and fills it; returns its fd (owned by state.c) or a

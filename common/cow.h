@@ -1,0 +1,107 @@
+/*
+ * The CoW table: what a copy-on-write checkpoint shares between the job
+ * that copies a process's memory (engine/cow.c, in phosfs) and the tracer
+ * in that process (tracer/cow.c). The job makes it, as a memfd, during the
+ * stall, and sends it with WIRE_COW before WIRE_UNPARK; the tracer maps it
+ * until the copy ends.
+ *
+ *   header   sizes, the copy's end, counters both sides read
+ *   objects  the process's device memory objects at t1, sorted by VA
+ *   chunks   one 32-bit state per chunk of every object
+ *   shadows  a bitmap of the shadow pool's slots in use
+ *
+ * A chunk's t1 bytes leave the GPU once. Its state moves
+ *
+ *   PENDING -> COPYING -> OFF                    (the job copies the object)
+ *   PENDING -> SHADOWING -> SHADOWED -> READING -> OFF
+ *        (a call is about to write it: the tracer copies it device to
+ *         device into a shadow slot on the call's stream first; the job
+ *         copies the shadow)
+ *
+ * Every move is a compare-and-swap, so exactly one side owns each step.
+ * The slot of a shadowed chunk is in bits 8-31 of its state. The job
+ * bumps `progress` (a futex word) after every move it makes and wakes
+ * waiters; the tracer bumps it when a shadow is complete.
+ */
+#ifndef PHOS_COW_H
+#define PHOS_COW_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#define COW_MAGIC 0x57434850u /* "PHCW" */
+#define COW_VERSION 1
+
+enum cow_chunk_state {
+	COW_PENDING = 0,   /* t1 bytes only in the object */
+	COW_COPYING = 1,   /* the job is copying them off the object */
+	COW_SHADOWING = 2, /* a device-to-device copy into a shadow is queued */
+	COW_SHADOWED = 3,  /* the shadow holds them */
+	COW_READING = 4,   /* the job is copying the shadow */
+	COW_OFF = 5,       /* off the GPU */
+};
+#define COW_STATE_MASK 0x7fu
+#define COW_URGENT 0x80u /* a call waits for this chunk: copy it first */
+#define COW_SLOT_SHIFT 8
+#define COW_NO_SLOT 0xffffffu
+
+typedef struct cow_header {
+	uint32_t magic;
+	uint32_t version;
+	int32_t pid;       /* the traced process */
+	int32_t job;       /* the copying process: if it is gone, the copy is */
+	uint32_t nobjs;
+	uint32_t chunk;    /* bytes per chunk */
+	uint64_t nchunks;
+	uint32_t nslots;   /* shadow slots, each `chunk` bytes; 0: no pool */
+	uint32_t pool_device;
+	uint64_t pool_bytes;
+	_Atomic uint32_t active;   /* 1 while the copy runs */
+	_Atomic uint32_t progress; /* futex word, bumped on every move */
+	_Atomic uint32_t waiters;  /* tracer threads waiting on progress */
+	_Atomic uint32_t urgent;   /* chunks marked COW_URGENT and not yet taken */
+	_Atomic uint32_t pcie_pending; /* the application's host transfers in flight */
+	uint32_t reserved;
+	_Atomic uint64_t off;      /* chunks OFF */
+	/* Kept by the tracer. */
+	_Atomic uint64_t shadows, shadow_bytes;
+	_Atomic uint64_t waits, wait_ns;
+	_Atomic uint64_t net_waits, net_wait_ns;
+	uint8_t pad[16];
+} cow_header;
+
+typedef struct cow_object {
+	uint64_t va, size;
+	uint64_t first;         /* index of its first chunk */
+	uint32_t device;
+	_Atomic uint32_t freed; /* the application freed it: nothing writes it */
+} cow_object;
+
+static inline uint64_t cow_table_bytes(uint32_t nobjs, uint64_t nchunks, uint32_t nslots)
+{
+	return sizeof(cow_header) + (uint64_t)nobjs * sizeof(cow_object) + nchunks * sizeof(uint32_t) +
+	       ((uint64_t)nslots + 63) / 64 * 8 + 8;
+}
+
+static inline cow_object *cow_objects(cow_header *h)
+{
+	return (cow_object *)(h + 1);
+}
+
+static inline _Atomic uint32_t *cow_chunks(cow_header *h)
+{
+	return (_Atomic uint32_t *)(cow_objects(h) + h->nobjs);
+}
+
+static inline _Atomic uint64_t *cow_slots(cow_header *h)
+{
+	uintptr_t p = (uintptr_t)(cow_chunks(h) + h->nchunks);
+	return (_Atomic uint64_t *)((p + 7) & ~(uintptr_t)7);
+}
+
+static inline uint64_t cow_chunks_of(uint64_t size, uint32_t chunk)
+{
+	return (size + chunk - 1) / chunk;
+}
+
+#endif

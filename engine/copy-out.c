@@ -1,0 +1,520 @@
+/*
+ * Device memory into an image, in two tiers (as DataStates-LLM flushes):
+ *
+ *   copiers  COPIERS threads take chunks in priority order and move each
+ *            from the device into a free slot of the pinned staging pool,
+ *            at the bus's speed;
+ *   writers  WRITERS threads take full slots, hash and write them into
+ *            the image (phosimg_writer_put, safe from many threads), and
+ *            free the slots, at the store's speed.
+ *
+ * When the pool holds every chunk, the GPU side finishes at bus speed
+ * however slow the store is. That matters for CoW: once every t1 byte is
+ * off the GPU, the tracers stop protecting (engine_cow_end).
+ *
+ * Order: a chunk a call waits for (COW_URGENT) first, then objects by
+ * their write history, most written first, each from its start. With
+ * CoW, each chunk is claimed by compare-and-swap on its state word: a
+ * pending chunk is copied from the object, a shadowed one from its slot
+ * of the shadow pool; one whose shadow copy is still queued is put aside
+ * and taken again later.
+ *
+ * The lock guards the slot free list, the queue of full slots, the
+ * chunks put aside, `copiers` and the error text.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "mapping.h"
+
+#define COPIERS 4
+#define WRITERS 8
+#define PCIE_PAUSE_MAX_NS 10000000ull /* give way to the application's transfers this long at most */
+
+typedef struct item {
+	uint32_t slot; /* in the staging pool */
+	uint32_t obj;  /* the image's object id */
+	uint64_t off;
+	uint32_t len;
+} item;
+
+typedef struct outjob {
+	const engine_parked *objs;
+	mapping *maps;
+	const uint32_t *ids;
+	phosimg_writer *w;
+	engine_progress *prog;
+	engine_cow *cow;
+	uint32_t chunk;
+	uint64_t t1_ns;
+	int n;
+	uint64_t *first; /* first[k]: global id of object k's first chunk; first[n]: all */
+	uint64_t *order; /* global chunk ids, in the order they are taken */
+	uint64_t nchunks;
+	_Atomic uint64_t cursor;
+	_Atomic uint64_t left; /* chunks not yet off the GPU */
+	uint8_t *pool;
+	uint32_t nslots;
+
+	pthread_mutex_t lock;
+	pthread_cond_t moved; /* a slot was freed or queued, or a thread ended */
+	uint32_t *free_slots, nfree;
+	item *queue; /* a ring of nslots */
+	uint32_t qhead, qlen;
+	uint64_t *aside;
+	uint64_t naside;
+	int copiers;
+	_Atomic int error;
+	char err[ENGINE_ERR_MAX];
+} outjob;
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static void fail(outjob *j, int e, const char *msg)
+{
+	pthread_mutex_lock(&j->lock);
+	int none = 0;
+	if (atomic_compare_exchange_strong(&j->error, &none, e))
+		snprintf(j->err, sizeof(j->err), "%s", *msg ? msg : strerror(-e));
+	pthread_cond_broadcast(&j->moved);
+	pthread_mutex_unlock(&j->lock);
+}
+
+/* The object holding global chunk g. */
+static int object_of(const outjob *j, uint64_t g)
+{
+	int lo = 0, hi = j->n - 1;
+	while (lo < hi) {
+		int mid = (lo + hi + 1) / 2;
+		if (j->first[mid] <= g)
+			lo = mid;
+		else
+			hi = mid - 1;
+	}
+	return lo;
+}
+
+static _Atomic uint32_t *state_of(const outjob *j, uint64_t g, cow_header **t)
+{
+	int k = object_of(j, g);
+	return engine_cow_chunk(j->cow, k, g - j->first[k], t);
+}
+
+/* A chunk a call waits for, or UINT64_MAX. */
+static uint64_t urgent(outjob *j)
+{
+	bool any = false;
+	for (int i = 0; i < j->cow->n; i++)
+		any |= j->cow->m[i].t && atomic_load(&j->cow->m[i].t->urgent) > 0;
+	if (!any)
+		return UINT64_MAX;
+	for (uint64_t g = 0; g < j->nchunks; g++) {
+		cow_header *t;
+		uint32_t v = atomic_load(state_of(j, g, &t));
+		if ((v & COW_URGENT) && (v & COW_STATE_MASK) == COW_PENDING) {
+			uint32_t u = atomic_load(&t->urgent);
+			while (u && !atomic_compare_exchange_weak(&t->urgent, &u, u - 1))
+				;
+			return g;
+		}
+	}
+	for (int i = 0; i < j->cow->n; i++)
+		if (j->cow->m[i].t)
+			atomic_store(&j->cow->m[i].t->urgent, 0);
+	return UINT64_MAX;
+}
+
+/* The next chunk to try, or UINT64_MAX when none is left to start. */
+static uint64_t pick(outjob *j, bool *aside)
+{
+	*aside = false;
+	if (j->cow) {
+		uint64_t g = urgent(j);
+		if (g != UINT64_MAX)
+			return g;
+	}
+	uint64_t c = atomic_fetch_add(&j->cursor, 1);
+	if (c < j->nchunks)
+		return j->order[c];
+	pthread_mutex_lock(&j->lock);
+	uint64_t g = j->naside ? j->aside[--j->naside] : UINT64_MAX;
+	pthread_mutex_unlock(&j->lock);
+	*aside = g != UINT64_MAX;
+	return g;
+}
+
+static void put_aside(outjob *j, uint64_t g)
+{
+	pthread_mutex_lock(&j->lock);
+	j->aside[j->naside++] = g;
+	pthread_mutex_unlock(&j->lock);
+}
+
+/* Waits for a free staging slot; UINT32_MAX after an error. */
+static uint32_t take_slot(outjob *j)
+{
+	pthread_mutex_lock(&j->lock);
+	while (!j->nfree && !atomic_load(&j->error))
+		pthread_cond_wait(&j->moved, &j->lock);
+	uint32_t s = j->nfree && !atomic_load(&j->error) ? j->free_slots[--j->nfree] : UINT32_MAX;
+	pthread_mutex_unlock(&j->lock);
+	return s;
+}
+
+static void give_slot(outjob *j, uint32_t s)
+{
+	pthread_mutex_lock(&j->lock);
+	j->free_slots[j->nfree++] = s;
+	pthread_cond_broadcast(&j->moved);
+	pthread_mutex_unlock(&j->lock);
+}
+
+/* Where chunk g comes from: its object, or its shadow. 0: claimed;
+ * 1: not now (put aside or taken by another); */
+static int claim(outjob *j, uint64_t g, bool aside, CUdeviceptr *src, cow_header **t, _Atomic uint32_t **st,
+		 uint32_t *shadow)
+{
+	int k = object_of(j, g);
+	uint64_t off = (g - j->first[k]) * j->chunk;
+	*src = j->maps[k].va + off;
+	*shadow = COW_NO_SLOT;
+	*st = NULL;
+	if (!j->cow)
+		return 0;
+	*st = state_of(j, g, t);
+	for (;;) {
+		uint32_t v = atomic_load(*st);
+		switch (v & COW_STATE_MASK) {
+		case COW_PENDING:
+			if (atomic_compare_exchange_weak(*st, &v, COW_COPYING))
+				return 0;
+			continue;
+		case COW_SHADOWED: {
+			uint32_t slot = v >> COW_SLOT_SHIFT;
+			const engine_cow_member *m = &j->cow->m[j->cow->table_of[k]];
+			if (slot >= (*t)->nslots)
+				return -EPROTO;
+			if (!atomic_compare_exchange_weak(*st, &v, (v & ~COW_STATE_MASK) | COW_READING))
+				continue;
+			*src = m->pool_va + (uint64_t)slot * j->chunk;
+			*shadow = slot;
+			return 0;
+		}
+		case COW_SHADOWING:
+			put_aside(j, g);
+			if (aside)
+				usleep(100); /* its shadow copy is still queued on the application's stream */
+			return 1;
+		default:
+			return 1; /* taken by another copier (it was urgent), or off */
+		}
+	}
+}
+
+/* Gives way to the application's own transfers, for a while. */
+static void pause_for_app(outjob *j)
+{
+	if (!j->cow)
+		return;
+	uint64_t from = 0;
+	for (;;) {
+		bool busy = false;
+		for (int i = 0; i < j->cow->n; i++)
+			busy |= j->cow->m[i].t && atomic_load(&j->cow->m[i].t->pcie_pending) > 0;
+		if (!busy)
+			return;
+		uint64_t now = now_ns();
+		if (!from)
+			from = now;
+		else if (now - from > PCIE_PAUSE_MAX_NS)
+			return;
+		usleep(20);
+	}
+}
+
+/* A chunk is off the GPU. */
+static void chunk_off(outjob *j, cow_header *t, _Atomic uint32_t *st, uint32_t shadow, uint32_t len)
+{
+	if (st) {
+		atomic_store(st, COW_OFF);
+		if (shadow != COW_NO_SLOT)
+			atomic_fetch_and(&cow_slots(t)[shadow / 64], ~(1ull << (shadow % 64)));
+		atomic_fetch_add(&t->off, 1);
+		engine_cow_wake(t);
+	}
+	if (j->prog) {
+		atomic_fetch_add(&j->prog->off, len);
+		if (j->cow)
+			engine_cow_stats(j->cow, j->prog);
+	}
+	if (atomic_fetch_sub(&j->left, 1) == 1) {
+		if (j->prog && j->t1_ns)
+			atomic_store(&j->prog->off_ns, now_ns() - j->t1_ns);
+		if (j->cow)
+			engine_cow_end(j->cow);
+	}
+}
+
+static void *copier(void *arg)
+{
+	outjob *j = arg;
+	char err[ENGINE_ERR_MAX] = "";
+	CUstream streams[PHOSIMG_DEVICES_MAX] = { 0 };
+	int dev = -1, e = 0;
+	while (!e && !atomic_load(&j->error)) {
+		if (j->prog && atomic_load(&j->prog->cancel)) {
+			e = engine_fail(-ECANCELED, err, sizeof(err), "cancelled");
+			break;
+		}
+		bool aside;
+		uint64_t g = pick(j, &aside);
+		if (g == UINT64_MAX)
+			break;
+		uint32_t slot = take_slot(j);
+		if (slot == UINT32_MAX)
+			break;
+		CUdeviceptr src;
+		cow_header *t = NULL;
+		_Atomic uint32_t *st;
+		uint32_t shadow;
+		int c = claim(j, g, aside, &src, &t, &st, &shadow);
+		if (c) {
+			give_slot(j, slot);
+			if (c < 0)
+				e = engine_fail(c, err, sizeof(err), "a CoW table holds a bad shadow slot");
+			continue;
+		}
+		int k = object_of(j, g);
+		const mapping *m = &j->maps[k];
+		uint64_t off = (g - j->first[k]) * j->chunk;
+		uint32_t len = m->len - off < j->chunk ? (uint32_t)(m->len - off) : j->chunk;
+		if (m->device != dev) {
+			dev = m->device;
+			e = driver_use(dev, err, sizeof(err));
+			CUresult r = e || streams[dev] ? CUDA_SUCCESS : cu.cuStreamCreate(&streams[dev], CU_STREAM_NON_BLOCKING);
+			if (!e && r)
+				e = driver_fail(r, err, sizeof(err), "making a stream");
+		}
+		pause_for_app(j);
+		uint8_t *buf = j->pool + (uint64_t)slot * j->chunk;
+		CUresult r = e ? CUDA_SUCCESS : cu.cuMemcpyDtoHAsync(buf, src, len, streams[dev]);
+		if (!e && !r)
+			r = cu.cuStreamSynchronize(streams[dev]);
+		if (!e && r)
+			e = driver_fail(r, err, sizeof(err), "copying device memory to the host");
+		if (e) {
+			if (st) /* give the chunk back: the copy has failed anyway */
+				atomic_store(st, shadow == COW_NO_SLOT ? COW_PENDING
+								       : (shadow << COW_SLOT_SHIFT) | COW_SHADOWED);
+			give_slot(j, slot);
+			break;
+		}
+		chunk_off(j, t, st, shadow, len);
+		pthread_mutex_lock(&j->lock);
+		j->queue[(j->qhead + j->qlen++) % j->nslots] = (item){ slot, j->ids[k], off, len };
+		pthread_cond_broadcast(&j->moved);
+		pthread_mutex_unlock(&j->lock);
+	}
+	for (int d = 0; d < PHOSIMG_DEVICES_MAX; d++)
+		if (streams[d]) {
+			driver_use(d, NULL, 0);
+			cu.cuStreamDestroy(streams[d]);
+		}
+	if (e)
+		fail(j, e, err);
+	pthread_mutex_lock(&j->lock);
+	j->copiers--;
+	pthread_cond_broadcast(&j->moved);
+	pthread_mutex_unlock(&j->lock);
+	return NULL;
+}
+
+static void *writer(void *arg)
+{
+	outjob *j = arg;
+	for (;;) {
+		pthread_mutex_lock(&j->lock);
+		while (!j->qlen && j->copiers > 0)
+			pthread_cond_wait(&j->moved, &j->lock);
+		if (!j->qlen) {
+			pthread_mutex_unlock(&j->lock);
+			return NULL;
+		}
+		item it = j->queue[j->qhead];
+		j->qhead = (j->qhead + 1) % j->nslots;
+		j->qlen--;
+		pthread_mutex_unlock(&j->lock);
+		if (!atomic_load(&j->error)) {
+			int e = phosimg_writer_put(j->w, it.obj, it.off, j->pool + (uint64_t)it.slot * j->chunk, it.len);
+			if (e) {
+				char msg[ENGINE_ERR_MAX];
+				snprintf(msg, sizeof(msg), "writing the image: %s",
+					 *phosimg_last_error() ? phosimg_last_error() : strerror(-e));
+				fail(j, e, msg);
+			} else if (j->prog) {
+				atomic_fetch_add(&j->prog->done, it.len);
+				/* Puts finish out of order: the largest value seen wins. */
+				uint64_t ready = phosimg_writer_data_ready(j->w), was = atomic_load(&j->prog->data_ready);
+				while (was < ready && !atomic_compare_exchange_weak(&j->prog->data_ready, &was, ready))
+					;
+			}
+		}
+		give_slot(j, it.slot);
+	}
+}
+
+static int by_writes(const void *a, const void *b, void *arg)
+{
+	const wire_object *objs = arg;
+	const wire_object *x = &objs[*(const int *)a], *y = &objs[*(const int *)b];
+	if (x->writes != y->writes)
+		return x->writes > y->writes ? -1 : 1;
+	return *(const int *)a - *(const int *)b;
+}
+
+/* Fills j->order: objects most written first, each from its start. */
+static int plan(outjob *j)
+{
+	int *idx = calloc(j->n ? (size_t)j->n : 1, sizeof(*idx));
+	j->order = calloc(j->nchunks ? j->nchunks : 1, sizeof(*j->order));
+	if (!idx || !j->order) {
+		free(idx);
+		return -ENOMEM;
+	}
+	for (int k = 0; k < j->n; k++)
+		idx[k] = k;
+	qsort_r(idx, (size_t)j->n, sizeof(*idx), by_writes, (void *)j->objs->objs);
+	uint64_t at = 0;
+	for (int i = 0; i < j->n; i++)
+		for (uint64_t g = j->first[idx[i]]; g < j->first[idx[i] + 1]; g++)
+			j->order[at++] = g;
+	free(idx);
+	return 0;
+}
+
+int engine_staging_alloc(uint64_t want, uint32_t chunk, void **buf, uint64_t *got, char *err, size_t errlen)
+{
+	*buf = NULL;
+	*got = 0;
+	int e = driver_use(0, err, errlen);
+	if (e)
+		return e;
+	uint64_t min = 4ull * chunk;
+	for (uint64_t b = want < min ? min : want / chunk * chunk; b >= min; b = b / 2 / chunk * chunk) {
+		if (cu.cuMemAllocHost(buf, b) == CUDA_SUCCESS) {
+			*got = b;
+			return 0;
+		}
+		*buf = NULL;
+	}
+	return engine_fail(-ENOMEM, err, errlen, "cannot pin %llu MiB of host memory for staging",
+			   (unsigned long long)(min >> 20));
+}
+
+void engine_staging_free(void *buf)
+{
+	if (buf)
+		cu.cuMemFreeHost(buf);
+}
+
+int engine_copy_out(const engine_parked *objs, phosimg_writer *w, const engine_copy_opts *o, engine_progress *prog,
+		    char *err, size_t errlen)
+{
+	int n = objs->n;
+	outjob j = { .objs = objs, .w = w, .prog = prog, .cow = o->cow, .chunk = o->chunk, .t1_ns = o->t1_ns,
+		     .n = n, .pool = o->staging, .nslots = (uint32_t)(o->staging_bytes / o->chunk) };
+	mapping *maps = j.maps = calloc(n ? (size_t)n : 1, sizeof(*maps));
+	uint32_t *ids = calloc(n ? (size_t)n : 1, sizeof(*ids));
+	j.ids = ids;
+	j.first = calloc((size_t)n + 1, sizeof(*j.first));
+	int e = maps && ids && j.first ? 0 : engine_fail(-ENOMEM, err, errlen, "out of memory");
+	if (!e && (!j.pool || j.nslots < 2))
+		e = engine_fail(-EINVAL, err, errlen, "no staging memory for the copy");
+	for (int k = 0; k < n && !e; k++) {
+		const wire_object *ob = &objs->objs[k];
+		phosimg_object io = { .device = ob->device, .va = ob->va, .size = ob->size, .pid = objs->pids[k] };
+		if (ob->flags & WIRE_OBJ_APP) {
+			io.flags = PHOSIMG_OBJ_APP_VMM;
+			io.key = (uint32_t)ob->key;
+		}
+		e = phosimg_writer_add_object(w, &io, &ids[k]);
+		if (e) {
+			engine_fail(e, err, errlen, "adding an object to the image: %s", strerror(-e));
+			break;
+		}
+		e = mapping_import(&maps[k], objs->fds[k], ob->size, (int)ob->device, err, errlen);
+		j.first[k + 1] = j.first[k] + (ob->size + o->chunk - 1) / o->chunk;
+	}
+	j.nchunks = n ? j.first[n] : 0;
+	atomic_store(&j.left, j.nchunks);
+	j.free_slots = calloc(j.nslots ? j.nslots : 1, sizeof(*j.free_slots));
+	j.queue = calloc(j.nslots ? j.nslots : 1, sizeof(*j.queue));
+	j.aside = calloc(j.nchunks ? j.nchunks : 1, sizeof(*j.aside));
+	if (!e && (!j.free_slots || !j.queue || !j.aside || plan(&j)))
+		e = engine_fail(-ENOMEM, err, errlen, "out of memory");
+	for (uint32_t s = 0; s < j.nslots && j.free_slots; s++)
+		j.free_slots[j.nfree++] = j.nslots - 1 - s;
+	if (!e && !j.nchunks && j.cow) {
+		engine_cow_end(j.cow);
+		if (prog && j.t1_ns)
+			atomic_store(&prog->off_ns, now_ns() - j.t1_ns);
+	}
+	if (!e && j.nchunks) {
+		pthread_mutex_init(&j.lock, NULL);
+		pthread_cond_init(&j.moved, NULL);
+		pthread_t th[COPIERS + WRITERS];
+		int nc = 0, nw = 0;
+		j.copiers = COPIERS;
+		for (; nc < COPIERS; nc++)
+			if (pthread_create(&th[nc], NULL, copier, &j))
+				break;
+		pthread_mutex_lock(&j.lock);
+		j.copiers -= COPIERS - nc; /* those that did not start */
+		pthread_cond_broadcast(&j.moved);
+		pthread_mutex_unlock(&j.lock);
+		for (; nw < WRITERS; nw++)
+			if (pthread_create(&th[nc + nw], NULL, writer, &j))
+				break;
+		if (!nc || !nw)
+			fail(&j, -EAGAIN, "cannot start the copy threads");
+		for (int i = 0; i < nc; i++)
+			pthread_join(th[i], NULL);
+		if (!nw) { /* nobody frees the queued slots: drop them */
+			pthread_mutex_lock(&j.lock);
+			j.qlen = 0;
+			pthread_mutex_unlock(&j.lock);
+		}
+		for (int i = 0; i < nw; i++)
+			pthread_join(th[nc + i], NULL);
+		pthread_cond_destroy(&j.moved);
+		pthread_mutex_destroy(&j.lock);
+		e = atomic_load(&j.error);
+		if (!e && atomic_load(&j.left))
+			e = engine_fail(-EIO, err, errlen, "%llu chunks were not copied",
+					(unsigned long long)atomic_load(&j.left));
+		else if (e)
+			engine_fail(e, err, errlen, "%s", j.err);
+	}
+	if (j.cow)
+		engine_cow_end(j.cow);
+	if (maps)
+		mapping_unmap_all(maps, n);
+	free(maps);
+	free(ids);
+	free(j.first);
+	free(j.order);
+	free(j.free_slots);
+	free(j.queue);
+	free(j.aside);
+	return e;
+}

@@ -1,0 +1,61 @@
+/*
+ * Device memory mapped in the job's own context (mapping.h).
+ */
+#include <string.h>
+
+#include "mapping.h"
+
+static void unmap(mapping *m)
+{
+	if (m->va) {
+		cu.cuMemUnmap(m->va, m->size);
+		cu.cuMemAddressFree(m->va, m->size);
+	}
+	if (m->h)
+		cu.cuMemRelease(m->h);
+	memset(m, 0, sizeof(*m));
+}
+
+void mapping_unmap_all(mapping *maps, int n)
+{
+	for (int k = 0; k < n; k++) {
+		if (maps[k].va || maps[k].h)
+			driver_use(maps[k].device, NULL, 0);
+		unmap(&maps[k]);
+	}
+}
+
+int mapping_map(mapping *m, CUmemGenericAllocationHandle h, size_t size, int dev, char *err, size_t errlen)
+{
+	m->h = h;
+	m->size = size;
+	m->len = size;
+	m->device = dev;
+	CUresult r = cu.cuMemAddressReserve(&m->va, size, 0, 0, 0);
+	if (r) {
+		m->va = 0;
+		return driver_fail(r, err, errlen, "reserving an address range");
+	}
+	r = cu.cuMemMap(m->va, size, 0, h, 0);
+	if (r) {
+		cu.cuMemAddressFree(m->va, size);
+		m->va = 0;
+		return driver_fail(r, err, errlen, "mapping device memory");
+	}
+	CUmemAccessDesc acc = { .location = { CU_MEM_LOCATION_TYPE_DEVICE, dev },
+				.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
+	r = cu.cuMemSetAccess(m->va, size, &acc, 1);
+	return r ? driver_fail(r, err, errlen, "setting access to device memory") : 0;
+}
+
+int mapping_import(mapping *m, int fd, size_t size, int dev, char *err, size_t errlen)
+{
+	int e = driver_use(dev, err, errlen);
+	if (e)
+		return e;
+	CUmemGenericAllocationHandle h;
+	CUresult r = cu.cuMemImportFromShareableHandle(&h, (void *)(intptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+	if (r)
+		return driver_fail(r, err, errlen, "importing the process's device memory");
+	return mapping_map(m, h, size, dev, err, errlen);
+}

@@ -1,0 +1,32 @@
+/*
+ * Device memory mapped in the job's own context (internal to engine/ and
+ * restore/): the process's objects, imported from their fds, or new
+ * allocations for a restore.
+ */
+#ifndef PHOS_ENGINE_MAPPING_H
+#define PHOS_ENGINE_MAPPING_H
+
+#include "driver.h"
+
+/* One object mapped in phosfs's context. */
+typedef struct mapping {
+	CUdeviceptr va;
+	size_t size; /* mapped */
+	uint64_t len; /* copied: the object's size, up to size */
+	CUmemGenericAllocationHandle h;
+	int device;
+} mapping;
+
+
+/* Maps handle h of size bytes on device dev at a new address (m takes h).
+ * Errors: -EIO (err names the call). */
+int mapping_map(mapping *m, CUmemGenericAllocationHandle h, size_t size, int dev, char *err, size_t errlen);
+
+/* Imports the object fd of size bytes on dev and maps it. Errors: -EIO. */
+int mapping_import(mapping *m, int fd, size_t size, int dev, char *err, size_t errlen);
+
+/* Unmaps every mapping of maps[0..n), each with its device's context
+ * current, and releases the handles. */
+void mapping_unmap_all(mapping *maps, int n);
+
+#endif

@@ -1,0 +1,146 @@
+/*
+ * Copy-on-write checkpoints taken at random moments hold exactly the
+ * device state at t1.
+ *
+ * tests/apps/cow_app runs under phos: it mutates eight buffers with
+ * kernels (one reads a buffer and writes another; one writes every buffer
+ * through a device-resident pointer array, the T** that only the safety
+ * net can hold), memsets, copies from the host, and frees and allocates
+ * buffers again, and keeps a host copy of every buffer. phosfs copies in
+ * 256 KiB chunks through a 4 MiB shadow pool, so writes during the copy
+ * are shadowed, and also wait for an empty pool.
+ *
+ * Each iteration, after a random pause: `echo checkpoint > ctl` (CoW, the
+ * default); the image verifies; the running process checks its device
+ * memory against its host copies (CoW must not disturb it); then it is
+ * killed with -9 and restored from that image, and checks again. Its host
+ * copies come back as they were at t1, and it runs on from there, so a
+ * byte of the image that is not the t1 byte fails the check.
+ *
+ * PHOS_COW_ITERATIONS sets the number of iterations (default 100).
+ */
+#include "phosfs_test.h"
+
+static long stat_of(const char *st, const char *key)
+{
+	const char *l = strstr(st, key);
+	return l ? atol(l + strlen(key)) : -1;
+}
+
+/* Sends SIGUSR1 and waits for one more "verify" line than before. */
+static int verified(pid_t pid, const char *out, int *before)
+{
+	kill(pid, SIGUSR1);
+	for (int i = 0; i < 200; i++, usleep(25000)) {
+		FILE *f = fopen(out, "r");
+		char l[256];
+		int n = 0, bad = 0;
+		while (f && fgets(l, sizeof(l), f)) {
+			n += !strncmp(l, "verify ok", 9);
+			if (!strncmp(l, "verify FAILED", 13)) {
+				diag("%s", l);
+				bad = 1;
+			}
+		}
+		if (f)
+			fclose(f);
+		if (bad)
+			return 0;
+		if (n > *before) {
+			*before = n;
+			return 1;
+		}
+	}
+	diag("no verify line from %d", (int)pid);
+	return 0;
+}
+
+int main(void)
+{
+	rig r;
+	rig_require(&r);
+	char app[PATH_MAX], cubin[PATH_MAX];
+	snprintf(app, sizeof(app), "%s", test_path("PHOS_COW_APP", "apps/cow_app"));
+	snprintf(cubin, sizeof(cubin), "%s/cow.cubin", test_path("PHOS_KERNELS", "../kernels"));
+	if (access(app, X_OK) || access(cubin, R_OK))
+		skip_all("tests/apps/cow_app or its cubin is not built (the cubin needs nvcc)");
+	int iters = getenv("PHOS_COW_ITERATIONS") ? atoi(getenv("PHOS_COW_ITERATIONS")) : 100;
+	plan(iters + 3);
+	r.opts[0] = "--chunk";
+	r.opts[1] = "256K";
+	r.opts[2] = "--shadow-pool";
+	r.opts[3] = "4M";
+	if (rig_mount(&r, NULL))
+		bail("phosfs did not mount");
+	unsigned seed = (unsigned)time(NULL);
+	diag("seed %u", seed);
+	srand(seed);
+	char seed_s[16];
+	snprintf(seed_s, sizeof(seed_s), "%u", seed);
+	char *const cmd[] = { app, cubin, "24", seed_s, NULL };
+	pid_t pid = rig_phos_run(&r, cmd);
+	char out[PATH_MAX], ctl[160], status[160], st[4096], prev[PATH_MAX] = "";
+	rig_out(&r, pid, out, sizeof(out));
+	snprintf(ctl, sizeof(ctl), "%s/%d/ctl", r.mnt, (int)pid);
+	snprintf(status, sizeof(status), "%s/%d/status", r.mnt, (int)pid);
+	int up = pid > 0 && rig_line(out, "ops 200", 20000, NULL, 0);
+	for (int i = 0; i < 100 && up && !(rig_read(status, st, sizeof(st)) && strstr(st, "traced: yes")); i++)
+		usleep(50000);
+	ok(up && strstr(st, "traced: yes"), "cow_app runs under the tracer");
+	if (!up)
+		bail("cow_app did not start (%s)", out);
+
+	long shadows = 0, net = 0, waits = 0;
+	int nverify = 0, good = 0;
+	for (int it = 0; it < iters; it++) {
+		usleep((useconds_t)(rand() % 150000));
+		char c[64], last[256] = "", image[PATH_MAX];
+		int n = snprintf(c, sizeof(c), "checkpoint name=c%d\n", it);
+		int e = rig_ctl(ctl, c, (size_t)n);
+		int done = !e && rig_job_done(&r, pid, 60000, last, sizeof(last)) && strstr(last, "done");
+		rig_read(status, st, sizeof(st));
+		int cow = strstr(st, "protocol: cow\n") != NULL;
+		long sh = stat_of(st, "cow shadows: "), nw = stat_of(st, "safety-net waits: "),
+		     w = stat_of(st, "cow waits: ");
+		snprintf(image, sizeof(image), "%s/%d/c%d", r.store, (int)pid, it);
+		int img = done && rig_verify(image);
+		int live = done && verified(pid, out, &nverify);
+		kill(pid, SIGKILL);
+		for (int k = 0; k < 100 && rig_alive(pid); k++)
+			usleep(20000);
+		rig_reap();
+		int back = img && rig_restore(&r, image, pid, st, sizeof(st)) == 0 && rig_alive(pid);
+		int restored = back && verified(pid, out, &nverify);
+		char line[128] = "";
+		rig_line(out, "verify ok", 0, line, sizeof(line));
+		ok(done && cow && img && live && restored, "iteration %d: cow image verifies, the live process and its restore match t1 (%s; shadows %ld, waits %ld, net %ld)",
+		   it, line, sh, w, nw);
+		if (!(done && cow && img && live && restored))
+			diag("e=%s done=%d cow=%d image=%d live=%d restored=%d: %s", e ? strerror(e) : "0", done, cow, img,
+			     live, restored, last);
+		good += done && cow && img && live && restored;
+		shadows += sh > 0 ? sh : 0;
+		net += nw > 0 ? nw : 0;
+		waits += w > 0 ? w : 0;
+		if (*prev) {
+			char rm[PATH_MAX + 16];
+			snprintf(rm, sizeof(rm), "rm -rf '%s'", prev);
+			if (system(rm) != 0)
+				diag("could not remove %s", prev);
+		}
+		snprintf(prev, sizeof(prev), "%s", image);
+		if (!back) {
+			diag("the process could not be restored: %s", st);
+			for (int k = it + 1; k < iters; k++)
+				ok(0, "iteration %d: not run (no process to checkpoint)", k);
+			break;
+		}
+	}
+	ok(shadows > 0, "writes during the copies were shadowed (%ld shadows in %d iterations)", shadows, good);
+	ok(net > 0, "T** launches during the copies were held by the safety net (%ld; %ld other waits)", net, waits);
+
+	kill(pid, SIGKILL);
+	rig_reap();
+	rig_cleanup(&r);
+	return done();
+}

@@ -1,0 +1,397 @@
+/*
+ * The tracer's side of a copy-on-write checkpoint (common/cow.h).
+ *
+ * After a CoW stall the process runs while phosfs copies its t1 memory.
+ * Before each call that writes device memory, the chunks of the t1
+ * objects it writes are protected:
+ *  - a chunk not yet copied is copied device to device into a slot of the
+ *    shadow pool, on the call's own stream, ahead of the call; a host
+ *    function queued after that copy marks the shadow complete;
+ *  - a chunk phosfs is copying makes the call wait;
+ *  - with no free slot (or no pool on the chunk's device), the call marks
+ *    the chunk urgent, which phosfs copies next, and waits for it.
+ * A call whose write set speculation cannot bound (the safety net) waits
+ * until every t1 byte is off the GPU.
+ *
+ * The table and the pool stay mapped until phosfs ends the copy (or its
+ * job dies); a reaper thread then unmaps them, once no shadow copy is
+ * still queued.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../common/cow.h"
+#include "tracer.h"
+
+#define WAIT_SLICE_NS 50000000L /* re-check the job this often while waiting */
+
+/* `table` is read without the lock on the fast path; the rest is guarded
+ * by lock (readers: calls protecting chunks; writer: begin and drop). */
+static pthread_rwlock_t lock = PTHREAD_RWLOCK_INITIALIZER;
+static _Atomic(cow_header *) table;
+static uint64_t table_bytes;
+static CUdeviceptr pool_va;
+static CUmemGenericAllocationHandle pool_h;
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static void futex_wake(_Atomic uint32_t *w)
+{
+	syscall(SYS_futex, (uint32_t *)w, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+}
+
+static void futex_wait(_Atomic uint32_t *w, uint32_t seen, long ns)
+{
+	struct timespec ts = { 0, ns };
+	syscall(SYS_futex, (uint32_t *)w, FUTEX_WAIT, seen, &ts, NULL, 0);
+}
+
+static void bump(cow_header *t)
+{
+	atomic_fetch_add(&t->progress, 1);
+	if (atomic_load(&t->waiters))
+		futex_wake(&t->progress);
+}
+
+/* Whether the copy still runs. */
+static bool running(cow_header *t)
+{
+	return atomic_load(&t->active) != 0;
+}
+
+/* Sleeps until progress moves from seen (or a slice passes). A copy whose
+ * job is gone has ended: nothing will move any more. */
+static void wait_progress(cow_header *t, uint32_t seen)
+{
+	atomic_fetch_add(&t->waiters, 1);
+	futex_wait(&t->progress, seen, WAIT_SLICE_NS);
+	atomic_fetch_sub(&t->waiters, 1);
+	if (atomic_load(&t->progress) == seen && t->job > 0 && kill(t->job, 0) != 0 && errno == ESRCH &&
+	    atomic_exchange(&t->active, 0)) {
+		tr_log("the checkpoint's copy (phosfs job %d) is gone: writes go on unprotected", (int)t->job);
+		bump(t);
+	}
+}
+
+/* Host function queued after a shadow copy: the shadow is complete. */
+static void shadow_done(void *arg)
+{
+	_Atomic uint32_t *c = arg;
+	uint32_t s = atomic_load(c);
+	while ((s & COW_STATE_MASK) == COW_SHADOWING &&
+	       !atomic_compare_exchange_weak(c, &s, (s & ~COW_STATE_MASK) | COW_SHADOWED))
+		;
+	cow_header *t = atomic_load(&table);
+	if (t)
+		bump(t);
+}
+
+static uint32_t take_slot(cow_header *t)
+{
+	_Atomic uint64_t *bits = cow_slots(t);
+	for (uint32_t w = 0; w < (t->nslots + 63) / 64; w++) {
+		uint64_t v = atomic_load(&bits[w]);
+		while (~v) {
+			int b = __builtin_ctzll(~v);
+			uint32_t slot = w * 64 + (uint32_t)b;
+			if (slot >= t->nslots)
+				break;
+			if (atomic_compare_exchange_weak(&bits[w], &v, v | (1ull << b)))
+				return slot;
+		}
+	}
+	return COW_NO_SLOT;
+}
+
+static void give_slot(cow_header *t, uint32_t slot)
+{
+	atomic_fetch_and(&cow_slots(t)[slot / 64], ~(1ull << (slot % 64)));
+}
+
+/* Protects chunk c (of object o) from a write queued next on stream s.
+ * Returns once the chunk's t1 bytes are safe. */
+static void protect(cow_header *t, const cow_object *o, uint64_t c, CUstream s)
+{
+	REAL(CUresult, cuMemcpyDtoDAsync_v2, (CUdeviceptr, CUdeviceptr, size_t, CUstream));
+	REAL(CUresult, cuLaunchHostFunc, (CUstream, CUhostFn, void *));
+	_Atomic uint32_t *st = &cow_chunks(t)[c];
+	uint64_t waited_from = 0;
+	for (;;) {
+		uint32_t seen = atomic_load(&t->progress);
+		uint32_t v = atomic_load(st);
+		uint32_t state = v & COW_STATE_MASK;
+		if (state != COW_PENDING && state != COW_COPYING)
+			break; /* shadowed, or off the GPU */
+		if (!running(t))
+			break;
+		if (state == COW_PENDING && o->device == t->pool_device) {
+			uint32_t slot = take_slot(t);
+			if (slot != COW_NO_SLOT) {
+				uint32_t want = COW_SHADOWING | (slot << COW_SLOT_SHIFT);
+				if (!atomic_compare_exchange_strong(st, &v, want)) {
+					give_slot(t, slot);
+					continue; /* phosfs took it meanwhile */
+				}
+				uint64_t off = (c - o->first) * (uint64_t)t->chunk;
+				size_t len = o->size - off < t->chunk ? (size_t)(o->size - off) : t->chunk;
+				CUresult r = real_cuMemcpyDtoDAsync_v2(pool_va + (uint64_t)slot * t->chunk, o->va + off,
+								       len, s);
+				if (!r)
+					r = real_cuLaunchHostFunc(s, shadow_done, (void *)st);
+				if (!r) {
+					atomic_fetch_add(&t->shadows, 1);
+					atomic_fetch_add(&t->shadow_bytes, len);
+					break;
+				}
+				/* The copy could not be queued: wait for phosfs instead. */
+				tr_log("a CoW shadow copy failed (error %d): the call waits for the copy", (int)r);
+				atomic_store(st, v);
+				give_slot(t, slot);
+				bump(t);
+			}
+		}
+		if (state == COW_PENDING && !(v & COW_URGENT)) {
+			if (atomic_compare_exchange_strong(st, &v, v | COW_URGENT)) {
+				atomic_fetch_add(&t->urgent, 1);
+				bump(t);
+			}
+			continue;
+		}
+		if (!waited_from)
+			waited_from = now_ns();
+		wait_progress(t, seen);
+	}
+	if (waited_from) {
+		atomic_fetch_add(&t->waits, 1);
+		atomic_fetch_add(&t->wait_ns, now_ns() - waited_from);
+	}
+}
+
+bool cow_active(void)
+{
+	return atomic_load_explicit(&table, memory_order_acquire) != NULL;
+}
+
+void cow_before_write(uint64_t addr, uint64_t len, CUstream s)
+{
+	if (!cow_active() || !len)
+		return;
+	pthread_rwlock_rdlock(&lock);
+	cow_header *t = atomic_load(&table);
+	if (t && atomic_load(&t->active)) {
+		const cow_object *objs = cow_objects(t);
+		/* The first object that ends above addr. */
+		uint32_t lo = 0, hi = t->nobjs;
+		while (lo < hi) {
+			uint32_t mid = (lo + hi) / 2;
+			if (objs[mid].va + objs[mid].size <= addr)
+				lo = mid + 1;
+			else
+				hi = mid;
+		}
+		uint64_t end = addr + len;
+		for (uint32_t i = lo; i < t->nobjs && objs[i].va < end; i++) {
+			const cow_object *o = &objs[i];
+			if (atomic_load(&o->freed))
+				continue;
+			uint64_t a = addr > o->va ? addr - o->va : 0;
+			uint64_t b = end - o->va < o->size ? end - o->va : o->size;
+			for (uint64_t c = a / t->chunk; c * t->chunk < b; c++)
+				protect(t, o, o->first + c, s);
+		}
+	}
+	pthread_rwlock_unlock(&lock);
+}
+
+void cow_net(kernel_info *k)
+{
+	if (!cow_active())
+		return;
+	pthread_rwlock_rdlock(&lock);
+	cow_header *t = atomic_load(&table);
+	uint64_t from = 0;
+	while (t && running(t) && atomic_load(&t->off) < t->nchunks) {
+		uint32_t seen = atomic_load(&t->progress);
+		if (atomic_load(&t->off) >= t->nchunks)
+			break;
+		if (!from)
+			from = now_ns();
+		wait_progress(t, seen);
+	}
+	if (from) {
+		uint64_t ns = now_ns() - from;
+		atomic_fetch_add(&t->net_waits, 1);
+		atomic_fetch_add(&t->net_wait_ns, ns);
+		if (k)
+			atomic_fetch_add_explicit(&k->net_waits, 1, memory_order_relaxed);
+	}
+	pthread_rwlock_unlock(&lock);
+}
+
+void cow_freed(uint64_t va, uint64_t size)
+{
+	if (!cow_active())
+		return;
+	pthread_rwlock_rdlock(&lock);
+	cow_header *t = atomic_load(&table);
+	for (uint32_t i = 0; t && i < t->nobjs; i++) {
+		cow_object *o = &cow_objects(t)[i];
+		if (o->va == va && o->size == size)
+			atomic_store(&o->freed, 1);
+	}
+	pthread_rwlock_unlock(&lock);
+}
+
+void cow_transfer(int delta)
+{
+	cow_header *t = atomic_load_explicit(&table, memory_order_acquire);
+	if (t)
+		atomic_fetch_add_explicit(&t->pcie_pending, (uint32_t)delta, memory_order_relaxed);
+}
+
+/* Unmaps the table and the pool; lock held for writing. */
+static void drop_locked(void)
+{
+	REAL(CUresult, cuMemUnmap, (CUdeviceptr, size_t));
+	REAL(CUresult, cuMemAddressFree, (CUdeviceptr, size_t));
+	REAL(CUresult, cuMemRelease, (CUmemGenericAllocationHandle));
+	cow_header *t = atomic_exchange(&table, NULL);
+	if (!t)
+		return;
+	if (pool_va) {
+		real_cuMemUnmap(pool_va, t->pool_bytes);
+		real_cuMemAddressFree(pool_va, t->pool_bytes);
+	}
+	if (pool_h)
+		real_cuMemRelease(pool_h);
+	pool_va = 0;
+	pool_h = 0;
+	munmap(t, table_bytes);
+}
+
+/* Whether a shadow copy is still queued (its host function not run). */
+static bool shadowing(cow_header *t)
+{
+	_Atomic uint32_t *c = cow_chunks(t);
+	for (uint64_t i = 0; i < t->nchunks; i++)
+		if ((atomic_load(&c[i]) & COW_STATE_MASK) == COW_SHADOWING)
+			return true;
+	return false;
+}
+
+static void *reaper(void *arg)
+{
+	cow_header *t = arg;
+	for (;;) {
+		uint32_t seen = atomic_load(&t->progress);
+		if (!running(t) && !shadowing(t))
+			break;
+		wait_progress(t, seen);
+	}
+	pthread_rwlock_wrlock(&lock);
+	if (atomic_load(&table) == t)
+		drop_locked();
+	pthread_rwlock_unlock(&lock);
+	return NULL;
+}
+
+int cow_begin(const wire_cow *c, const int *fds, int nfds)
+{
+	REAL(CUresult, cuMemImportFromShareableHandle,
+	     (CUmemGenericAllocationHandle *, void *, CUmemAllocationHandleType));
+	REAL(CUresult, cuMemAddressReserve, (CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long));
+	REAL(CUresult, cuMemMap, (CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long));
+	REAL(CUresult, cuMemSetAccess, (CUdeviceptr, size_t, const CUmemAccessDesc *, size_t));
+	if (nfds < 1 || (c->pool_bytes && nfds < 2) || c->table_bytes < sizeof(cow_header))
+		return -EPROTO;
+	void *p = mmap(NULL, c->table_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fds[0], 0);
+	if (p == MAP_FAILED)
+		return -errno;
+	cow_header *t = p;
+	if (t->magic != COW_MAGIC || t->version != COW_VERSION ||
+	    cow_table_bytes(t->nobjs, t->nchunks, t->nslots) > c->table_bytes || !t->chunk ||
+	    t->pool_bytes != c->pool_bytes || (uint64_t)t->nslots * t->chunk > t->pool_bytes) {
+		munmap(p, c->table_bytes);
+		return -EPROTO;
+	}
+	pthread_rwlock_wrlock(&lock);
+	drop_locked(); /* an earlier copy's, if its reaper has not run */
+	int e = 0;
+	if (c->pool_bytes) {
+		CUmemAccessDesc acc = { .location = { CU_MEM_LOCATION_TYPE_DEVICE, (int)c->pool_device },
+					.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
+		if (real_cuMemImportFromShareableHandle(&pool_h, (void *)(intptr_t)fds[1],
+							CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) ||
+		    real_cuMemAddressReserve(&pool_va, c->pool_bytes, 0, 0, 0) ||
+		    real_cuMemMap(pool_va, c->pool_bytes, 0, pool_h, 0) ||
+		    real_cuMemSetAccess(pool_va, c->pool_bytes, &acc, 1))
+			e = -EIO;
+	}
+	if (e) {
+		/* Without the pool every write to a chunk not yet copied waits. */
+		tr_log("cannot map the CoW shadow pool: writes wait for the copy instead");
+		REAL(CUresult, cuMemAddressFree, (CUdeviceptr, size_t));
+		REAL(CUresult, cuMemRelease, (CUmemGenericAllocationHandle));
+		if (pool_va)
+			real_cuMemAddressFree(pool_va, c->pool_bytes);
+		if (pool_h)
+			real_cuMemRelease(pool_h);
+		pool_va = 0;
+		pool_h = 0;
+		t->nslots = 0;
+		e = 0;
+	}
+	table_bytes = c->table_bytes;
+	atomic_store_explicit(&table, t, memory_order_release);
+	pthread_rwlock_unlock(&lock);
+	pthread_t th;
+	if (pthread_create(&th, NULL, reaper, t) == 0) {
+		pthread_setname_np(th, "phos-cow");
+		pthread_detach(th);
+	} else {
+		tr_log("cannot start the CoW reaper: the shadow pool stays mapped until the next checkpoint");
+	}
+	return 0;
+}
+
+void cow_forget(void)
+{
+	/* A forked child: the parent's copy is not its own; the mappings of
+	 * the table go with the child's address space. */
+	cow_header *t = atomic_exchange(&table, NULL);
+	if (t)
+		munmap(t, table_bytes);
+	pool_va = 0;
+	pool_h = 0;
+}
+
+int cow_settle(void)
+{
+	cow_header *t = atomic_load(&table);
+	if (!t)
+		return 0;
+	if (running(t))
+		return -EBUSY;
+	while (shadowing(t)) {
+		uint32_t seen = atomic_load(&t->progress);
+		if (shadowing(t))
+			wait_progress(t, seen);
+	}
+	pthread_rwlock_wrlock(&lock);
+	if (atomic_load(&table) == t)
+		drop_locked();
+	pthread_rwlock_unlock(&lock);
+	return 0;
+}
