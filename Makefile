@@ -311,7 +311,15 @@ $(BUNDLE)/progs/%.cubin: tests/gpu/kernels/%.cu
 	@mkdir -p $(@D)
 	$(NVCC) -cubin -arch=sm_90 -o $@ $<
 
-GPU_BENCH := $(BUNDLE)/bench/launch-rate $(BUNDLE)/bench/launch.cubin
+GPU_BENCH := $(BUNDLE)/bench/launch-rate $(BUNDLE)/bench/launch.cubin $(BUNDLE)/bench/step-app $(BUNDLE)/bench/step.cubin
+
+$(BUNDLE)/bench/step-app: bench/step-app.c
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) $(XCFLAGS) $(CFLAGS) -o $@ $< -L$(CUDA_HOME)/lib64/stubs -lcuda
+
+$(BUNDLE)/bench/step.cubin: bench/kernels/step.cu
+	@mkdir -p $(@D)
+	$(NVCC) -cubin -arch=sm_90 -o $@ $<
 
 $(BUNDLE)/bench/launch-rate: bench/launch-rate.c
 	@mkdir -p $(@D)
@@ -322,11 +330,11 @@ $(BUNDLE)/bench/launch.cubin: bench/kernels/launch.cu
 	$(NVCC) -cubin -arch=sm_90 -o $@ $<
 
 # The CoW harness and its kernels, against the real driver.
-GPU_BIN += $(BUNDLE)/progs/cow_app $(BUNDLE)/progs/cow.cubin
-$(BUNDLE)/progs/cow_app: tests/apps/cow_app.c tests/simcuda/simcuda.h
+GPU_BIN += $(BUNDLE)/apps/cow_app $(BUNDLE)/apps/cow.cubin
+$(BUNDLE)/apps/cow_app: tests/apps/cow_app.c tests/simcuda/simcuda.h
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) $(XCFLAGS) $(CFLAGS) -o $@ $< -L$(CUDA_HOME)/lib64/stubs -lcuda
-$(BUNDLE)/progs/cow.cubin: tests/kernels/cow.cu
+$(BUNDLE)/apps/cow.cubin: tests/kernels/cow.cu
 	@mkdir -p $(@D)
 	$(NVCC) -cubin -arch=sm_90 -o $@ $<
 

@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# Copy-on-write checkpoints on a real GPU, with a real phosfs mount:
+#   1. tests/apps/cow_app (2 GiB of device memory in eight buffers, kernels
+#      that read one buffer and write another, a T** kernel, memsets, host
+#      copies, frees and allocations) is checkpointed with cow at 20 random
+#      moments; each time the running process checks every byte against its
+#      host copies, then it is killed with -9, restored from that image and
+#      checks again: the image is the state at t1.
+#   2. PyTorch training is checkpointed with cow every 2 s for 60 s, killed
+#      and restored from the latest checkpoint: every step line after it
+#      (batch checksum and loss) is the uninterrupted run's.
+# Needs root, FUSE, a GPU (and PyTorch with CUDA for 2).
+# PHOS_COW_ITERATIONS and PHOS_COW_MIB change case 1.
+b=${PHOS_BUNDLE:-gpu-bundle}
+src=${PHOS_SRCDIR:-$b/..}
+iters=${PHOS_COW_ITERATIONS:-20}
+mib=${PHOS_COW_MIB:-2048}
+echo "1..2"
+skip() { for i in 1 2; do echo "ok $i # skip $1"; done; exit 0; }
+[ "$(id -u)" = 0 ] && [ -e /dev/fuse ] || skip "needs root and FUSE"
+nvidia-smi -L >/dev/null 2>&1 || skip "no GPU"
+work=$(mktemp -d /dev/shm/phos-cow.XXXXXX)
+mnt=$work/mnt store=$work/store
+mkdir -p "$mnt"
+export PHOS_MOUNT=$mnt PHOS_SOCKET=$work/sock PHOS_LIBPHOS=$b/lib/libphos.so
+"$b/bin/phosfs" --socket "$PHOS_SOCKET" --store "$store" --criu "$b/bin/criu" \
+	--criu-plugins "$b/criu-plugins" -f "$mnt" 2>"$work/phosfs.log" &
+fs=$!
+cleanup() {
+	for p in $(cat "$work"/pids 2>/dev/null); do pkill -9 -s "$p" 2>/dev/null; done
+	kill "$fs" 2>/dev/null
+	wait "$fs" 2>/dev/null
+	sed 's/^/# phosfs: /' "$work/phosfs.log" | tail -20
+	rm -rf "$work"
+}
+trap cleanup EXIT
+for _ in $(seq 50); do [ -e "$mnt/version" ] && break; sleep 0.1; done
+phos="$b/bin/phos"
+wait_line() { # FILE PATTERN SECONDS
+	for _ in $(seq $(($3 * 10))); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.1; done
+	return 1
+}
+kill_job() {
+	pkill -9 -s "$1"
+	for _ in $(seq 100); do pgrep -s "$1" >/dev/null || return 0; sleep 0.1; done
+	return 1
+}
+start() { # FILE CMD...: runs CMD under phos, its pid in FILE
+	local f=$1
+	shift
+	"$phos" run -- "$@" >"$f" 2>/dev/null &
+	for _ in $(seq 50); do [ -s "$f" ] && break; sleep 0.1; done
+	cat "$f"
+}
+# Sends SIGUSR1 and waits for the count of "verify ok" lines to pass $2.
+verify() { # PID COUNT OUT
+	kill -USR1 "$1"
+	for _ in $(seq 600); do
+		grep -q "verify FAILED" "$3" && return 1
+		[ "$(grep -c '^verify ok' "$3")" -gt "$2" ] && return 0
+		sleep 0.05
+	done
+	return 1
+}
+
+# 1. cow_app
+pid=$(start "$work/pid1" "$b/apps/cow_app" "$b/apps/cow.cubin" "$mib" "$RANDOM")
+echo "$pid" >>"$work/pids"
+out=$store/run/$pid.out good=0
+if wait_line "$out" "^ops 200" 120; then
+	for i in $(seq "$iters"); do
+		sleep "0.$((RANDOM % 900))"
+		echo "checkpoint name=c$i" >"$mnt/$pid/ctl" || break
+		for _ in $(seq 1200); do grep -q '^job: none' "$mnt/$pid/status" && break; sleep 0.05; done
+		grep -q "^last job: checkpoint cow name=c$i: done" "$mnt/$pid/status" || break
+		grep -E '^(stall ms|steps ms|off gpu at|published at|cow |safety)' "$mnt/$pid/status" | tr '\n' ';' | sed 's/^/# /'
+		echo
+		n=$(grep -c '^verify ok' "$out")
+		verify "$pid" "$n" "$out" || { echo "# the running process failed its check"; break; }
+		kill -9 "$pid"
+		for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
+		"$phos" restore "$store/$pid/c$i" >/dev/null || break
+		n=$(grep -c '^verify ok' "$out")
+		verify "$pid" "$n" "$out" || { echo "# the restore of c$i failed its check"; break; }
+		[ "$i" -gt 1 ] && rm -rf "${store:?}/$pid/c$((i - 1))"
+		good=$i
+	done
+fi
+tail -3 "$out" | sed 's/^/# /'
+kill_job "$pid"
+[ "$good" = "$iters" ] &&
+	echo "ok 1 - $iters cow checkpoints of cow_app ($mib MiB) at random moments: each restore is the state at t1, byte for byte" ||
+	echo "not ok 1 - cow_app: $good of $iters cow iterations were exact"
+
+# 2. PyTorch, cow every 2 s for 60 s
+if ! python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+	echo "ok 2 # skip no PyTorch with CUDA"
+	exit 0
+fi
+steps=1500
+plain=$(python3 "$src/examples/pytorch/train_loader.py" --steps $steps --workers 0 2>&1)
+pid=$(start "$work/pid2" python3 "$src/examples/pytorch/train_loader.py" --steps $steps --workers 0 --sleep 0.03)
+echo "$pid" >>"$work/pids"
+out=$store/run/$pid.out ok=0 taken=0
+if wait_line "$out" "^step 20 " 180; then
+	end=$((SECONDS + 60))
+	while [ $SECONDS -lt $end ]; do
+		"$phos" checkpoint "$pid" --wait >/dev/null && taken=$((taken + 1))
+		sleep 2
+	done
+	grep -E '^(stall ms|steps ms|off gpu at|published at|cow |safety)' "$mnt/$pid/status" | sed 's/^/# /'
+	at=$(grep -c '^step' "$out")
+	kill_job "$pid"
+	rpid=$("$phos" restore "$mnt/$pid/checkpoints/latest")
+	wait_line "$out" "^step $((steps - 1)) " 600
+	bad=$(grep '^step' "$out" | sort -u | grep -vxF -f <(printf '%s\n' "$plain") | wc -l)
+	echo "# $taken checkpoints in 60 s; killed at $at step lines; restored $rpid; $bad lines differ"
+	[ "$rpid" = "$pid" ] && [ "$taken" -ge 20 ] && [ "$bad" = 0 ] && grep -q "^step $((steps - 1)) " "$out" && ok=1
+fi
+kill_job "$pid"
+[ $ok = 1 ] &&
+	echo "ok 2 - PyTorch checkpointed with cow every 2 s for 60 s, killed and restored from the latest: the losses continue exactly" ||
+	echo "not ok 2 - PyTorch with cow checkpoints did not continue exactly"
