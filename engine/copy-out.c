@@ -27,6 +27,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -402,29 +404,46 @@ static int plan(outjob *j)
 	return 0;
 }
 
-int engine_staging_alloc(uint64_t want, uint32_t chunk, void **buf, uint64_t *got, char *err, size_t errlen)
+int engine_staging_alloc(engine_staging *s, int fd, uint64_t want, uint32_t chunk, char *err, size_t errlen)
 {
-	*buf = NULL;
-	*got = 0;
+	memset(s, 0, sizeof(*s));
 	int e = driver_use(0, err, errlen);
 	if (e)
 		return e;
-	uint64_t min = 4ull * chunk;
-	for (uint64_t b = want < min ? min : want / chunk * chunk; b >= min; b = b / 2 / chunk * chunk) {
-		if (cu.cuMemAllocHost(buf, b) == CUDA_SUCCESS) {
-			*got = b;
+	uint64_t t0 = now_ns(), min = 4ull * chunk;
+	want = want < min ? min : want / chunk * chunk;
+	struct stat st;
+	if (fd >= 0 && fstat(fd, &st) == 0 && (uint64_t)st.st_size >= min) {
+		uint64_t b = want < (uint64_t)st.st_size ? want : (uint64_t)st.st_size / chunk * chunk;
+		void *p = mmap(NULL, b, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+		if (p != MAP_FAILED && cu.cuMemHostRegister(p, b, 0) == CUDA_SUCCESS) {
+			*s = (engine_staging){ .buf = p, .bytes = b, .registered = true, .pin_ns = now_ns() - t0 };
 			return 0;
 		}
-		*buf = NULL;
+		if (p != MAP_FAILED)
+			munmap(p, b);
+	}
+	for (uint64_t b = want; b >= min; b = b / 2 / chunk * chunk) {
+		if (cu.cuMemAllocHost(&s->buf, b) == CUDA_SUCCESS) {
+			s->bytes = b;
+			s->pin_ns = now_ns() - t0;
+			return 0;
+		}
+		s->buf = NULL;
 	}
 	return engine_fail(-ENOMEM, err, errlen, "cannot pin %llu MiB of host memory for staging",
 			   (unsigned long long)(min >> 20));
 }
 
-void engine_staging_free(void *buf)
+void engine_staging_free(engine_staging *s)
 {
-	if (buf)
-		cu.cuMemFreeHost(buf);
+	if (s->buf && s->registered) {
+		cu.cuMemHostUnregister(s->buf);
+		munmap(s->buf, s->bytes);
+	} else if (s->buf) {
+		cu.cuMemFreeHost(s->buf);
+	}
+	memset(s, 0, sizeof(*s));
 }
 
 int engine_copy_out(const engine_parked *objs, phosimg_writer *w, const engine_copy_opts *o, engine_progress *prog,

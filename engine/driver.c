@@ -64,6 +64,8 @@ static void load(void)
 	LOAD(h, cuMemImportFromShareableHandle);
 	LOAD(h, cuMemAllocHost);
 	LOAD(h, cuMemFreeHost);
+	LOAD(h, cuMemHostRegister);
+	LOAD(h, cuMemHostUnregister);
 	LOAD(h, cuMemcpyDtoHAsync);
 	LOAD(h, cuMemcpyHtoDAsync);
 	LOAD(h, cuStreamCreate);

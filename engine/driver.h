@@ -36,6 +36,8 @@ struct driver_api {
 	DRV(cuMemImportFromShareableHandle);
 	DRV(cuMemAllocHost);
 	DRV(cuMemFreeHost);
+	DRV(cuMemHostRegister);
+	DRV(cuMemHostUnregister);
 	DRV(cuMemcpyDtoHAsync);
 	DRV(cuMemcpyHtoDAsync);
 	DRV(cuStreamCreate);

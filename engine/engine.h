@@ -75,6 +75,7 @@ typedef struct engine_progress {
 	_Atomic uint64_t shadows, shadow_bytes, waits, wait_ns, net_waits, net_wait_ns;
 	_Atomic int protocol; /* PHOSIMG_PROTO_* of the checkpoint */
 	_Atomic uint64_t staging_bytes; /* the host staging pool of the copy */
+	_Atomic uint64_t staging_pin_ns; /* the time pinning it took (before the stall) */
 } engine_progress;
 
 /* Moves p to step, adding the time since the last move to the step it
@@ -261,6 +262,7 @@ typedef struct engine_stop_args {
 	 * kill (nothing runs) and for a tree with no traced process. */
 	bool cow;
 	uint64_t staging;  /* host staging pool, bytes (0: ENGINE_STAGING) */
+	int staging_fd;    /* phosfs's staging memfd, or -1 */
 	uint64_t shadow_pool; /* CoW shadow pool per process, bytes */
 	uint32_t chunk;    /* bytes (0: ENGINE_CHUNK) */
 } engine_stop_args;
@@ -298,10 +300,21 @@ typedef struct engine_copy_opts {
 int engine_copy_out(const engine_parked *objs, phosimg_writer *w, const engine_copy_opts *o, engine_progress *prog,
 		    char *err, size_t errlen);
 
-/* Allocates up to want bytes of pinned host memory (less if the host
- * refuses that much, but at least 4 chunks) for copies. Errors: -ENOMEM. */
-int engine_staging_alloc(uint64_t want, uint32_t chunk, void **buf, uint64_t *got, char *err, size_t errlen);
-void engine_staging_free(void *buf);
+/* Pinned host memory for copies. */
+typedef struct engine_staging {
+	void *buf;
+	uint64_t bytes;
+	bool registered; /* the memfd's pages, registered; else the driver's own */
+	uint64_t pin_ns; /* how long making it took */
+} engine_staging;
+
+/* Pins up to want bytes (less if the host refuses that much, but at least
+ * 4 chunks) for copies: the pages of the staging memfd fd that phosfs made
+ * once (mapped and registered with the driver), or where fd is -1 or
+ * cannot be registered, new pinned memory. Errors: -ENOMEM. */
+int engine_staging_alloc(engine_staging *s, int fd, uint64_t want, uint32_t chunk, char *err, size_t errlen);
+/* Unpins and unmaps it (s is emptied). */
+void engine_staging_free(engine_staging *s);
 
 /* Makes a new allocation for every object of img, fills it from the
  * image, and returns the records, fds and pids in *out, ready for

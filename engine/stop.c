@@ -178,12 +178,12 @@ int engine_stop(const engine_stop_args *a, char *err, size_t errlen)
 	if (driver_devices(devs, PHOSIMG_DEVICES_MAX, &meta.device_count) == 0)
 		meta.devices = devs;
 	/* Pinning is slow: the staging pool is made before the stall. */
-	void *staging = NULL;
-	uint64_t staging_bytes = 0;
+	engine_staging staging = { 0 };
 	if (a->ntraced)
-		e = engine_staging_alloc(a->staging ? a->staging : ENGINE_STAGING, chunk, &staging, &staging_bytes, err,
+		e = engine_staging_alloc(&staging, a->staging_fd, a->staging ? a->staging : ENGINE_STAGING, chunk, err,
 					 errlen);
-	atomic_store(&prog->staging_bytes, staging_bytes);
+	atomic_store(&prog->staging_bytes, staging.bytes);
+	atomic_store(&prog->staging_pin_ns, staging.pin_ns);
 	phosimg_writer *w = NULL;
 	phosimg_writer_opts wo = { .chunk_size = chunk };
 	if (!e) {
@@ -193,7 +193,7 @@ int engine_stop(const engine_stop_args *a, char *err, size_t errlen)
 				    *phosimg_last_error() ? phosimg_last_error() : strerror(-e));
 	}
 	if (e) {
-		engine_staging_free(staging);
+		engine_staging_free(&staging);
 		free(cmdline);
 		free(ms);
 		free(m);
@@ -255,7 +255,7 @@ int engine_stop(const engine_stop_args *a, char *err, size_t errlen)
 		e = criu_dump(a->criu, a->pid, phosimg_writer_criu_dir(w), a->kill, a->log, err, errlen);
 		dumped = !e;
 	}
-	engine_copy_opts co = { .chunk = chunk, .staging = staging, .staging_bytes = staging_bytes, .t1_ns = t0 };
+	engine_copy_opts co = { .chunk = chunk, .staging = staging.buf, .staging_bytes = staging.bytes, .t1_ns = t0 };
 	if (!e && parked.n && !cow) {
 		engine_step(prog, STEP_COPY);
 		e = engine_copy_out(&parked, w, &co, prog, err, errlen);
@@ -282,7 +282,7 @@ int engine_stop(const engine_stop_args *a, char *err, size_t errlen)
 	}
 	engine_cow_free(&tables);
 	engine_parked_free(&parked);
-	engine_staging_free(staging);
+	engine_staging_free(&staging);
 	if (e) {
 		phosimg_writer_abort(w);
 		return e;

@@ -420,7 +420,8 @@ static void copy_status(const engine_progress *p, text *out)
 	add(out, "protocol: %s\n", proto == PHOSIMG_PROTO_COW ? "cow" : "stop");
 	add(out, "off gpu: %" PRIu64 "/%" PRIu64 " bytes\n", atomic_load(&p->off), total);
 	add(out, "in image: %" PRIu64 "/%" PRIu64 " bytes\n", atomic_load(&p->done), total);
-	add(out, "staging: %" PRIu64 " bytes\n", atomic_load(&p->staging_bytes));
+	add(out, "staging: %" PRIu64 " bytes (pinned in %.1f ms)\n", atomic_load(&p->staging_bytes),
+	    ms(atomic_load(&p->staging_pin_ns)));
 	if (atomic_load(&p->off_ns))
 		add(out, "off gpu at ms: %.1f\n", ms(atomic_load(&p->off_ns)));
 	if (atomic_load(&p->publish_ns))

@@ -2,7 +2,7 @@
  * A job process. phosfs runs each checkpoint and restore as
  *
  *   phosfs --job stop    --shared FD --pid PID --image PATH --criu CRIU --log LOG
- *                        [--kill] [--cow] [--staging BYTES] [--chunk BYTES]
+ *                        [--kill] [--cow] [--staging BYTES] [--staging-fd FD] [--chunk BYTES]
  *                        [--shadow-pool BYTES] [--plugins DIR] [--member PID:CONN:TID]…
  *   phosfs --job restore --shared FD --image PATH --criu CRIU --log LOG [--plugins DIR]
  *
@@ -113,6 +113,7 @@ int job_process_main(int argc, char **argv)
 	pid_t pid = 0;
 	bool kill = false, cow = false;
 	uint64_t staging = 0, chunk = 0, pool = 0;
+	int staging_fd = -1;
 	engine_traced *traced = calloc((size_t)argc, sizeof(*traced));
 	int ntraced = 0;
 	if (!traced)
@@ -143,6 +144,8 @@ int job_process_main(int argc, char **argv)
 			cow = true;
 		else if (!strcmp(argv[i], "--staging") && v)
 			staging = strtoull(argv[++i], NULL, 10);
+		else if (!strcmp(argv[i], "--staging-fd") && v)
+			staging_fd = atoi(argv[++i]);
 		else if (!strcmp(argv[i], "--chunk") && v)
 			chunk = (uint32_t)strtoull(argv[++i], NULL, 10);
 		else if (!strcmp(argv[i], "--shadow-pool") && v)
@@ -164,7 +167,7 @@ int job_process_main(int argc, char **argv)
 	if (!strcmp(kind, "stop")) {
 		engine_stop_args a = { .pid = pid, .image = image, .criu = criu, .log = log, .kill = kill,
 				       .traced = traced, .ntraced = ntraced, .tracer = &t, .prog = &sh->prog,
-				       .cow = cow, .staging = staging, .chunk = (uint32_t)chunk, .shadow_pool = pool };
+				       .cow = cow, .staging = staging, .staging_fd = staging_fd, .chunk = (uint32_t)chunk, .shadow_pool = pool };
 		e = engine_stop(&a, err, sizeof(err));
 		if (!e)
 			set_latest(image);

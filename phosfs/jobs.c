@@ -425,7 +425,7 @@ int job_checkpoint(target *t, const ctl_cmd *c, char *err, size_t errlen)
 	}
 	free(procs);
 	free(m);
-	char pid_s[16], staging_s[24], chunk_s[24], pool_s[24];
+	char pid_s[16], staging_s[24], chunk_s[24], pool_s[24], sfd_s[16];
 	snprintf(pid_s, sizeof(pid_s), "%d", (int)t->pid);
 	/* The staging pool needs to hold no more than the memory copied. */
 	uint64_t staging = phosfs_staging, room = bytes + bytes / 8 + 4 * phosfs_chunk;
@@ -434,6 +434,7 @@ int job_checkpoint(target *t, const ctl_cmd *c, char *err, size_t errlen)
 	snprintf(staging_s, sizeof(staging_s), "%llu", (unsigned long long)staging);
 	snprintf(chunk_s, sizeof(chunk_s), "%llu", (unsigned long long)phosfs_chunk);
 	snprintf(pool_s, sizeof(pool_s), "%llu", (unsigned long long)phosfs_shadow_pool);
+	snprintf(sfd_s, sizeof(sfd_s), "%d", staging_fd());
 	watch *w = NULL;
 	if (!e) {
 		int k = 0;
@@ -450,13 +451,18 @@ int job_checkpoint(target *t, const ctl_cmd *c, char *err, size_t errlen)
 			args[k++] = "--kill";
 		if (proto == CTL_COW)
 			args[k++] = "--cow";
+		if (staging_fd() >= 0) {
+			args[k++] = "--staging-fd";
+			args[k++] = sfd_s;
+			conns[nconns] = staging_fd(); /* kept open in the job, not closed here */
+		}
 		for (int i = 0; i < nconns; i++) {
 			args[k++] = "--member";
 			args[k++] = members[i];
 		}
 		args[k] = NULL;
 		w = calloc(1, sizeof(*w));
-		e = w ? spawn_job(args, conns, nconns, &w->s, err, errlen) : -ENOMEM;
+		e = w ? spawn_job(args, conns, nconns + (staging_fd() >= 0), &w->s, err, errlen) : -ENOMEM;
 	}
 	for (int i = 0; i < nconns; i++)
 		close(conns[i]);

@@ -180,6 +180,10 @@ int main(int argc, char **argv)
 		free(argl);
 		return 1;
 	}
+	int sg = staging_start(phosfs_staging);
+	if (sg)
+		syslog(LOG_WARNING, "cannot make the %llu MiB staging pool (%s): each checkpoint pins its own",
+		       (unsigned long long)(phosfs_staging >> 20), strerror(-sg));
 	phosfs_store = store_abs;
 	ssize_t sl = readlink("/proc/self/exe", self, sizeof(self) - 1);
 	self[sl > 0 ? sl : 0] = 0;

@@ -28,6 +28,13 @@ extern uint64_t phosfs_staging;     /* --staging: pinned host staging of a copy,
 extern uint64_t phosfs_chunk;       /* --chunk: chunk of copies and images, bytes */
 extern uint64_t phosfs_shadow_pool; /* --shadow-pool: CoW shadows per process, bytes */
 
+/* staging.c: the host staging pool, made once (a memfd jobs map and pin). */
+/* Makes it, of bytes (its pages come with the first job that uses
+ * them). Errors: errno of memfd_create or ftruncate. */
+int staging_start(uint64_t bytes);
+/* Its fd, or -1 (jobs then allocate their own). */
+int staging_fd(void);
+
 /* A traced process, as registered. Owned by the registry; callers get
  * references through registry_get and give them back with registry_put. */
 typedef struct proc {

@@ -1,0 +1,32 @@
+/*
+ * The host staging pool, made once: a memfd of --staging bytes. Each
+ * checkpoint's job maps the part it needs and registers (pins) it with
+ * the driver. Its pages are allocated and cleared by the first job that
+ * touches them, and stay in the memfd for the next ones, so no later job
+ * pays for that again.
+ */
+#include <errno.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "phosfs.h"
+
+static int fd = -1; /* set once at start, before any job */
+
+int staging_start(uint64_t bytes)
+{
+	fd = memfd_create("phos-staging", MFD_CLOEXEC);
+	if (fd < 0 || ftruncate(fd, (off_t)bytes) != 0) {
+		int e = -errno;
+		if (fd >= 0)
+			close(fd);
+		fd = -1;
+		return e;
+	}
+	return 0;
+}
+
+int staging_fd(void)
+{
+	return fd;
+}
