@@ -45,7 +45,8 @@ typedef struct item {
 	uint32_t len;
 } item;
 
-typedef struct outjob {
+typedef struct engine_copy outjob;
+struct engine_copy {
 	const engine_parked *objs;
 	mapping *maps;
 	const uint32_t *ids;
@@ -73,7 +74,9 @@ typedef struct outjob {
 	int copiers;
 	_Atomic int error;
 	char err[ENGINE_ERR_MAX];
-} outjob;
+	pthread_t th[COPIERS + WRITERS];
+	int nc, nw; /* copiers and writers started */
+};
 
 static uint64_t now_ns(void)
 {
@@ -264,6 +267,9 @@ static void chunk_off(outjob *j, cow_header *t, _Atomic uint32_t *st, uint32_t s
 			atomic_store(&j->prog->off_ns, now_ns() - j->t1_ns);
 		if (j->cow)
 			engine_cow_end(j->cow);
+		pthread_mutex_lock(&j->lock);
+		pthread_cond_broadcast(&j->moved);
+		pthread_mutex_unlock(&j->lock);
 	}
 }
 
@@ -446,18 +452,36 @@ void engine_staging_free(engine_staging *s)
 	memset(s, 0, sizeof(*s));
 }
 
-int engine_copy_out(const engine_parked *objs, phosimg_writer *w, const engine_copy_opts *o, engine_progress *prog,
-		    char *err, size_t errlen)
+static void job_free(outjob *j)
 {
+	if (j->maps)
+		mapping_unmap_all(j->maps, j->n);
+	free(j->maps);
+	free((void *)j->ids);
+	free(j->first);
+	free(j->order);
+	free(j->free_slots);
+	free(j->queue);
+	free(j->aside);
+	free(j);
+}
+
+int engine_copy_begin(const engine_parked *objs, phosimg_writer *w, const engine_copy_opts *o, engine_progress *prog,
+		      engine_copy **out, char *err, size_t errlen)
+{
+	*out = NULL;
 	int n = objs->n;
-	outjob j = { .objs = objs, .w = w, .prog = prog, .cow = o->cow, .chunk = o->chunk, .t1_ns = o->t1_ns,
-		     .n = n, .pool = o->staging, .nslots = (uint32_t)(o->staging_bytes / o->chunk) };
-	mapping *maps = j.maps = calloc(n ? (size_t)n : 1, sizeof(*maps));
+	outjob *j = calloc(1, sizeof(*j));
+	if (!j)
+		return engine_fail(-ENOMEM, err, errlen, "out of memory");
+	*j = (outjob){ .objs = objs, .w = w, .prog = prog, .cow = o->cow, .chunk = o->chunk, .t1_ns = o->t1_ns,
+		       .n = n, .pool = o->staging, .nslots = (uint32_t)(o->staging_bytes / o->chunk) };
+	mapping *maps = j->maps = calloc(n ? (size_t)n : 1, sizeof(*maps));
 	uint32_t *ids = calloc(n ? (size_t)n : 1, sizeof(*ids));
-	j.ids = ids;
-	j.first = calloc((size_t)n + 1, sizeof(*j.first));
-	int e = maps && ids && j.first ? 0 : engine_fail(-ENOMEM, err, errlen, "out of memory");
-	if (!e && (!j.pool || j.nslots < 2))
+	j->ids = ids;
+	j->first = calloc((size_t)n + 1, sizeof(*j->first));
+	int e = maps && ids && j->first ? 0 : engine_fail(-ENOMEM, err, errlen, "out of memory");
+	if (!e && (!j->pool || j->nslots < 2))
 		e = engine_fail(-EINVAL, err, errlen, "no staging memory for the copy");
 	for (int k = 0; k < n && !e; k++) {
 		const wire_object *ob = &objs->objs[k];
@@ -472,68 +496,84 @@ int engine_copy_out(const engine_parked *objs, phosimg_writer *w, const engine_c
 			break;
 		}
 		e = mapping_import(&maps[k], objs->fds[k], ob->size, (int)ob->device, err, errlen);
-		j.first[k + 1] = j.first[k] + (ob->size + o->chunk - 1) / o->chunk;
+		j->first[k + 1] = j->first[k] + (ob->size + o->chunk - 1) / o->chunk;
 	}
-	j.nchunks = n ? j.first[n] : 0;
-	atomic_store(&j.left, j.nchunks);
-	j.free_slots = calloc(j.nslots ? j.nslots : 1, sizeof(*j.free_slots));
-	j.queue = calloc(j.nslots ? j.nslots : 1, sizeof(*j.queue));
-	j.aside = calloc(j.nchunks ? j.nchunks : 1, sizeof(*j.aside));
-	if (!e && (!j.free_slots || !j.queue || !j.aside || plan(&j)))
+	j->nchunks = n && j->first ? j->first[n] : 0;
+	atomic_store(&j->left, j->nchunks);
+	j->free_slots = calloc(j->nslots ? j->nslots : 1, sizeof(*j->free_slots));
+	j->queue = calloc(j->nslots ? j->nslots : 1, sizeof(*j->queue));
+	j->aside = calloc(j->nchunks ? j->nchunks : 1, sizeof(*j->aside));
+	if (!e && (!j->free_slots || !j->queue || !j->aside || plan(j)))
 		e = engine_fail(-ENOMEM, err, errlen, "out of memory");
-	for (uint32_t s = 0; s < j.nslots && j.free_slots; s++)
-		j.free_slots[j.nfree++] = j.nslots - 1 - s;
-	if (!e && !j.nchunks && j.cow) {
-		engine_cow_end(j.cow);
-		if (prog && j.t1_ns)
-			atomic_store(&prog->off_ns, now_ns() - j.t1_ns);
+	if (e) {
+		job_free(j);
+		return e;
 	}
-	if (!e && j.nchunks) {
-		pthread_mutex_init(&j.lock, NULL);
-		pthread_cond_init(&j.moved, NULL);
-		pthread_t th[COPIERS + WRITERS];
-		int nc = 0, nw = 0;
-		j.copiers = COPIERS;
-		for (; nc < COPIERS; nc++)
-			if (pthread_create(&th[nc], NULL, copier, &j))
-				break;
-		pthread_mutex_lock(&j.lock);
-		j.copiers -= COPIERS - nc; /* those that did not start */
-		pthread_cond_broadcast(&j.moved);
-		pthread_mutex_unlock(&j.lock);
-		for (; nw < WRITERS; nw++)
-			if (pthread_create(&th[nc + nw], NULL, writer, &j))
-				break;
-		if (!nc || !nw)
-			fail(&j, -EAGAIN, "cannot start the copy threads");
-		for (int i = 0; i < nc; i++)
-			pthread_join(th[i], NULL);
-		if (!nw) { /* nobody frees the queued slots: drop them */
-			pthread_mutex_lock(&j.lock);
-			j.qlen = 0;
-			pthread_mutex_unlock(&j.lock);
-		}
-		for (int i = 0; i < nw; i++)
-			pthread_join(th[nc + i], NULL);
-		pthread_cond_destroy(&j.moved);
-		pthread_mutex_destroy(&j.lock);
-		e = atomic_load(&j.error);
-		if (!e && atomic_load(&j.left))
-			e = engine_fail(-EIO, err, errlen, "%llu chunks were not copied",
-					(unsigned long long)atomic_load(&j.left));
-		else if (e)
-			engine_fail(e, err, errlen, "%s", j.err);
+	for (uint32_t sl = 0; sl < j->nslots; sl++)
+		j->free_slots[j->nfree++] = j->nslots - 1 - sl;
+	pthread_mutex_init(&j->lock, NULL);
+	pthread_cond_init(&j->moved, NULL);
+	if (!j->nchunks) {
+		if (j->cow)
+			engine_cow_end(j->cow);
+		if (prog && j->t1_ns)
+			atomic_store(&prog->off_ns, now_ns() - j->t1_ns);
 	}
-	if (j.cow)
-		engine_cow_end(j.cow);
-	if (maps)
-		mapping_unmap_all(maps, n);
-	free(maps);
-	free(ids);
-	free(j.first);
-	free(j.order);
-	free(j.free_slots);
-	free(j.queue);
-	free(j.aside);
+	j->copiers = COPIERS;
+	for (; j->nc < (j->nchunks ? COPIERS : 0); j->nc++)
+		if (pthread_create(&j->th[j->nc], NULL, copier, j))
+			break;
+	pthread_mutex_lock(&j->lock);
+	j->copiers -= COPIERS - j->nc; /* those that did not start */
+	pthread_cond_broadcast(&j->moved);
+	pthread_mutex_unlock(&j->lock);
+	for (; j->nw < (j->nchunks ? WRITERS : 0); j->nw++)
+		if (pthread_create(&j->th[COPIERS + j->nw], NULL, writer, j))
+			break;
+	if (j->nchunks && (!j->nc || !j->nw))
+		fail(j, -EAGAIN, "cannot start the copy threads");
+	*out = j;
+	return 0;
+}
+
+int engine_copy_wait_off(engine_copy *j)
+{
+	pthread_mutex_lock(&j->lock);
+	while (atomic_load(&j->left) && !atomic_load(&j->error) && j->copiers > 0)
+		pthread_cond_wait(&j->moved, &j->lock);
+	pthread_mutex_unlock(&j->lock);
+	int e = atomic_load(&j->error);
+	return e ? e : atomic_load(&j->left) ? -EIO : 0;
+}
+
+int engine_copy_end(engine_copy *j, char *err, size_t errlen)
+{
+	for (int i = 0; i < j->nc; i++)
+		pthread_join(j->th[i], NULL);
+	if (!j->nw) { /* nobody frees the queued slots: drop them */
+		pthread_mutex_lock(&j->lock);
+		j->qlen = 0;
+		pthread_mutex_unlock(&j->lock);
+	}
+	for (int i = 0; i < j->nw; i++)
+		pthread_join(j->th[COPIERS + i], NULL);
+	int e = atomic_load(&j->error);
+	if (!e && atomic_load(&j->left))
+		e = engine_fail(-EIO, err, errlen, "%llu chunks were not copied", (unsigned long long)atomic_load(&j->left));
+	else if (e)
+		engine_fail(e, err, errlen, "%s", j->err);
+	if (j->cow)
+		engine_cow_end(j->cow);
+	pthread_cond_destroy(&j->moved);
+	pthread_mutex_destroy(&j->lock);
+	job_free(j);
 	return e;
+}
+
+int engine_copy_out(const engine_parked *objs, phosimg_writer *w, const engine_copy_opts *o, engine_progress *prog,
+		    char *err, size_t errlen)
+{
+	engine_copy *j;
+	int e = engine_copy_begin(objs, w, o, prog, &j, err, errlen);
+	return e ? e : engine_copy_end(j, err, errlen);
 }

@@ -42,6 +42,7 @@ enum engine_step {
 	STEP_PUBLISH,
 	STEP_FILL,    /* restore: device memory from the image */
 	STEP_RESTORE, /* restore: criu restore */
+	STEP_DRAIN,   /* stop: staged memory written into the image, the process running */
 	STEP_DONE,
 };
 
@@ -299,6 +300,18 @@ typedef struct engine_copy_opts {
  * Errors: -ECANCELED (prog->cancel), -EIO (driver), image errors. */
 int engine_copy_out(const engine_parked *objs, phosimg_writer *w, const engine_copy_opts *o, engine_progress *prog,
 		    char *err, size_t errlen);
+
+/* The same in three steps, so that a stop checkpoint lets the process run
+ * again once its memory is off the GPU: begin starts the threads (*out is
+ * the copy; objs, w, the staging and the CoW tables must outlive it);
+ * wait_off returns once every chunk is off the GPU (or the copy failed:
+ * its error); end waits for the writers, frees the copy and returns its
+ * error (err says what it was). */
+typedef struct engine_copy engine_copy;
+int engine_copy_begin(const engine_parked *objs, phosimg_writer *w, const engine_copy_opts *o, engine_progress *prog,
+		      engine_copy **out, char *err, size_t errlen);
+int engine_copy_wait_off(engine_copy *c);
+int engine_copy_end(engine_copy *c, char *err, size_t errlen);
 
 /* Pinned host memory for copies. */
 typedef struct engine_staging {

@@ -4,11 +4,12 @@
  *   1-2. quiesce and park (traced processes only)
  *   3.   driver lock and checkpoint (CUDA processes only)
  *   4.   criu dump, --leave-running unless kill
- *   5.   stop: copy the parked memory into the image
+ *   5.   stop: copy the parked memory off the GPU, into staging
  *        cow:  make each traced process's CoW table and shadow pool
  *   6.   driver restore and unlock
  *   7.   unpark (cow: with the table); the stall ends here
- *   8.   cow: copy the parked memory while the processes run
+ *   8.   stop: the staged memory is written into the image
+ *        cow: the parked memory is copied while the processes run
  *   9.   publish the image
  *
  * Whatever fails, a process that is still alive is brought back to
@@ -31,7 +32,7 @@ const char *engine_step_name(int step)
 {
 	static const char *const names[] = { "idle",   "park",    "driver-checkpoint", "criu-dump",
 					     "copy",   "driver-restore", "unpark", "publish",
-					     "fill",   "criu-restore",   "done" };
+					     "fill",   "criu-restore",   "drain",  "done" };
 	return step >= 0 && step <= STEP_DONE ? names[step] : "?";
 }
 
@@ -256,9 +257,16 @@ int engine_stop(const engine_stop_args *a, char *err, size_t errlen)
 		dumped = !e;
 	}
 	engine_copy_opts co = { .chunk = chunk, .staging = staging.buf, .staging_bytes = staging.bytes, .t1_ns = t0 };
+	/* stop: the processes wait until their memory is off the GPU, not
+	 * until it is in the image; staging holds the rest meanwhile. */
+	engine_copy *copy = NULL;
 	if (!e && parked.n && !cow) {
 		engine_step(prog, STEP_COPY);
-		e = engine_copy_out(&parked, w, &co, prog, err, errlen);
+		e = engine_copy_begin(&parked, w, &co, prog, &copy, err, errlen);
+		if (!e && engine_copy_wait_off(copy)) {
+			e = engine_copy_end(copy, err, errlen);
+			copy = NULL;
+		}
 	}
 	if (!e && cow)
 		e = engine_cow_prepare(&tables, &parked, chunk, a->shadow_pool, err, errlen);
@@ -272,6 +280,11 @@ int engine_stop(const engine_stop_args *a, char *err, size_t errlen)
 	if (!e && e2) {
 		e = e2;
 		snprintf(err, errlen, "%s", err2);
+	}
+	if (copy) {
+		engine_step(prog, STEP_DRAIN);
+		int ce = engine_copy_end(copy, e ? err2 : err, e ? sizeof(err2) : errlen);
+		e = e ? e : ce;
 	}
 	/* CoW: the processes run; their t1 memory is copied now. */
 	if (!e && cow) {

@@ -65,7 +65,7 @@ int main(void)
 	if (access(app, X_OK) || access(cubin, R_OK))
 		skip_all("tests/apps/cow_app or its cubin is not built (the cubin needs nvcc)");
 	int iters = getenv("PHOS_COW_ITERATIONS") ? atoi(getenv("PHOS_COW_ITERATIONS")) : 100;
-	plan(iters + 3);
+	plan(iters + 5);
 	r.opts[0] = "--chunk";
 	r.opts[1] = "256K";
 	r.opts[2] = "--shadow-pool";
@@ -138,6 +138,22 @@ int main(void)
 	}
 	ok(shadows > 0, "writes during the copies were shadowed (%ld shadows in %d iterations)", shadows, good);
 	ok(net > 0, "T** launches during the copies were held by the safety net (%ld; %ld other waits)", net, waits);
+
+	/* cancel during a CoW checkpoint: nothing is published, the process
+	 * runs on intact, and the next checkpoint works. */
+	char image[PATH_MAX], last[256] = "";
+	rig_ctl(ctl, "checkpoint name=gone\n", 21);
+	int ce = rig_ctl(ctl, "cancel\n", 7);
+	int ended = rig_job_done(&r, pid, 60000, last, sizeof(last));
+	snprintf(image, sizeof(image), "%s/%d/gone", r.store, (int)pid);
+	int live = verified(pid, out, &nverify);
+	ok(!ce && ended && strstr(last, "failed") && access(image, F_OK) != 0 && live,
+	   "cancel during a cow checkpoint publishes nothing; the process runs on intact (%s)", last);
+	rig_ctl(ctl, "checkpoint name=after\n", 22);
+	ended = rig_job_done(&r, pid, 60000, last, sizeof(last));
+	snprintf(image, sizeof(image), "%s/%d/after", r.store, (int)pid);
+	ok(ended && strstr(last, "done") && rig_verify(image) && verified(pid, out, &nverify),
+	   "and the next cow checkpoint is whole (%s)", last);
 
 	kill(pid, SIGKILL);
 	rig_reap();
