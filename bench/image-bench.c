@@ -129,7 +129,8 @@ int main(int argc, char **argv)
 		if (!obj_size || threads < 1 || threads > 64)
 			return 2;
 		make_pattern();
-		phosimg_writer_opts o = { .chunk_size = chunk, .lz4 = lz4 };
+		/* One data file per writer thread, as phosfs writes. */
+		phosimg_writer_opts o = { .chunk_size = chunk, .lz4 = lz4, .stripes = (uint32_t)threads };
 		double t0 = now();
 		if (phosimg_writer_create(argv[2], &o, &w)) {
 			fprintf(stderr, "image-bench: %s\n", phosimg_last_error());

@@ -35,7 +35,7 @@
 #include "mapping.h"
 
 #define COPIERS 4
-#define WRITERS 8
+#define WRITERS ENGINE_WRITERS
 #define PCIE_PAUSE_MAX_NS 10000000ull /* give way to the application's transfers this long at most */
 
 typedef struct item {

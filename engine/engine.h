@@ -29,6 +29,7 @@
 #define ENGINE_CHUNK (4u << 20)          /* default staging, CoW and image chunk size */
 #define ENGINE_STAGING (4ull << 30)      /* default host staging pool */
 #define ENGINE_SHADOW_POOL (2ull << 30)  /* default CoW shadow pool, per process */
+#define ENGINE_WRITERS 8                 /* threads, and data files, writing an image */
 
 /* Where a job is; shown in status. */
 enum engine_step {
@@ -65,6 +66,7 @@ typedef struct engine_progress {
 	 * while it is written. data_ready is 0 until data_path is set. */
 	char data_path[PATH_MAX];
 	_Atomic uint64_t data_ready;
+	_Atomic uint32_t data_files; /* gpu.data and gpu.data.1, … of the image */
 	/* Bytes of device memory whose t1 contents are off the GPU (in
 	 * staging or in the image): `done` counts those in the image. */
 	_Atomic uint64_t off;

@@ -186,7 +186,9 @@ int engine_stop(const engine_stop_args *a, char *err, size_t errlen)
 	atomic_store(&prog->staging_bytes, staging.bytes);
 	atomic_store(&prog->staging_pin_ns, staging.pin_ns);
 	phosimg_writer *w = NULL;
-	phosimg_writer_opts wo = { .chunk_size = chunk };
+	/* One data file per writer: a file takes one writer at a time on
+	 * tmpfs (its inode lock), so one file would cap the store's speed. */
+	phosimg_writer_opts wo = { .chunk_size = chunk, .stripes = ENGINE_WRITERS };
 	if (!e) {
 		e = phosimg_writer_create(a->image, &wo, &w);
 		if (e)
@@ -204,6 +206,7 @@ int engine_stop(const engine_stop_args *a, char *err, size_t errlen)
 	snprintf(prog->data_path, sizeof(prog->data_path), "%s/" PHOSIMG_DATA_FILE,
 		 phosimg_writer_tmp_dir(w));
 	atomic_store(&prog->data_ready, phosimg_writer_data_ready(w));
+	atomic_store(&prog->data_files, wo.stripes);
 
 	engine_parked parked = { 0 };
 	engine_cow tables = { 0 };

@@ -39,6 +39,7 @@ enum section_type {
 	SEC_DATA = 7,
 	SEC_CRIU = 8,
 	SEC_MEMBERS = 9,
+	SEC_STRIPES = 10,
 };
 
 #define CHECKPOINT_SECTION_SIZE 56u
@@ -58,6 +59,8 @@ enum section_type {
 #define ENTRY_LZ4 0x1u
 #define ENTRY_PARENT 0x2u
 #define ENTRY_KNOWN_FLAGS (ENTRY_LZ4 | ENTRY_PARENT)
+#define ENTRY_STRIPE_SHIFT 8 /* bits 8-15: the data file (since 1.3) */
+#define ENTRY_STRIPE_MASK 0xff00u
 
 /* One index entry, decoded. */
 typedef struct entry {
@@ -146,6 +149,10 @@ typedef struct manifest {
 	uint64_t index_size, index_entries;
 	uint8_t index_hash[16];
 	uint64_t data_size, stored_bytes;
+	/* Data files (1 + those of the STRIPES section) and their sizes;
+	 * file_size[0] is data_size. */
+	uint32_t nfiles;
+	uint64_t file_size[PHOSIMG_STRIPES_MAX];
 } manifest;
 
 /* Serialises m into a malloc'd buffer. Errors: -ENOMEM. */

@@ -188,6 +188,15 @@ int manifest_encode(const manifest *m, uint8_t **out, size_t *len)
 	add64(&b, m->stored_bytes);
 	close_section(&b, s);
 
+	if (m->nfiles > 1) {
+		s = open_section(&b, SEC_STRIPES, SECTION_CRITICAL), nsec++;
+		add32(&b, m->nfiles - 1);
+		add32(&b, 0);
+		for (uint32_t i = 1; i < m->nfiles; i++)
+			add64(&b, m->file_size[i]);
+		close_section(&b, s);
+	}
+
 	s = open_section(&b, SEC_CRIU, 0), nsec++;
 	add32(&b, in->criu_file_count);
 	add32(&b, 0);
@@ -479,6 +488,23 @@ static int dec_data(cursor *c, manifest *m)
 	return 0;
 }
 
+static int dec_stripes(cursor *c, manifest *m)
+{
+	const uint8_t *p;
+	if (!take(c, 8, &p))
+		return short_section(c);
+	uint32_t n = get32(p);
+	if (n == 0 || n >= PHOSIMG_STRIPES_MAX || (uint64_t)n * 8 > c->n - c->at)
+		return BAD(c, "%s: offset %llu: %u more data files (1 to %u) do not fit in their section", c->shown,
+			   (unsigned long long)c->base, n, PHOSIMG_STRIPES_MAX - 1);
+	for (uint32_t i = 1; i <= n; i++) {
+		take(c, 8, &p);
+		m->file_size[i] = get64(p);
+	}
+	m->nfiles = 1 + n;
+	return 0;
+}
+
 static bool good_file_name(const uint8_t *s, size_t n)
 {
 	if (n == 0 || memchr(s, 0, n) || memchr(s, '/', n))
@@ -562,9 +588,9 @@ int manifest_decode(const uint8_t *p, size_t len, const char *shown, manifest *m
 					at + 8, (unsigned long long)slen);
 		cursor c = { p + at + SECTION_HEADER_SIZE, (size_t)slen, 0, at + SECTION_HEADER_SIZE, shown, "" };
 		static const char *names[] = { "", "process", "devices", "checkpoint", "parent",
-					       "objects", "index", "data", "criu", "members" };
+					       "objects", "index", "data", "criu", "members", "stripes" };
 		int e = 0;
-		if (type >= SEC_PROCESS && type <= SEC_MEMBERS) {
+		if (type >= SEC_PROCESS && type <= SEC_STRIPES) {
 			if (seen & (1u << type))
 				return fmt_fail(-EBADMSG, "%s: offset %zu: second %s section", shown, at, names[type]);
 			seen |= 1u << type;
@@ -580,6 +606,7 @@ int manifest_decode(const uint8_t *p, size_t len, const char *shown, manifest *m
 		case SEC_DATA: e = dec_data(&c, m); break;
 		case SEC_CRIU: e = dec_criu(&c, m); break;
 		case SEC_MEMBERS: e = dec_members(&c, m); break;
+		case SEC_STRIPES: e = dec_stripes(&c, m); break;
 		default:
 			if (flags & SECTION_CRITICAL)
 				return fmt_fail(-EPROTONOSUPPORT,
@@ -596,6 +623,9 @@ int manifest_decode(const uint8_t *p, size_t len, const char *shown, manifest *m
 	const uint32_t required = 1u << SEC_CHECKPOINT | 1u << SEC_OBJECTS | 1u << SEC_INDEX | 1u << SEC_DATA;
 	if ((seen & required) != required)
 		return fmt_fail(-EBADMSG, "%s: a required section is missing", shown);
+	if (!m->nfiles)
+		m->nfiles = 1;
+	m->file_size[0] = m->data_size;
 	return assign_owners(shown, m);
 }
 

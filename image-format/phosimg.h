@@ -29,12 +29,15 @@ extern "C" {
 #endif
 
 #define PHOSIMG_VERSION_MAJOR 1
-#define PHOSIMG_VERSION_MINOR 2
+#define PHOSIMG_VERSION_MINOR 3
 
 /* The entries of an image directory. */
 #define PHOSIMG_MANIFEST_FILE "manifest.phos"
 #define PHOSIMG_INDEX_FILE "gpu.index"
 #define PHOSIMG_DATA_FILE "gpu.data"
+/* Since 1.3, the data may be split over several files (stripes), so that
+ * several writers write at once: gpu.data, then gpu.data.1, gpu.data.2, … */
+#define PHOSIMG_STRIPES_MAX 64
 #define PHOSIMG_CRIU_DIR "criu"
 
 #define PHOSIMG_CHUNK_DEFAULT (4u << 20)
@@ -125,6 +128,10 @@ typedef struct phosimg_writer_opts {
 	/* Parent image for an incremental checkpoint, as stored: absolute, or
 	 * relative to the directory that will hold this image. NULL = none. */
 	const char *parent;
+	/* Data files written at once (0 or 1: gpu.data alone), at most
+	 * PHOSIMG_STRIPES_MAX. A file system whose files each take one writer
+	 * at a time (tmpfs) writes faster with one per writer thread. */
+	uint32_t stripes;
 } phosimg_writer_opts;
 
 /* Starts an image that will be published at `path`, which must not exist.

@@ -31,7 +31,8 @@ typedef struct scratch {
 struct phosimg {
 	char *path;
 	char *criu_path;
-	int dirfd, data_fd;
+	int dirfd;
+	int fds[PHOSIMG_STRIPES_MAX]; /* the data files: gpu.data, gpu.data.1, … */
 	manifest m;
 	entry *entries;
 	uint64_t *first; /* per object: its first entry */
@@ -43,12 +44,6 @@ struct phosimg {
 static uint64_t chunks_of(uint64_t size, uint32_t chunk)
 {
 	return size / chunk + (size % chunk != 0);
-}
-
-static int cmp_location(const void *a, const void *b)
-{
-	const entry *x = *(const entry *const *)a, *y = *(const entry *const *)b;
-	return x->location < y->location ? -1 : x->location > y->location;
 }
 
 /* Reads and checks gpu.index against the manifest. */
@@ -129,8 +124,9 @@ static int load_index(phosimg *img)
 				goto out;
 			}
 			bool lz4 = en->flags & ENTRY_LZ4, par = en->flags & ENTRY_PARENT;
-			bool ok = (en->flags & ~ENTRY_KNOWN_FLAGS) == 0 && en->raw_len == raw &&
-				  !(lz4 && par);
+			uint32_t stripe = (en->flags & ENTRY_STRIPE_MASK) >> ENTRY_STRIPE_SHIFT;
+			bool ok = (en->flags & ~(ENTRY_KNOWN_FLAGS | ENTRY_STRIPE_MASK)) == 0 && en->raw_len == raw &&
+				  !(lz4 && par) && stripe < m->nfiles && !(par && stripe);
 			if (par)
 				ok = ok && m->info.has_parent && en->stored_len == 0;
 			else if (lz4)
@@ -163,28 +159,37 @@ out:
 	return e;
 }
 
-/* Checks that the stored chunks tile gpu.data from its header to its end. */
-static int check_data(phosimg *img)
+static int cmp_file_location(const void *a, const void *b)
 {
-	char shown[PATH_MAX + 32];
-	snprintf(shown, sizeof(shown), "%s/" DATA_FILE, img->path);
+	const entry *x = *(const entry *const *)a, *y = *(const entry *const *)b;
+	uint32_t fx = x->flags & ENTRY_STRIPE_MASK, fy = y->flags & ENTRY_STRIPE_MASK;
+	if (fx != fy)
+		return fx < fy ? -1 : 1;
+	return x->location < y->location ? -1 : x->location > y->location;
+}
+
+/* Opens data file f and checks its size and header. */
+static int open_data(phosimg *img, uint32_t f, const char *shown)
+{
 	manifest *m = &img->m;
-	img->data_fd = openat(img->dirfd, DATA_FILE, O_RDONLY | O_CLOEXEC);
-	if (img->data_fd < 0)
+	char name[32];
+	if (f)
+		snprintf(name, sizeof(name), DATA_FILE ".%u", f);
+	else
+		snprintf(name, sizeof(name), DATA_FILE);
+	img->fds[f] = openat(img->dirfd, name, O_RDONLY | O_CLOEXEC);
+	if (img->fds[f] < 0)
 		return fmt_fail(-errno, "%s: cannot open: %m", shown);
 	struct stat st;
-	if (fstat(img->data_fd, &st) != 0)
+	if (fstat(img->fds[f], &st) != 0)
 		return fmt_fail(-errno, "%s: cannot stat: %m", shown);
 	if (!S_ISREG(st.st_mode))
 		return fmt_fail(-EBADMSG, "%s: not a regular file", shown);
-	if ((uint64_t)st.st_size != m->data_size)
+	if ((uint64_t)st.st_size != m->file_size[f])
 		return fmt_fail(-EBADMSG, "%s: %lld bytes, the manifest says %llu", shown, (long long)st.st_size,
-				(unsigned long long)m->data_size);
-	if (m->stored_bytes != m->info.stored_bytes)
-		return fmt_fail(-EBADMSG, "%s: the manifest says %llu chunk bytes, the index %llu", shown,
-				(unsigned long long)m->stored_bytes, (unsigned long long)m->info.stored_bytes);
+				(unsigned long long)m->file_size[f]);
 	uint8_t hdr[DATA_HEADER_SIZE];
-	int e = fmt_read_all(img->data_fd, hdr, sizeof(hdr), 0);
+	int e = fmt_read_all(img->fds[f], hdr, sizeof(hdr), 0);
 	if (e)
 		return fmt_fail(e == -ENODATA ? -EBADMSG : e, "%s: offset 0: cannot read the header", shown);
 	if (get32(hdr) != DATA_MAGIC || get16(hdr + 4) != PHOSIMG_VERSION_MAJOR ||
@@ -193,6 +198,33 @@ static int check_data(phosimg *img)
 	for (size_t i = 28; i < sizeof(hdr); i++)
 		if (hdr[i])
 			return fmt_fail(-EBADMSG, "%s: offset %zu: header padding is not zero", shown, i);
+	posix_fadvise(img->fds[f], 0, 0, POSIX_FADV_RANDOM);
+	return 0;
+}
+
+static void data_shown(const phosimg *img, uint32_t f, char *out, size_t len)
+{
+	if (f)
+		snprintf(out, len, "%s/" DATA_FILE ".%u", img->path, f);
+	else
+		snprintf(out, len, "%s/" DATA_FILE, img->path);
+}
+
+/* Checks that the stored chunks tile each data file from its header to its end. */
+static int check_data(phosimg *img)
+{
+	char shown[PATH_MAX + 32];
+	manifest *m = &img->m;
+	for (uint32_t f = 0; f < m->nfiles; f++) {
+		data_shown(img, f, shown, sizeof(shown));
+		int e = open_data(img, f, shown);
+		if (e)
+			return e;
+	}
+	data_shown(img, 0, shown, sizeof(shown));
+	if (m->stored_bytes != m->info.stored_bytes)
+		return fmt_fail(-EBADMSG, "%s: the manifest says %llu chunk bytes, the index %llu", shown,
+				(unsigned long long)m->stored_bytes, (unsigned long long)m->info.stored_bytes);
 
 	uint64_t n = 0, count = m->info.chunk_count;
 	const entry **v = malloc((count ? count : 1) * sizeof(*v));
@@ -201,21 +233,25 @@ static int check_data(phosimg *img)
 	for (uint64_t k = 0; k < count; k++)
 		if (!(img->entries[k].flags & ENTRY_PARENT))
 			v[n++] = &img->entries[k];
-	qsort(v, n, sizeof(*v), cmp_location);
-	uint64_t at = DATA_HEADER_SIZE;
-	e = 0;
-	for (uint64_t k = 0; k < n && !e; k++) {
-		if (v[k]->location != at)
-			e = fmt_fail(-EBADMSG, "%s: offset %llu: chunk %llu of object %u is stored at %llu; chunks must "
-					       "follow each other", shown, (unsigned long long)at,
-				     (unsigned long long)v[k]->chunk, v[k]->object, (unsigned long long)v[k]->location);
-		at += align_up(v[k]->stored_len, DATA_ALIGN);
+	qsort(v, n, sizeof(*v), cmp_file_location);
+	int e = 0;
+	uint64_t k = 0;
+	for (uint32_t f = 0; f < m->nfiles && !e; f++) {
+		data_shown(img, f, shown, sizeof(shown));
+		uint64_t at = DATA_HEADER_SIZE;
+		for (; k < n && !e && (v[k]->flags & ENTRY_STRIPE_MASK) >> ENTRY_STRIPE_SHIFT == f; k++) {
+			if (v[k]->location != at)
+				e = fmt_fail(-EBADMSG, "%s: offset %llu: chunk %llu of object %u is stored at %llu; chunks "
+						       "must follow each other", shown, (unsigned long long)at,
+					     (unsigned long long)v[k]->chunk, v[k]->object,
+					     (unsigned long long)v[k]->location);
+			at += align_up(v[k]->stored_len, DATA_ALIGN);
+		}
+		if (!e && at != m->file_size[f])
+			e = fmt_fail(-EBADMSG, "%s: offset %llu: chunks end here, the file at %llu", shown,
+				     (unsigned long long)at, (unsigned long long)m->file_size[f]);
 	}
 	free(v);
-	if (!e && at != m->data_size)
-		e = fmt_fail(-EBADMSG, "%s: offset %llu: chunks end here, the file at %llu", shown,
-			     (unsigned long long)at, (unsigned long long)m->data_size);
-	posix_fadvise(img->data_fd, 0, 0, POSIX_FADV_RANDOM);
 	return e;
 }
 
@@ -225,8 +261,9 @@ static void free_one(phosimg *img)
 		return;
 	if (img->dirfd >= 0)
 		close(img->dirfd);
-	if (img->data_fd >= 0)
-		close(img->data_fd);
+	for (int f = 0; f < PHOSIMG_STRIPES_MAX; f++)
+		if (img->fds[f] >= 0)
+			close(img->fds[f]);
 	manifest_free(&img->m);
 	free(img->entries);
 	free(img->first);
@@ -255,7 +292,9 @@ static int open_one(const char *path, phosimg **out)
 	phosimg *img = calloc(1, sizeof(*img));
 	if (!img)
 		return -ENOMEM;
-	img->dirfd = img->data_fd = -1;
+	img->dirfd = -1;
+	for (int f = 0; f < PHOSIMG_STRIPES_MAX; f++)
+		img->fds[f] = -1;
 	pthread_mutex_init(&img->lock, NULL);
 	img->path = strdup(path);
 	img->criu_path = fmt_strdupf("%s/" CRIU_DIR, path);
@@ -455,14 +494,16 @@ static int read_chunk(phosimg *img, const entry *e, uint8_t *out)
 	if (!s)
 		return -ENOMEM;
 	int err = 0;
+	uint32_t f = (e->flags & ENTRY_STRIPE_MASK) >> ENTRY_STRIPE_SHIFT; /* checked at open */
+	int fd = img->fds[f];
 	if (lz4) {
-		err = fmt_read_all(img->data_fd, s->p, padded, e->location);
+		err = fmt_read_all(fd, s->p, padded, e->location);
 	} else {
-		err = fmt_read_all(img->data_fd, out, e->stored_len, e->location);
+		err = fmt_read_all(fd, out, e->stored_len, e->location);
 		if (!err)
-			err = fmt_read_all(img->data_fd, s->p, padded - e->stored_len, e->location + e->stored_len);
+			err = fmt_read_all(fd, s->p, padded - e->stored_len, e->location + e->stored_len);
 	}
-	snprintf(shown, sizeof(shown), "%s/" DATA_FILE, img->path);
+	data_shown(img, f, shown, sizeof(shown));
 	if (err) {
 		err = fmt_fail(err == -ENODATA ? -EBADMSG : err, "%s: offset %llu: cannot read chunk %llu of object %u",
 			       shown, (unsigned long long)e->location, (unsigned long long)e->chunk, e->object);

@@ -38,6 +38,7 @@ typedef struct ioctx {
 	bool has_ring;
 	uint8_t *stage; /* DATA_ALIGN-aligned, stage_cap bytes */
 	size_t stage_cap;
+	uint32_t stripe; /* the data file of its put */
 	struct ioctx *next;
 } ioctx;
 
@@ -55,7 +56,9 @@ typedef struct objstate {
 
 struct phosimg_writer {
 	char *path, *tmp, *criu;
-	int dirfd, data_fd;
+	int dirfd;
+	int fds[PHOSIMG_STRIPES_MAX]; /* the data files: gpu.data, gpu.data.1, … */
+	uint32_t nfiles;
 	bool direct;
 	uint32_t chunk;
 	bool lz4;
@@ -72,7 +75,8 @@ struct phosimg_writer {
 	uint64_t nentries, entries_cap;
 	ioctx *ctx_pool;
 
-	atomic_uint_fast64_t data_end; /* next free offset in gpu.data */
+	atomic_uint_fast64_t ends[PHOSIMG_STRIPES_MAX]; /* next free offset in each data file */
+	atomic_uint next_stripe;       /* the file the next put writes */
 	atomic_uint_fast64_t stored;   /* chunk bytes stored */
 	atomic_int error;              /* first I/O error; the writer is failed */
 
@@ -143,13 +147,18 @@ static int write_data_header(phosimg_writer *w)
 	put16(h + 6, PHOSIMG_VERSION_MINOR);
 	memcpy(h + 8, w->uuid, 16);
 	put32(h + 24, w->chunk);
-	int e = fmt_write_all(w->data_fd, h, DATA_HEADER_SIZE, 0);
-	if (e == -EINVAL && w->direct) {
-		/* The file system refused O_DIRECT writes after all. */
-		int fl = fcntl(w->data_fd, F_GETFL);
-		fcntl(w->data_fd, F_SETFL, fl & ~O_DIRECT);
-		w->direct = false;
-		e = fmt_write_all(w->data_fd, h, DATA_HEADER_SIZE, 0);
+	int e = 0;
+	for (uint32_t f = 0; f < w->nfiles && !e; f++) {
+		e = fmt_write_all(w->fds[f], h, DATA_HEADER_SIZE, 0);
+		if (e == -EINVAL && w->direct) {
+			/* The file system refused O_DIRECT writes after all. */
+			for (uint32_t g = 0; g < w->nfiles; g++) {
+				int fl = fcntl(w->fds[g], F_GETFL);
+				fcntl(w->fds[g], F_SETFL, fl & ~O_DIRECT);
+			}
+			w->direct = false;
+			e = fmt_write_all(w->fds[f], h, DATA_HEADER_SIZE, 0);
+		}
 	}
 	free(h);
 	if (!e)
@@ -157,12 +166,22 @@ static int write_data_header(phosimg_writer *w)
 	return e;
 }
 
+/* The name of data file f: gpu.data, gpu.data.1, … */
+static void data_name(uint32_t f, char *out, size_t len)
+{
+	if (f)
+		snprintf(out, len, DATA_FILE ".%u", f);
+	else
+		snprintf(out, len, DATA_FILE);
+}
+
 static void writer_free(phosimg_writer *w)
 {
 	if (!w)
 		return;
-	if (w->data_fd >= 0)
-		close(w->data_fd);
+	for (uint32_t f = 0; f < w->nfiles; f++)
+		if (w->fds[f] >= 0)
+			close(w->fds[f]);
 	if (w->dirfd >= 0)
 		close(w->dirfd);
 	for (uint32_t i = 0; i < w->nobjs; i++)
@@ -214,10 +233,14 @@ int phosimg_writer_create(const char *path, const phosimg_writer_opts *opts, pho
 	phosimg_writer *w = calloc(1, sizeof(*w));
 	if (!w)
 		return -ENOMEM;
-	w->dirfd = w->data_fd = -1;
+	w->dirfd = -1;
+	w->nfiles = o.stripes > 1 ? (o.stripes < PHOSIMG_STRIPES_MAX ? o.stripes : PHOSIMG_STRIPES_MAX) : 1;
+	for (uint32_t f = 0; f < w->nfiles; f++) {
+		w->fds[f] = -1;
+		atomic_init(&w->ends[f], DATA_HEADER_SIZE);
+	}
 	pthread_mutex_init(&w->lock, NULL);
 	pthread_mutex_init(&w->ready_lock, NULL);
-	atomic_init(&w->data_end, DATA_HEADER_SIZE);
 	atomic_init(&w->ready, 0);
 	char *dir = NULL, *base = NULL;
 	int e = fmt_split_path(path, &dir, &base);
@@ -323,13 +346,23 @@ int phosimg_writer_create(const char *path, const phosimg_writer_opts *opts, pho
 	 * page cache is the storage, and buffered writes copy in parallel. */
 	struct statfs sf;
 	bool tmpfs = fstatfs(w->dirfd, &sf) == 0 && sf.f_type == TMPFS_MAGIC;
-	w->data_fd = tmpfs ? -1 : openat(w->dirfd, DATA_FILE, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_DIRECT, 0644);
-	w->direct = w->data_fd >= 0;
-	if (w->data_fd < 0 && (tmpfs || errno == EINVAL))
-		w->data_fd = openat(w->dirfd, DATA_FILE, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-	if (w->data_fd < 0) {
-		e = fmt_fail(-errno, "%s/" DATA_FILE ": cannot create: %m", w->tmp);
-		goto fail_tmp;
+	w->direct = !tmpfs;
+	for (uint32_t f = 0; f < w->nfiles; f++) {
+		char name[32];
+		data_name(f, name, sizeof(name));
+		w->fds[f] = w->direct ? openat(w->dirfd, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_DIRECT, 0644)
+				      : -1;
+		if (w->fds[f] < 0 && (!w->direct || errno == EINVAL)) {
+			if (w->direct) /* no O_DIRECT here: the files before this one drop it too */
+				for (uint32_t g = 0; g < f; g++)
+					fcntl(w->fds[g], F_SETFL, fcntl(w->fds[g], F_GETFL) & ~O_DIRECT);
+			w->direct = false;
+			w->fds[f] = openat(w->dirfd, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+		}
+		if (w->fds[f] < 0) {
+			e = fmt_fail(-errno, "%s/%s: cannot create: %m", w->tmp, name);
+			goto fail_tmp;
+		}
 	}
 	if (getrandom(w->uuid, sizeof(w->uuid), 0) != (ssize_t)sizeof(w->uuid)) {
 		e = fmt_fail(-EIO, "no random bytes for the image id");
@@ -627,7 +660,7 @@ static int write_and_hash(phosimg_writer *w, ioctx *c, const uint8_t *buf, size_
 		for (size_t at = 0; at < len; at += piece, n++) {
 			struct io_uring_sqe *sqe = io_uring_get_sqe(&c->ring);
 			size_t pl = len - at < piece ? len - at : piece;
-			io_uring_prep_write(sqe, w->data_fd, buf + at, (unsigned)pl, off + at);
+			io_uring_prep_write(sqe, w->fds[c->stripe], buf + at, (unsigned)pl, off + at);
 			/* Buffered writes are copied by io-wq workers, in
 			 * parallel with the hashing below. */
 			if (!w->direct)
@@ -640,7 +673,7 @@ static int write_and_hash(phosimg_writer *w, ioctx *c, const uint8_t *buf, size_
 		else if ((unsigned)s < n)
 			err = -EIO;
 	} else {
-		err = fmt_write_all(w->data_fd, buf, len, off);
+		err = fmt_write_all(w->fds[c->stripe], buf, len, off);
 	}
 	if (raw)
 		fmt_hash(raw, raw_len, hash);
@@ -659,7 +692,7 @@ static int write_and_hash(phosimg_writer *w, ioctx *c, const uint8_t *buf, size_
 			err = err ? err : res;
 		} else if ((size_t)res < pl && !err) {
 			/* A short write: finish it synchronously. */
-			err = fmt_write_all(w->data_fd, buf + at + res, pl - (size_t)res, off + at + (uint64_t)res);
+			err = fmt_write_all(w->fds[c->stripe], buf + at + res, pl - (size_t)res, off + at + (uint64_t)res);
 		}
 	}
 	return err;
@@ -731,10 +764,14 @@ int phosimg_writer_put(phosimg_writer *w, uint32_t obj, uint64_t offset, const v
 		wlen = padded;
 	}
 	en.stored_len = (uint32_t)stored;
-	en.location = atomic_fetch_add(&w->data_end, padded);
+	/* Puts take the files in turn, so that writers at once write
+	 * different files. */
+	uint32_t stripe = c->stripe = atomic_fetch_add(&w->next_stripe, 1) % w->nfiles;
+	en.flags |= stripe << ENTRY_STRIPE_SHIFT;
+	en.location = atomic_fetch_add(&w->ends[stripe], padded);
 	err = write_and_hash(w, c, src, wlen, en.location, hashed ? NULL : data, len, en.hash);
 	ctx_put(w, c);
-	if (!err)
+	if (!err && stripe == 0) /* readers stream gpu.data while it is written */
 		err = mark_written(w, en.location, padded);
 	if (err)
 		return fail_writer(w, err);
@@ -947,14 +984,20 @@ int phosimg_writer_finish(phosimg_writer *w)
 			}
 		}
 	}
-	uint64_t end = atomic_load(&w->data_end);
-	w->m.data_size = end;
-	w->m.stored_bytes = atomic_load(&w->stored);
-	/* Buffered files end after the last chunk's bytes: pad to its block. */
-	if ((!w->direct && ftruncate(w->data_fd, (off_t)end) != 0) || fsync(w->data_fd) != 0) {
-		e = fmt_fail(-errno, "%s/" DATA_FILE ": cannot sync: %m", w->tmp);
-		goto fail;
+	w->m.nfiles = w->nfiles;
+	for (uint32_t f = 0; f < w->nfiles; f++) {
+		uint64_t end = atomic_load(&w->ends[f]);
+		w->m.file_size[f] = end;
+		/* Buffered files end after the last chunk's bytes: pad to its block. */
+		if ((!w->direct && ftruncate(w->fds[f], (off_t)end) != 0) || fsync(w->fds[f]) != 0) {
+			char name[32];
+			data_name(f, name, sizeof(name));
+			e = fmt_fail(-errno, "%s/%s: cannot sync: %m", w->tmp, name);
+			goto fail;
+		}
 	}
+	w->m.data_size = w->m.file_size[0];
+	w->m.stored_bytes = atomic_load(&w->stored);
 	if ((e = write_index(w)) || (e = seal_criu(w)) || (e = write_manifest(w)))
 		goto fail;
 	if (fsync(w->dirfd) != 0) {

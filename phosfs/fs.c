@@ -338,6 +338,13 @@ static int fs_readdir(const char *path, void *buf, fuse_fill_dir_t fill, off_t o
 						     PHOSIMG_MANIFEST_FILE };
 		for (size_t i = 0; i < sizeof(names) / sizeof(*names); i++)
 			fill(buf, names[i], NULL, 0, 0);
+		/* The image's other data files (read once it is published). */
+		uint32_t files = target_data_files(t);
+		for (uint32_t f = 1; f < files; f++) {
+			char name[32];
+			snprintf(name, sizeof(name), PHOSIMG_DATA_FILE ".%u", f);
+			fill(buf, name, NULL, 0, 0);
+		}
 		return 0;
 	}
 	if (t)

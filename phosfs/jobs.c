@@ -169,6 +169,17 @@ bool target_in_progress(target *t, const char *name, bool wait)
 	return busy;
 }
 
+uint32_t target_data_files(target *t)
+{
+	pthread_mutex_lock(&t->lock);
+	/* Before the job has made the image, it is known to make this many. */
+	uint32_t n = t->busy && t->sh ? atomic_load(&t->sh->prog.data_files) : 0;
+	if (t->busy && t->kind == CTL_CHECKPOINT && !n)
+		n = ENGINE_WRITERS;
+	pthread_mutex_unlock(&t->lock);
+	return n;
+}
+
 int target_stream(target *t, const char *name, char *path, size_t len, uint64_t *ready)
 {
 	pthread_mutex_lock(&t->lock);

@@ -113,6 +113,9 @@ void targets_free(void);
 void target_error(target *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Whether checkpoint `name` is being written; with wait, until it is not. */
 bool target_in_progress(target *t, const char *name, bool wait);
+/* How many data files (gpu.data, gpu.data.1, …) the checkpoint being
+ * written has; 0 when none is. */
+uint32_t target_data_files(target *t);
 /* For a reader of checkpoint `name`'s gpu.data while it is written: 1 and
  * how many bytes at its start are final in *ready (and, once known, the
  * unpublished file's path in path), or 0 when it is not being written

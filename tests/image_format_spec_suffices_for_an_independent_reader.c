@@ -34,7 +34,8 @@ static int run_reader(const char *a1, const char *a2, const char *a3, const char
 static void make(const char *path, const char *parent, uint8_t **data, const uint64_t *sizes, int n)
 {
 	phosimg_writer *w;
-	phosimg_writer_opts o = { .chunk_size = CHUNK, .lz4 = true, .parent = parent };
+	/* The child is split over three data files (1.3), the parent not. */
+	phosimg_writer_opts o = { .chunk_size = CHUNK, .lz4 = true, .parent = parent, .stripes = parent ? 3 : 1 };
 	if (phosimg_writer_create(path, &o, &w))
 		bail("create: %s", phosimg_last_error());
 	/* A tree of two processes: the last object is the child's. */

@@ -42,7 +42,9 @@ class Image:
         self.parse_manifest(read_file(os.path.join(path, 'manifest.phos')))
         need(self.uuid not in seen, 'parent chain loops')
         self.parse_index(read_file(os.path.join(path, 'gpu.index')))
-        self.data = read_file(os.path.join(path, 'gpu.data'))
+        # Since 1.3 the data may be split: gpu.data, gpu.data.1, ...
+        self.data = [read_file(os.path.join(path, 'gpu.data' + (f'.{f}' if f else '')))
+                     for f in range(len(self.file_sizes))]
         self.check_data()
         self.parent = None
         if self.parent_path is not None:
@@ -71,6 +73,7 @@ class Image:
         self.criu = {}
         self.objects = []
         self.members = []
+        self.extra_sizes = []
         for _ in range(nsec):
             need(end - at >= 16, 'manifest: section header')
             typ, flags, length = struct.unpack_from('<IIQ', m, at)
@@ -109,6 +112,11 @@ class Image:
             elif typ == 7:
                 need(len(p) >= 16, 'data section: short')
                 self.data_size, self.stored_bytes = struct.unpack_from('<QQ', p, 0)
+            elif typ == 10:
+                need(len(p) >= 8, 'stripes section: short')
+                count, = struct.unpack_from('<I', p, 0)
+                need(1 <= count <= 63 and len(p) >= 8 + 8 * count, 'stripes section: count')
+                self.extra_sizes = list(struct.unpack_from(f'<{count}Q', p, 8))
             elif typ == 8:
                 need(len(p) >= 8, 'criu: short')
                 count, = struct.unpack_from('<I', p, 0)
@@ -141,6 +149,7 @@ class Image:
             need(at <= end, 'manifest: padding')
         need(at == end, 'manifest: bytes after the last section')
         need({3, 5, 6, 7} <= seen, 'manifest: required section missing')
+        self.file_sizes = [self.data_size] + self.extra_sizes
         # Members own consecutive runs of objects that cover them all once.
         owned = [0] * len(self.objects)
         for _, _, _, first, n in self.members:
@@ -172,32 +181,36 @@ class Image:
                 obj, flags, num, loc, stored, raw = struct.unpack_from('<IIQQII', x, hsize + k * esize)
                 h = x[hsize + k * esize + 32:hsize + k * esize + 48]
                 want = self.chunk if c + 1 < n else size - c * self.chunk
+                stripe, flags = flags >> 8, flags & 0xff  # bits 8-15: the data file
                 need(obj == o and num == c and raw == want and flags & ~3 == 0 and flags != 3, 'index: entry')
+                need(stripe < len(self.file_sizes) and not (flags & 2 and stripe), 'index: data file')
                 if flags & 2:
                     need(self.parent_path is not None and stored == 0, 'index: parent entry')
                 elif flags & 1:
                     need(1 <= stored <= raw + raw // 255 + 16, 'index: lz4 length')
                 else:
                     need(stored == raw, 'index: raw length')
-                self.entries.append((flags, loc, stored, raw, h))
+                self.entries.append((flags, (stripe, loc), stored, raw, h))
                 k += 1
         need(k == count, 'index: too many entries')
 
     # Data ---------------------------------------------------------------
     def check_data(self):
-        d = self.data
-        need(len(d) == self.data_size, 'data: size')
-        need(len(d) >= 4096 and d[0:4] == b'PHDA', 'data: magic')
-        need(struct.unpack_from('<H', d, 4)[0] == 1, 'data: version')
-        need(d[8:24] == self.uuid and struct.unpack_from('<I', d, 24)[0] == self.chunk, 'data: header')
-        need(d[28:4096] == bytes(4068), 'data: header padding')
-        own = sorted((loc, stored) for flags, loc, stored, _, _ in self.entries if not flags & 2)
-        at = 4096
-        for loc, stored in own:
-            need(loc == at, 'data: chunks do not tile')
-            at += (stored + 4095) // 4096 * 4096
-        need(at == len(d), 'data: end')
-        need(sum(s for _, s in own) == self.stored_bytes, 'data: stored bytes')
+        total = 0
+        for f, d in enumerate(self.data):
+            need(len(d) == self.file_sizes[f], 'data: size')
+            need(len(d) >= 4096 and d[0:4] == b'PHDA', 'data: magic')
+            need(struct.unpack_from('<H', d, 4)[0] == 1, 'data: version')
+            need(d[8:24] == self.uuid and struct.unpack_from('<I', d, 24)[0] == self.chunk, 'data: header')
+            need(d[28:4096] == bytes(4068), 'data: header padding')
+            own = sorted((loc, stored) for flags, (s, loc), stored, _, _ in self.entries if not flags & 2 and s == f)
+            at = 4096
+            for loc, stored in own:
+                need(loc == at, 'data: chunks do not tile')
+                at += (stored + 4095) // 4096 * 4096
+            need(at == len(d), 'data: end')
+            total += sum(s for _, s in own)
+        need(total == self.stored_bytes, 'data: stored bytes')
 
     def check_parent(self):
         p = self.parent
@@ -206,7 +219,7 @@ class Image:
         for o, first in enumerate(self.first):
             n = -(-self.objects[o][2] // self.chunk)
             for c in range(n):
-                flags, loc, _, raw, h = self.entries[first + c]
+                flags, (_, loc), _, raw, h = self.entries[first + c]
                 if flags & 2:
                     need(loc < len(p.objects), 'parent: object')
                     pn = -(-p.objects[loc][2] // p.chunk)
@@ -215,12 +228,13 @@ class Image:
                     need(praw == raw and ph == h, 'parent: chunk differs')
 
     def chunk_bytes(self, o, c):
-        flags, loc, stored, raw, h = self.entries[self.first[o] + c]
+        flags, (f, loc), stored, raw, h = self.entries[self.first[o] + c]
         if flags & 2:
             return self.parent.chunk_bytes(loc, c)
         padded = (stored + 4095) // 4096 * 4096
-        need(self.data[loc + stored:loc + padded] == bytes(padded - stored), 'data: padding')
-        b = self.data[loc:loc + stored]
+        d = self.data[f]
+        need(d[loc + stored:loc + padded] == bytes(padded - stored), 'data: padding')
+        b = d[loc:loc + stored]
         if flags & 1:
             try:
                 b = lz4.block.decompress(b, uncompressed_size=raw)
