@@ -248,7 +248,7 @@ void cow_freed(uint64_t va, uint64_t size)
 	cow_header *t = atomic_load(&table);
 	for (uint32_t i = 0; t && i < t->nobjs; i++) {
 		cow_object *o = &cow_objects(t)[i];
-		if (o->va == va && o->size == size)
+		if (o->va < va + size && va < o->va + o->size)
 			atomic_store(&o->freed, 1);
 	}
 	pthread_rwlock_unlock(&lock);

@@ -185,7 +185,8 @@ void cow_before_write(uint64_t addr, uint64_t len, CUstream s);
 /* The safety net: waits until every t1 byte is off the GPU; counts the
  * wait for kernel k (NULL: not a kernel). */
 void cow_net(kernel_info *k);
-/* The application freed the object [va, va+size): nothing writes it. */
+/* The application freed or unmapped [va, va+size): the t1 objects there
+ * are no longer written through those addresses. */
 void cow_freed(uint64_t va, uint64_t size);
 /* Counts the application's host transfers in flight, for the copier. */
 void cow_transfer(int delta);

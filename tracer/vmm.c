@@ -156,6 +156,8 @@ CUresult vmm_unmap(CUdeviceptr va, size_t size)
 	pthread_mutex_lock(&lock);
 	CUresult r = real_cuMemUnmap(va, size);
 	if (r == CUDA_SUCCESS) {
+		/* Whatever is mapped there next is not the t1 memory. */
+		cow_freed(va, size);
 		alloc_remove_mappings(va, size);
 		for (uint32_t k = 0; k < nm; k++) {
 			if (ms[k].live && ms[k].va >= va && ms[k].va + ms[k].size <= va + size) {
