@@ -216,9 +216,13 @@ static int claim(outjob *j, uint64_t g, bool aside, CUdeviceptr *src, cow_header
 			return 0;
 		}
 		case COW_SHADOWING:
+			/* Its shadow copy is still queued on the application's
+			 * stream; it ends unless the process does. */
+			if (aside && !engine_alive((*t)->pid))
+				return -ESRCH;
 			put_aside(j, g);
 			if (aside)
-				usleep(100); /* its shadow copy is still queued on the application's stream */
+				usleep(100);
 			return 1;
 		default:
 			return 1; /* taken by another copier (it was urgent), or off */
@@ -298,7 +302,10 @@ static void *copier(void *arg)
 		int c = claim(j, g, aside, &src, &t, &st, &shadow);
 		if (c) {
 			give_slot(j, slot);
-			if (c < 0)
+			if (c == -ESRCH)
+				e = engine_fail(c, err, sizeof(err), "process %d ended with a CoW shadow copy still queued",
+						(int)t->pid);
+			else if (c < 0)
 				e = engine_fail(c, err, sizeof(err), "a CoW table holds a bad shadow slot");
 			continue;
 		}

@@ -29,14 +29,18 @@ static int make_pool(engine_cow_member *m, uint64_t want, uint32_t chunk, char *
 	if (e)
 		return e;
 	/* A GPU that is nearly full gets a smaller pool, or none. */
-	for (uint64_t bytes = (want + gran - 1) / gran * gran; bytes >= chunk; bytes /= 2) {
-		bytes = (bytes + gran - 1) / gran * gran;
+	uint64_t bytes = (want + gran - 1) / gran * gran;
+	while (bytes >= gran && bytes >= chunk) {
 		CUmemGenericAllocationHandle h;
-		if (cu.cuMemCreate(&h, bytes, &prop, 0) != CUDA_SUCCESS)
-			continue;
-		m->pool_h = h;
-		m->pool_bytes = bytes;
-		break;
+		if (cu.cuMemCreate(&h, bytes, &prop, 0) == CUDA_SUCCESS) {
+			m->pool_h = h;
+			m->pool_bytes = bytes;
+			break;
+		}
+		uint64_t next = bytes / 2 / gran * gran;
+		if (next == bytes)
+			break;
+		bytes = next;
 	}
 	if (!m->pool_bytes)
 		return 0;
@@ -111,6 +115,10 @@ static int make_table(engine_cow *c, engine_cow_member *m, const engine_parked *
 		co->size = o->size;
 		co->first = first;
 		co->device = o->device;
+		/* Not mapped at t1 (the application's own handle): nothing
+		 * writes it through an address the tracer could see. */
+		if (!o->va)
+			atomic_store(&co->freed, 1);
 		c->table_of[idx[i]] = (int)(m - c->m);
 		c->first_of[idx[i]] = first;
 		first += cow_chunks_of(o->size, chunk);

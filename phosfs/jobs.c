@@ -313,12 +313,15 @@ static void finish_job(target *t, spawn *s, bool checkpoint)
 typedef struct watch {
 	target *t;
 	spawn s;
+	bool staging; /* the job has the staging pool */
 } watch;
 
 static void *watch_main(void *arg)
 {
 	watch *w = arg;
 	finish_job(w->t, &w->s, true);
+	if (w->staging)
+		staging_give();
 	free(w);
 	return NULL;
 }
@@ -445,7 +448,8 @@ int job_checkpoint(target *t, const ctl_cmd *c, char *err, size_t errlen)
 	snprintf(staging_s, sizeof(staging_s), "%llu", (unsigned long long)staging);
 	snprintf(chunk_s, sizeof(chunk_s), "%llu", (unsigned long long)phosfs_chunk);
 	snprintf(pool_s, sizeof(pool_s), "%llu", (unsigned long long)phosfs_shadow_pool);
-	snprintf(sfd_s, sizeof(sfd_s), "%d", staging_fd());
+	int sfd = e ? -1 : staging_take();
+	snprintf(sfd_s, sizeof(sfd_s), "%d", sfd);
 	watch *w = NULL;
 	if (!e) {
 		int k = 0;
@@ -462,10 +466,10 @@ int job_checkpoint(target *t, const ctl_cmd *c, char *err, size_t errlen)
 			args[k++] = "--kill";
 		if (proto == CTL_COW)
 			args[k++] = "--cow";
-		if (staging_fd() >= 0) {
+		if (sfd >= 0) {
 			args[k++] = "--staging-fd";
 			args[k++] = sfd_s;
-			conns[nconns] = staging_fd(); /* kept open in the job, not closed here */
+			conns[nconns] = sfd; /* kept open in the job, not closed here */
 		}
 		for (int i = 0; i < nconns; i++) {
 			args[k++] = "--member";
@@ -473,7 +477,9 @@ int job_checkpoint(target *t, const ctl_cmd *c, char *err, size_t errlen)
 		}
 		args[k] = NULL;
 		w = calloc(1, sizeof(*w));
-		e = w ? spawn_job(args, conns, nconns + (staging_fd() >= 0), &w->s, err, errlen) : -ENOMEM;
+		e = w ? spawn_job(args, conns, nconns + (sfd >= 0), &w->s, err, errlen) : -ENOMEM;
+		if (w)
+			w->staging = sfd >= 0;
 	}
 	for (int i = 0; i < nconns; i++)
 		close(conns[i]);
@@ -481,6 +487,8 @@ int job_checkpoint(target *t, const ctl_cmd *c, char *err, size_t errlen)
 	free(members);
 	free(args);
 	if (e) {
+		if (sfd >= 0)
+			staging_give();
 		free(w);
 		pthread_mutex_unlock(&t->lock);
 		return e;
@@ -499,6 +507,8 @@ int job_checkpoint(target *t, const ctl_cmd *c, char *err, size_t errlen)
 		/* Without a watcher, wait here. */
 		pthread_mutex_unlock(&t->lock);
 		finish_job(t, &w->s, true);
+		if (w->staging)
+			staging_give();
 		free(w);
 		return 0;
 	}

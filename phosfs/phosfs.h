@@ -32,8 +32,10 @@ extern uint64_t phosfs_shadow_pool; /* --shadow-pool: CoW shadows per process, b
 /* Makes it, of bytes (its pages come with the first job that uses
  * them). Errors: errno of memfd_create or ftruncate. */
 int staging_start(uint64_t bytes);
-/* Its fd, or -1 (jobs then allocate their own). */
-int staging_fd(void);
+/* Its fd for one job at a time, or -1 (in use, or none: that job pins
+ * its own); staging_give when the job has ended. */
+int staging_take(void);
+void staging_give(void);
 
 /* A traced process, as registered. Owned by the registry; callers get
  * references through registry_get and give them back with registry_put. */

@@ -6,12 +6,15 @@
  * pays for that again.
  */
 #include <errno.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include "phosfs.h"
 
-static int fd = -1; /* set once at start, before any job */
+static int fd = -1;         /* set once at start, before any job */
+static _Atomic bool in_use; /* a job has it: one at a time */
 
 int staging_start(uint64_t bytes)
 {
@@ -26,7 +29,13 @@ int staging_start(uint64_t bytes)
 	return 0;
 }
 
-int staging_fd(void)
+int staging_take(void)
 {
-	return fd;
+	bool no = false;
+	return fd >= 0 && atomic_compare_exchange_strong(&in_use, &no, true) ? fd : -1;
+}
+
+void staging_give(void)
+{
+	atomic_store(&in_use, false);
 }

@@ -121,9 +121,11 @@ static int unpark(void)
 		} else if (h.type == WIRE_COW && h.length == sizeof(wire_cow) && nfds >= 1) {
 			int r = cow_begin((const wire_cow *)recs, fds, nfds);
 			if (r) {
+				/* The checkpoint fails; the process still resumes at UNPARK. */
 				tr_log("cannot take part in the CoW checkpoint: %s", strerror(-r));
-				send_error(sock, "unpark: the CoW table is not valid");
-				e = r;
+				char msg[128];
+				snprintf(msg, sizeof(msg), "cannot take part in the CoW checkpoint: %s", strerror(-r));
+				send_error(sock, msg);
 			}
 		} else if (h.type == WIRE_UNPARK) {
 			if (alloc_parked() || vmm_parked()) {

@@ -39,6 +39,10 @@ static _Atomic(cow_header *) table;
 static uint64_t table_bytes;
 static CUdeviceptr pool_va;
 static CUmemGenericAllocationHandle pool_h;
+/* Per chunk: the stream its shadow copy was queued on, encoded as the
+ * handle + 1 (0: none yet). A write on that stream runs after the copy;
+ * a write on another one waits until the copy is done. */
+static _Atomic uintptr_t *shadow_on;
 
 static uint64_t now_ns(void)
 {
@@ -132,14 +136,17 @@ static void protect(cow_header *t, const cow_object *o, uint64_t c, CUstream s)
 		uint32_t seen = atomic_load(&t->progress);
 		uint32_t v = atomic_load(st);
 		uint32_t state = v & COW_STATE_MASK;
-		if (state != COW_PENDING && state != COW_COPYING)
+		if (state == COW_SHADOWING && atomic_load(&shadow_on[c]) == (uintptr_t)s + 1)
+			break; /* queued ahead on this very stream */
+		if (state != COW_PENDING && state != COW_COPYING && state != COW_SHADOWING)
 			break; /* shadowed, or off the GPU */
-		if (!running(t))
+		if (!running(t) && state != COW_SHADOWING)
 			break;
 		if (state == COW_PENDING && o->device == t->pool_device) {
 			uint32_t slot = take_slot(t);
 			if (slot != COW_NO_SLOT) {
 				uint32_t want = COW_SHADOWING | (slot << COW_SLOT_SHIFT);
+				atomic_store(&shadow_on[c], (uintptr_t)s + 1);
 				if (!atomic_compare_exchange_strong(st, &v, want)) {
 					give_slot(t, slot);
 					continue; /* phosfs took it meanwhile */
@@ -155,10 +162,11 @@ static void protect(cow_header *t, const cow_object *o, uint64_t c, CUstream s)
 					atomic_fetch_add(&t->shadow_bytes, len);
 					break;
 				}
-				/* The copy could not be queued: wait for phosfs instead. */
+				/* Not queued (or queued without its end mark): wait for
+				 * phosfs instead. A copy that may still land keeps its
+				 * slot for good. */
 				tr_log("a CoW shadow copy failed (error %d): the call waits for the copy", (int)r);
 				atomic_store(st, v);
-				give_slot(t, slot);
 				bump(t);
 			}
 		}
@@ -184,9 +192,19 @@ bool cow_active(void)
 	return atomic_load_explicit(&table, memory_order_acquire) != NULL;
 }
 
+/* Whether s is capturing a graph: its work runs at the graph's launch,
+ * which the safety net holds, not now. */
+static bool capturing(CUstream s)
+{
+	REAL(CUresult, cuStreamIsCapturing, (CUstream, CUstreamCaptureStatus *));
+	CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+	return real_cuStreamIsCapturing && real_cuStreamIsCapturing(s, &st) == CUDA_SUCCESS &&
+	       st != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
 void cow_before_write(uint64_t addr, uint64_t len, CUstream s)
 {
-	if (!cow_active() || !len)
+	if (!cow_active() || !len || !addr || capturing(s))
 		return;
 	pthread_rwlock_rdlock(&lock);
 	cow_header *t = atomic_load(&table);
@@ -278,6 +296,8 @@ static void drop_locked(void)
 		real_cuMemRelease(pool_h);
 	pool_va = 0;
 	pool_h = 0;
+	free(shadow_on);
+	shadow_on = NULL;
 	munmap(t, table_bytes);
 }
 
@@ -291,20 +311,35 @@ static bool shadowing(cow_header *t)
 	return false;
 }
 
+/* The only thread that unmaps a table: once the copy has ended and no
+ * shadow copy is queued, checked again under the lock (a call that saw
+ * the copy running may still queue one until it lets go of the lock). */
 static void *reaper(void *arg)
 {
 	cow_header *t = arg;
 	for (;;) {
 		uint32_t seen = atomic_load(&t->progress);
-		if (!running(t) && !shadowing(t))
-			break;
+		if (!running(t) && !shadowing(t)) {
+			pthread_rwlock_wrlock(&lock);
+			bool idle = !shadowing(t);
+			if (idle && atomic_load(&table) == t)
+				drop_locked();
+			pthread_rwlock_unlock(&lock);
+			if (idle)
+				return NULL;
+		}
 		wait_progress(t, seen);
 	}
-	pthread_rwlock_wrlock(&lock);
-	if (atomic_load(&table) == t)
-		drop_locked();
-	pthread_rwlock_unlock(&lock);
-	return NULL;
+}
+
+/* Waits up to ms for the reaper to drop the last table. */
+static bool dropped(int ms)
+{
+	for (int i = 0; i < ms && atomic_load(&table); i++) {
+		struct timespec ts = { 0, 1000000 };
+		nanosleep(&ts, NULL);
+	}
+	return !atomic_load(&table);
 }
 
 int cow_begin(const wire_cow *c, const int *fds, int nfds)
@@ -326,16 +361,27 @@ int cow_begin(const wire_cow *c, const int *fds, int nfds)
 		munmap(p, c->table_bytes);
 		return -EPROTO;
 	}
+	/* An earlier copy's table goes with its reaper. */
+	if (!dropped(5000)) {
+		munmap(p, c->table_bytes);
+		return -EBUSY;
+	}
 	pthread_rwlock_wrlock(&lock);
-	drop_locked(); /* an earlier copy's, if its reaper has not run */
 	int e = 0;
+	shadow_on = calloc(t->nchunks ? t->nchunks : 1, sizeof(*shadow_on));
+	if (!shadow_on) {
+		pthread_rwlock_unlock(&lock);
+		munmap(p, c->table_bytes);
+		return -ENOMEM;
+	}
+	bool mapped = false;
 	if (c->pool_bytes) {
 		CUmemAccessDesc acc = { .location = { CU_MEM_LOCATION_TYPE_DEVICE, (int)c->pool_device },
 					.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
 		if (real_cuMemImportFromShareableHandle(&pool_h, (void *)(intptr_t)fds[1],
 							CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) ||
 		    real_cuMemAddressReserve(&pool_va, c->pool_bytes, 0, 0, 0) ||
-		    real_cuMemMap(pool_va, c->pool_bytes, 0, pool_h, 0) ||
+		    !(mapped = real_cuMemMap(pool_va, c->pool_bytes, 0, pool_h, 0) == CUDA_SUCCESS) ||
 		    real_cuMemSetAccess(pool_va, c->pool_bytes, &acc, 1))
 			e = -EIO;
 	}
@@ -344,6 +390,9 @@ int cow_begin(const wire_cow *c, const int *fds, int nfds)
 		tr_log("cannot map the CoW shadow pool: writes wait for the copy instead");
 		REAL(CUresult, cuMemAddressFree, (CUdeviceptr, size_t));
 		REAL(CUresult, cuMemRelease, (CUmemGenericAllocationHandle));
+		REAL(CUresult, cuMemUnmap, (CUdeviceptr, size_t));
+		if (mapped)
+			real_cuMemUnmap(pool_va, c->pool_bytes);
 		if (pool_va)
 			real_cuMemAddressFree(pool_va, c->pool_bytes);
 		if (pool_h)
@@ -357,12 +406,15 @@ int cow_begin(const wire_cow *c, const int *fds, int nfds)
 	atomic_store_explicit(&table, t, memory_order_release);
 	pthread_rwlock_unlock(&lock);
 	pthread_t th;
-	if (pthread_create(&th, NULL, reaper, t) == 0) {
-		pthread_setname_np(th, "phos-cow");
-		pthread_detach(th);
-	} else {
-		tr_log("cannot start the CoW reaper: the shadow pool stays mapped until the next checkpoint");
+	if (pthread_create(&th, NULL, reaper, t) != 0) {
+		/* Nobody would drop it: take no part in this copy. */
+		pthread_rwlock_wrlock(&lock);
+		drop_locked();
+		pthread_rwlock_unlock(&lock);
+		return -EAGAIN;
 	}
+	pthread_setname_np(th, "phos-cow");
+	pthread_detach(th);
 	return 0;
 }
 
@@ -373,25 +425,20 @@ void cow_forget(void)
 	cow_header *t = atomic_exchange(&table, NULL);
 	if (t)
 		munmap(t, table_bytes);
+	free(shadow_on);
+	shadow_on = NULL;
 	pool_va = 0;
 	pool_h = 0;
 }
 
 int cow_settle(void)
 {
+	pthread_rwlock_rdlock(&lock);
 	cow_header *t = atomic_load(&table);
-	if (!t)
-		return 0;
-	if (running(t))
-		return -EBUSY;
-	while (shadowing(t)) {
-		uint32_t seen = atomic_load(&t->progress);
-		if (shadowing(t))
-			wait_progress(t, seen);
-	}
-	pthread_rwlock_wrlock(&lock);
-	if (atomic_load(&table) == t)
-		drop_locked();
+	bool busy = t && running(t);
 	pthread_rwlock_unlock(&lock);
-	return 0;
+	if (busy)
+		return -EBUSY;
+	/* Ended: its reaper drops it once its shadow copies are done. */
+	return dropped(5000) ? 0 : -EBUSY;
 }
