@@ -14,7 +14,8 @@
  *   - scatter: a kernel writes every buffer through a device-resident
  *              array of pointers (unsigned**): speculation cannot bound
  *              its write set, so CoW must hold it (the safety net);
- *   - memset and a copy from the host into part of a buffer;
+ *   - memset, a 2D memset of a rectangle, and a copy from the host into
+ *     part of a buffer;
  *   - realloc: a buffer is freed and allocated again (perhaps at its old
  *              address, perhaps of another size), set, and the pointer
  *              array updated.
@@ -165,7 +166,7 @@ static void launch(CUfunction f, uint64_t n, void **args)
 /* Queues operation op, and applies it to the host copies. */
 static void run_op(uint64_t op)
 {
-	uint32_t kind = rnd(op, 1) % 8, a = rnd(op, 2) % NBUF, b = rnd(op, 3) % NBUF, k = rnd(op, 4);
+	uint32_t kind = rnd(op, 1) % 9, a = rnd(op, 2) % NBUF, b = rnd(op, 3) % NBUF, k = rnd(op, 4);
 	buffer *A = &bufs[a], *B = &bufs[b];
 	switch (kind) {
 	case 0:
@@ -213,6 +214,18 @@ static void run_op(uint64_t op)
 		check(cuStreamSynchronize(stream), "cuStreamSynchronize");
 		check(cuMemcpyHtoD(A->d + at * 4, src, n * 4), "cuMemcpyHtoD");
 		memcpy(A->h + at, src, n * 4);
+		break;
+	}
+	case 7: { /* a 2D set: rows of 1024 words, a rectangle of them */
+		const uint64_t pitch = 1024;
+		uint64_t rows = A->words / pitch;
+		if (!rows)
+			break;
+		uint64_t r0 = rnd(op, 5) % rows, h = 1 + rnd(op, 6) % (rows - r0), w = 1 + rnd(op, 7) % pitch;
+		check(cuMemsetD2D32Async(A->d + r0 * pitch * 4, pitch * 4, k, w, h, stream), "cuMemsetD2D32Async");
+		for (uint64_t r = 0; r < h; r++)
+			for (uint64_t i = 0; i < w; i++)
+				A->h[(r0 + r) * pitch + i] = k;
 		break;
 	}
 	default: { /* realloc a: free, allocate (maybe another size), set */

@@ -837,6 +837,59 @@ static CUresult set(CUdeviceptr dst, uint32_t value, unsigned width, size_t coun
 	return CUDA_SUCCESS;
 }
 
+/* A 2D set: height rows, pitch bytes apart, of width elements each. */
+typedef struct set2d_args {
+	uint8_t *dst;
+	size_t pitch, width, height;
+	uint32_t value;
+	unsigned elt;
+} set2d_args;
+
+static void set2d_task(void *arg)
+{
+	set2d_args *a = arg;
+	for (size_t r = 0; r < a->height; r++) {
+		set_args row = { a->dst + r * a->pitch, a->value, a->elt, a->width };
+		set_task(&row);
+	}
+}
+
+static CUresult set2d(CUdeviceptr dst, size_t pitch, uint32_t value, unsigned elt, size_t width, size_t height,
+		      CUstream s, bool async)
+{
+	CUresult r = sc_ctx_require();
+	if (r)
+		return r;
+	if (!width || !height)
+		return CUDA_SUCCESS;
+	if (dst % elt || pitch < width * elt || height > SIZE_MAX / pitch ||
+	    !sc_mem_is_device(dst, (height - 1) * pitch + width * elt))
+		return CUDA_ERROR_INVALID_VALUE;
+	set2d_args a = { (uint8_t *)dst, pitch, width, height, value, elt };
+	if (async)
+		return sc_stream_submit(s, set2d_task, &a, sizeof(a));
+	sc_streams_drain();
+	set2d_task(&a);
+	return CUDA_SUCCESS;
+}
+
+#define SET2D_API(name, vtype, elt, async, ...)                                                        \
+	SC_EXPORT CUresult name(CUdeviceptr d, size_t pitch, vtype v, size_t w, size_t h __VA_ARGS__) \
+	{                                                                                              \
+		SC_API();                                                                              \
+		return set2d(d, pitch, v, elt, w, h, SC_STREAM_ARG, async);                            \
+	}
+#define SC_STREAM_ARG 0
+SET2D_API(cuMemsetD2D8_v2, unsigned char, 1, false)
+SET2D_API(cuMemsetD2D16_v2, unsigned short, 2, false)
+SET2D_API(cuMemsetD2D32_v2, unsigned int, 4, false)
+#undef SC_STREAM_ARG
+#define SC_STREAM_ARG st
+SET2D_API(cuMemsetD2D8Async, unsigned char, 1, true, , CUstream st)
+SET2D_API(cuMemsetD2D16Async, unsigned short, 2, true, , CUstream st)
+SET2D_API(cuMemsetD2D32Async, unsigned int, 4, true, , CUstream st)
+#undef SC_STREAM_ARG
+
 static bool any_device(uintptr_t p)
 {
 	return sc_mem_is_device(p, 1);
