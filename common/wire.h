@@ -109,8 +109,10 @@ typedef struct wire_kernel {
 	uint32_t name_len;      /* name bytes after the record, then padding to 8 */
 } wire_kernel;
 
-/* WIRE_COW: the table (fd 0) and, if pool_bytes, the shadow pool's
- * device memory (fd 1), exported by phosfs. */
+/* WIRE_COW: the table (fd 0), a pidfd of the copying job (fd 1: it
+ * becomes readable when the job ends, whatever pid namespace the process
+ * is in) and, if pool_bytes, the shadow pool's device memory (fd 2),
+ * exported by phosfs. */
 typedef struct wire_cow {
 	uint64_t table_bytes;
 	uint64_t pool_bytes;

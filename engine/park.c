@@ -161,8 +161,11 @@ int engine_unpark(pid_t pid, pid_t tid, const engine_tracer *t, const engine_par
 	}
 	if (!e && cow) {
 		wire_cow wc = { .table_bytes = cow->bytes, .pool_bytes = cow->pool_bytes, .pool_device = cow->pool_device };
-		int fds[2] = { cow->fd, cow->pool_fd };
-		e = wire_send(conn, WIRE_COW, &wc, sizeof(wc), 1, fds, cow->pool_bytes ? 2 : 1);
+		int self = (int)syscall(SYS_pidfd_open, getpid(), 0);
+		int fds[3] = { cow->fd, self, cow->pool_fd };
+		e = self < 0 ? -errno : wire_send(conn, WIRE_COW, &wc, sizeof(wc), 1, fds, cow->pool_bytes ? 3 : 2);
+		if (self >= 0)
+			close(self);
 	}
 	if (!e)
 		e = wire_send(conn, WIRE_UNPARK, NULL, 0, 0, NULL, 0);

@@ -18,7 +18,9 @@
  * still queued.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
+#include <poll.h>
 #include <linux/futex.h>
 #include <signal.h>
 #include <string.h>
@@ -43,6 +45,7 @@ static CUmemGenericAllocationHandle pool_h;
  * handle + 1 (0: none yet). A write on that stream runs after the copy;
  * a write on another one waits until the copy is done. */
 static _Atomic uintptr_t *shadow_on;
+static int job_fd = -1; /* a pidfd of the copying job: readable once it ended */
 
 static uint64_t now_ns(void)
 {
@@ -82,7 +85,8 @@ static void wait_progress(cow_header *t, uint32_t seen)
 	atomic_fetch_add(&t->waiters, 1);
 	futex_wait(&t->progress, seen, WAIT_SLICE_NS);
 	atomic_fetch_sub(&t->waiters, 1);
-	if (atomic_load(&t->progress) == seen && t->job > 0 && kill(t->job, 0) != 0 && errno == ESRCH &&
+	struct pollfd pf = { job_fd, POLLIN, 0 };
+	if (atomic_load(&t->progress) == seen && job_fd >= 0 && poll(&pf, 1, 0) == 1 &&
 	    atomic_exchange(&t->active, 0)) {
 		tr_log("the checkpoint's copy (phosfs job %d) is gone: writes go on unprotected", (int)t->job);
 		bump(t);
@@ -298,6 +302,9 @@ static void drop_locked(void)
 	pool_h = 0;
 	free(shadow_on);
 	shadow_on = NULL;
+	if (job_fd >= 0)
+		close(job_fd);
+	job_fd = -1;
 	munmap(t, table_bytes);
 }
 
@@ -349,7 +356,7 @@ int cow_begin(const wire_cow *c, const int *fds, int nfds)
 	REAL(CUresult, cuMemAddressReserve, (CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long));
 	REAL(CUresult, cuMemMap, (CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long));
 	REAL(CUresult, cuMemSetAccess, (CUdeviceptr, size_t, const CUmemAccessDesc *, size_t));
-	if (nfds < 1 || (c->pool_bytes && nfds < 2) || c->table_bytes < sizeof(cow_header))
+	if (nfds < 2 || (c->pool_bytes && nfds < 3) || c->table_bytes < sizeof(cow_header))
 		return -EPROTO;
 	void *p = mmap(NULL, c->table_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fds[0], 0);
 	if (p == MAP_FAILED)
@@ -378,7 +385,7 @@ int cow_begin(const wire_cow *c, const int *fds, int nfds)
 	if (c->pool_bytes) {
 		CUmemAccessDesc acc = { .location = { CU_MEM_LOCATION_TYPE_DEVICE, (int)c->pool_device },
 					.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
-		if (real_cuMemImportFromShareableHandle(&pool_h, (void *)(intptr_t)fds[1],
+		if (real_cuMemImportFromShareableHandle(&pool_h, (void *)(intptr_t)fds[2],
 							CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) ||
 		    real_cuMemAddressReserve(&pool_va, c->pool_bytes, 0, 0, 0) ||
 		    !(mapped = real_cuMemMap(pool_va, c->pool_bytes, 0, pool_h, 0) == CUDA_SUCCESS) ||
@@ -403,6 +410,7 @@ int cow_begin(const wire_cow *c, const int *fds, int nfds)
 		e = 0;
 	}
 	table_bytes = c->table_bytes;
+	job_fd = fcntl(fds[1], F_DUPFD_CLOEXEC, 3);
 	atomic_store_explicit(&table, t, memory_order_release);
 	pthread_rwlock_unlock(&lock);
 	pthread_t th;
@@ -427,6 +435,9 @@ void cow_forget(void)
 		munmap(t, table_bytes);
 	free(shadow_on);
 	shadow_on = NULL;
+	if (job_fd >= 0)
+		close(job_fd);
+	job_fd = -1;
 	pool_va = 0;
 	pool_h = 0;
 }
