@@ -457,6 +457,11 @@ static void job_status(target *t, text *out)
 		if (t->kind == CTL_CHECKPOINT) {
 			if (atomic_load(&p->stall_ns))
 				add(out, "stall ms: %.1f\n", ms(atomic_load(&p->stall_ns)));
+			add(out, "steps ms:");
+			for (int st = STEP_PARK; st < STEP_DONE; st++)
+				if (atomic_load(&p->step_ns[st]))
+					add(out, " %s %.1f", engine_step_name(st), ms(atomic_load(&p->step_ns[st])));
+			add(out, "\n");
 			copy_status(p, out);
 		}
 	} else {
