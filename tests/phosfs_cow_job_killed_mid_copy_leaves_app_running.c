@@ -1,0 +1,113 @@
+/*
+ * The job that copies a CoW checkpoint is killed with -9 while the
+ * process runs and its memory is being copied. The tracer learns of it
+ * (a pidfd of the job came with the CoW table), stops protecting and
+ * drops the table; the process runs on with its memory intact, nothing is
+ * published, and the next checkpoint is whole.
+ *
+ * phosfs copies in 64 KiB chunks through 1 MiB of staging, so that the
+ * copy of cow_app's 64 MiB lasts long enough to be caught.
+ */
+#include "phosfs_test.h"
+
+/* Sends SIGUSR1 and waits for one more "verify" line than before. */
+static int verified(pid_t pid, const char *out, int *before)
+{
+	kill(pid, SIGUSR1);
+	for (int i = 0; i < 400; i++, usleep(25000)) {
+		FILE *f = fopen(out, "r");
+		char l[256];
+		int n = 0, bad = 0;
+		while (f && fgets(l, sizeof(l), f)) {
+			n += !strncmp(l, "verify ok", 9);
+			bad |= !strncmp(l, "verify FAILED", 13);
+		}
+		if (f)
+			fclose(f);
+		if (bad)
+			return 0;
+		if (n > *before) {
+			*before = n;
+			return 1;
+		}
+	}
+	return 0;
+}
+
+/* The pid of the job process checkpointing pid, or 0. */
+static pid_t job_of(pid_t pid)
+{
+	char cmd[128], line[32] = "";
+	snprintf(cmd, sizeof(cmd), "pgrep -f -- '--job stop --pid %d '", (int)pid);
+	FILE *p = popen(cmd, "r");
+	if (p && !fgets(line, sizeof(line), p))
+		line[0] = 0;
+	if (p)
+		pclose(p);
+	return (pid_t)atoi(line);
+}
+
+int main(void)
+{
+	rig r;
+	rig_require(&r);
+	char app[PATH_MAX], cubin[PATH_MAX];
+	snprintf(app, sizeof(app), "%s", test_path("PHOS_COW_APP", "apps/cow_app"));
+	snprintf(cubin, sizeof(cubin), "%s/cow.cubin", test_path("PHOS_KERNELS", "../kernels"));
+	if (access(app, X_OK) || access(cubin, R_OK))
+		skip_all("tests/apps/cow_app or its cubin is not built (the cubin needs nvcc)");
+	plan(4);
+	r.opts[0] = "--chunk";
+	r.opts[1] = "64K";
+	r.opts[2] = "--staging";
+	r.opts[3] = "1M";
+	if (rig_mount(&r, NULL))
+		bail("phosfs did not mount");
+	char *const cmd[] = { app, cubin, "64", "7", NULL };
+	pid_t pid = rig_phos_run(&r, cmd);
+	char out[PATH_MAX], ctl[160], status[160], st[4096], last[256] = "";
+	rig_out(&r, pid, out, sizeof(out));
+	snprintf(ctl, sizeof(ctl), "%s/%d/ctl", r.mnt, (int)pid);
+	snprintf(status, sizeof(status), "%s/%d/status", r.mnt, (int)pid);
+	int up = pid > 0 && rig_line(out, "ops 200", 30000, NULL, 0);
+	for (int i = 0; i < 100 && up && !(rig_read(status, st, sizeof(st)) && strstr(st, "traced: yes")); i++)
+		usleep(50000);
+	ok(up && strstr(st, "traced: yes"), "cow_app runs under the tracer");
+
+	/* Kill the job once it copies; a try whose copy ended first is done again. */
+	int caught = 0, nverify = 0;
+	for (int attempt = 0; attempt < 10 && !caught && up; attempt++) {
+		char c[64];
+		int n = snprintf(c, sizeof(c), "checkpoint name=k%d\n", attempt);
+		if (rig_ctl(ctl, c, (size_t)n))
+			break;
+		pid_t job = 0;
+		for (int i = 0; i < 20000 && !caught; i++) {
+			if (rig_read(status, st, sizeof(st)) && strstr(st, "job: none\n"))
+				break;
+			if (strstr(st, "step: copy\n") && (job = job_of(pid)) > 0 && kill(job, SIGKILL) == 0)
+				caught = 1;
+			else
+				usleep(500);
+		}
+		rig_job_done(&r, pid, 30000, last, sizeof(last));
+		if (!caught)
+			diag("attempt %d: the copy ended before the job could be killed (%s)", attempt, last);
+	}
+	rig_read(status, st, sizeof(st));
+	char image[PATH_MAX];
+	snprintf(image, sizeof(image), "%s/%d/k", r.store, (int)pid);
+	ok(caught && strstr(last, "failed") && strstr(st, "killed by signal 9"),
+	   "the job killed during the copy fails the checkpoint (%s)", last);
+	ok(caught && rig_alive(pid) && verified(pid, out, &nverify) && rig_line(out, "ops", 0, NULL, 0),
+	   "the process runs on, its device memory intact");
+	rig_ctl(ctl, "checkpoint name=after\n", 22);
+	int whole = rig_job_done(&r, pid, 60000, last, sizeof(last)) && strstr(last, "done");
+	snprintf(image, sizeof(image), "%s/%d/after", r.store, (int)pid);
+	ok(whole && rig_verify(image) && verified(pid, out, &nverify), "the next checkpoint is whole (%s)", last);
+
+	kill(pid, SIGKILL);
+	rig_reap();
+	rig_cleanup(&r);
+	return done();
+}
