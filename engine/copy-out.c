@@ -98,15 +98,7 @@ static void fail(outjob *j, int e, const char *msg)
 /* The object holding global chunk g. */
 static int object_of(const outjob *j, uint64_t g)
 {
-	int lo = 0, hi = j->n - 1;
-	while (lo < hi) {
-		int mid = (lo + hi + 1) / 2;
-		if (j->first[mid] <= g)
-			lo = mid;
-		else
-			hi = mid - 1;
-	}
-	return lo;
+	return mapping_owner(j->first, j->n, g);
 }
 
 static _Atomic uint32_t *state_of(const outjob *j, uint64_t g, cow_header **t)

@@ -86,20 +86,6 @@ static int fill(pass *p, slot *s, const mapping *m, char *err, size_t errlen)
 	return 0;
 }
 
-/* The object (index into p->objs) that holds the pass's chunk g. */
-static int locate(const pass *p, uint64_t g)
-{
-	int lo = 0, hi = p->n - 1;
-	while (lo < hi) {
-		int mid = (lo + hi + 1) / 2;
-		if (p->first[mid] <= g)
-			lo = mid;
-		else
-			hi = mid - 1;
-	}
-	return lo;
-}
-
 /* Takes chunks until none are left or the pass failed. */
 static void *worker(void *arg)
 {
@@ -127,7 +113,7 @@ static void *worker(void *arg)
 		uint64_t g = atomic_fetch_add(&p->next, 1);
 		if (g >= total)
 			break;
-		int i = locate(p, g);
+		int i = mapping_owner(p->first, p->n, g);
 		const mapping *m = &p->maps[p->objs[i]];
 		sl->obj = p->ids[p->objs[i]];
 		sl->off = (g - p->first[i]) * ENGINE_CHUNK;

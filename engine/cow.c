@@ -209,13 +209,11 @@ void engine_cow_stats(const engine_cow *c, engine_progress *p)
 
 void engine_cow_free(engine_cow *c)
 {
+	engine_cow_end(c);
 	for (int i = 0; c->m && i < c->n; i++) {
 		engine_cow_member *m = &c->m[i];
-		if (m->t) {
-			atomic_store(&m->t->active, 0);
-			engine_cow_wake(m->t);
+		if (m->t)
 			munmap(m->t, m->bytes);
-		}
 		if (m->fd >= 0)
 			close(m->fd);
 		if (m->pool_fd >= 0)

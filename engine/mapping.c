@@ -59,3 +59,16 @@ int mapping_import(mapping *m, int fd, size_t size, int dev, char *err, size_t e
 		return driver_fail(r, err, errlen, "importing the process's device memory");
 	return mapping_map(m, h, size, dev, err, errlen);
 }
+
+int mapping_owner(const uint64_t *first, int n, uint64_t g)
+{
+	int lo = 0, hi = n - 1;
+	while (lo < hi) {
+		int mid = (lo + hi + 1) / 2;
+		if (first[mid] <= g)
+			lo = mid;
+		else
+			hi = mid - 1;
+	}
+	return lo;
+}

@@ -25,6 +25,10 @@ int mapping_map(mapping *m, CUmemGenericAllocationHandle h, size_t size, int dev
 /* Imports the object fd of size bytes on dev and maps it. Errors: -EIO. */
 int mapping_import(mapping *m, int fd, size_t size, int dev, char *err, size_t errlen);
 
+/* Which of n mappings cut into chunks holds global chunk g, where
+ * first[i] counts the chunks of the mappings before i (ascending). */
+int mapping_owner(const uint64_t *first, int n, uint64_t g);
+
 /* Unmaps every mapping of maps[0..n), each with its device's context
  * current, and releases the handles. */
 void mapping_unmap_all(mapping *maps, int n);

@@ -27,43 +27,12 @@ static long stat_of(const char *st, const char *key)
 	return l ? atol(l + strlen(key)) : -1;
 }
 
-/* Sends SIGUSR1 and waits for one more "verify" line than before. */
-static int verified(pid_t pid, const char *out, int *before)
-{
-	kill(pid, SIGUSR1);
-	for (int i = 0; i < 200; i++, usleep(25000)) {
-		FILE *f = fopen(out, "r");
-		char l[256];
-		int n = 0, bad = 0;
-		while (f && fgets(l, sizeof(l), f)) {
-			n += !strncmp(l, "verify ok", 9);
-			if (!strncmp(l, "verify FAILED", 13)) {
-				diag("%s", l);
-				bad = 1;
-			}
-		}
-		if (f)
-			fclose(f);
-		if (bad)
-			return 0;
-		if (n > *before) {
-			*before = n;
-			return 1;
-		}
-	}
-	diag("no verify line from %d", (int)pid);
-	return 0;
-}
-
 int main(void)
 {
 	rig r;
 	rig_require(&r);
 	char app[PATH_MAX], cubin[PATH_MAX];
-	snprintf(app, sizeof(app), "%s", test_path("PHOS_COW_APP", "apps/cow_app"));
-	snprintf(cubin, sizeof(cubin), "%s/cow.cubin", test_path("PHOS_KERNELS", "../kernels"));
-	if (access(app, X_OK) || access(cubin, R_OK))
-		skip_all("tests/apps/cow_app or its cubin is not built (the cubin needs nvcc)");
+	rig_cow_app_paths(app, cubin);
 	int iters = getenv("PHOS_COW_ITERATIONS") ? atoi(getenv("PHOS_COW_ITERATIONS")) : 100;
 	plan(iters + 5);
 	r.opts[0] = "--chunk";
@@ -77,17 +46,13 @@ int main(void)
 	srand(seed);
 	char seed_s[16];
 	snprintf(seed_s, sizeof(seed_s), "%u", seed);
-	char *const cmd[] = { app, cubin, "24", seed_s, NULL };
-	pid_t pid = rig_phos_run(&r, cmd);
+	pid_t pid = rig_cow_app(&r, app, cubin, "24", seed_s, 20000);
 	char out[PATH_MAX], ctl[160], status[160], st[4096], prev[PATH_MAX] = "";
 	rig_out(&r, pid, out, sizeof(out));
 	snprintf(ctl, sizeof(ctl), "%s/%d/ctl", r.mnt, (int)pid);
 	snprintf(status, sizeof(status), "%s/%d/status", r.mnt, (int)pid);
-	int up = pid > 0 && rig_line(out, "ops 200", 20000, NULL, 0);
-	for (int i = 0; i < 100 && up && !(rig_read(status, st, sizeof(st)) && strstr(st, "traced: yes")); i++)
-		usleep(50000);
-	ok(up && strstr(st, "traced: yes"), "cow_app runs under the tracer");
-	if (!up)
+	ok(pid > 0, "cow_app runs under the tracer");
+	if (pid <= 0)
 		bail("cow_app did not start (%s)", out);
 
 	long shadows = 0, net = 0, waits = 0;
@@ -104,13 +69,13 @@ int main(void)
 		     w = stat_of(st, "cow waits: ");
 		snprintf(image, sizeof(image), "%s/%d/c%d", r.store, (int)pid, it);
 		int img = done && rig_verify(image);
-		int live = done && verified(pid, out, &nverify);
+		int live = done && rig_cow_verified(pid, out, &nverify, 5000);
 		kill(pid, SIGKILL);
 		for (int k = 0; k < 100 && rig_alive(pid); k++)
 			usleep(20000);
 		rig_reap();
 		int back = img && rig_restore(&r, image, pid, st, sizeof(st)) == 0 && rig_alive(pid);
-		int restored = back && verified(pid, out, &nverify);
+		int restored = back && rig_cow_verified(pid, out, &nverify, 5000);
 		char line[128] = "";
 		rig_line(out, "verify ok", 0, line, sizeof(line));
 		ok(done && cow && img && live && restored, "iteration %d: cow image verifies, the live process and its restore match t1 (%s; shadows %ld, waits %ld, net %ld)",
@@ -146,13 +111,13 @@ int main(void)
 	int ce = rig_ctl(ctl, "cancel\n", 7);
 	int ended = rig_job_done(&r, pid, 60000, last, sizeof(last));
 	snprintf(image, sizeof(image), "%s/%d/gone", r.store, (int)pid);
-	int live = verified(pid, out, &nverify);
+	int live = rig_cow_verified(pid, out, &nverify, 5000);
 	ok(!ce && ended && strstr(last, "failed") && access(image, F_OK) != 0 && live,
 	   "cancel during a cow checkpoint publishes nothing; the process runs on intact (%s)", last);
 	rig_ctl(ctl, "checkpoint name=after\n", 22);
 	ended = rig_job_done(&r, pid, 60000, last, sizeof(last));
 	snprintf(image, sizeof(image), "%s/%d/after", r.store, (int)pid);
-	ok(ended && strstr(last, "done") && rig_verify(image) && verified(pid, out, &nverify),
+	ok(ended && strstr(last, "done") && rig_verify(image) && rig_cow_verified(pid, out, &nverify, 5000),
 	   "and the next cow checkpoint is whole (%s)", last);
 
 	kill(pid, SIGKILL);

@@ -10,30 +10,6 @@
  */
 #include "phosfs_test.h"
 
-/* Sends SIGUSR1 and waits for one more "verify" line than before. */
-static int verified(pid_t pid, const char *out, int *before)
-{
-	kill(pid, SIGUSR1);
-	for (int i = 0; i < 400; i++, usleep(25000)) {
-		FILE *f = fopen(out, "r");
-		char l[256];
-		int n = 0, bad = 0;
-		while (f && fgets(l, sizeof(l), f)) {
-			n += !strncmp(l, "verify ok", 9);
-			bad |= !strncmp(l, "verify FAILED", 13);
-		}
-		if (f)
-			fclose(f);
-		if (bad)
-			return 0;
-		if (n > *before) {
-			*before = n;
-			return 1;
-		}
-	}
-	return 0;
-}
-
 /* The pid of the job process checkpointing pid, or 0. */
 static pid_t job_of(pid_t pid)
 {
@@ -52,10 +28,7 @@ int main(void)
 	rig r;
 	rig_require(&r);
 	char app[PATH_MAX], cubin[PATH_MAX];
-	snprintf(app, sizeof(app), "%s", test_path("PHOS_COW_APP", "apps/cow_app"));
-	snprintf(cubin, sizeof(cubin), "%s/cow.cubin", test_path("PHOS_KERNELS", "../kernels"));
-	if (access(app, X_OK) || access(cubin, R_OK))
-		skip_all("tests/apps/cow_app or its cubin is not built (the cubin needs nvcc)");
+	rig_cow_app_paths(app, cubin);
 	plan(4);
 	r.opts[0] = "--chunk";
 	r.opts[1] = "64K";
@@ -63,16 +36,13 @@ int main(void)
 	r.opts[3] = "1M";
 	if (rig_mount(&r, NULL))
 		bail("phosfs did not mount");
-	char *const cmd[] = { app, cubin, "64", "7", NULL };
-	pid_t pid = rig_phos_run(&r, cmd);
-	char out[PATH_MAX], ctl[160], status[160], st[4096], last[256] = "";
+	pid_t pid = rig_cow_app(&r, app, cubin, "64", "7", 30000);
+	char out[PATH_MAX], ctl[160], status[160], st[4096] = "", last[256] = "";
 	rig_out(&r, pid, out, sizeof(out));
 	snprintf(ctl, sizeof(ctl), "%s/%d/ctl", r.mnt, (int)pid);
 	snprintf(status, sizeof(status), "%s/%d/status", r.mnt, (int)pid);
-	int up = pid > 0 && rig_line(out, "ops 200", 30000, NULL, 0);
-	for (int i = 0; i < 100 && up && !(rig_read(status, st, sizeof(st)) && strstr(st, "traced: yes")); i++)
-		usleep(50000);
-	ok(up && strstr(st, "traced: yes"), "cow_app runs under the tracer");
+	int up = pid > 0;
+	ok(up, "cow_app runs under the tracer");
 
 	/* Kill the job once it copies; a try whose copy ended first is done again. */
 	int caught = 0, nverify = 0;
@@ -99,12 +69,12 @@ int main(void)
 	snprintf(image, sizeof(image), "%s/%d/k", r.store, (int)pid);
 	ok(caught && strstr(last, "failed") && strstr(st, "killed by signal 9"),
 	   "the job killed during the copy fails the checkpoint (%s)", last);
-	ok(caught && rig_alive(pid) && verified(pid, out, &nverify) && rig_line(out, "ops", 0, NULL, 0),
+	ok(caught && rig_alive(pid) && rig_cow_verified(pid, out, &nverify, 10000) && rig_line(out, "ops", 0, NULL, 0),
 	   "the process runs on, its device memory intact");
 	rig_ctl(ctl, "checkpoint name=after\n", 22);
 	int whole = rig_job_done(&r, pid, 60000, last, sizeof(last)) && strstr(last, "done");
 	snprintf(image, sizeof(image), "%s/%d/after", r.store, (int)pid);
-	ok(whole && rig_verify(image) && verified(pid, out, &nverify), "the next checkpoint is whole (%s)", last);
+	ok(whole && rig_verify(image) && rig_cow_verified(pid, out, &nverify, 10000), "the next checkpoint is whole (%s)", last);
 
 	kill(pid, SIGKILL);
 	rig_reap();

@@ -297,4 +297,60 @@ static inline int rig_verify(const char *path)
 	return e == 0;
 }
 
+/* tests/apps/cow_app and its cubin into app and cubin (PATH_MAX each), or
+ * skips the whole test. */
+static inline void rig_cow_app_paths(char *app, char *cubin)
+{
+	snprintf(app, PATH_MAX, "%s", test_path("PHOS_COW_APP", "apps/cow_app"));
+	snprintf(cubin, PATH_MAX, "%s/cow.cubin", test_path("PHOS_KERNELS", "../kernels"));
+	if (access(app, X_OK) || access(cubin, R_OK))
+		skip_all("tests/apps/cow_app or its cubin is not built (the cubin needs nvcc)");
+}
+
+/* Starts `cow_app CUBIN MIB SEED` under phos run and waits up to ms for
+ * its 200th operation, then for status to show it traced. Returns its
+ * pid, or -1 if it did not get that far. */
+static inline pid_t rig_cow_app(rig *r, char *app, char *cubin, char *mib, char *seed, int ms)
+{
+	char *const cmd[] = { app, cubin, mib, seed, NULL };
+	pid_t pid = rig_phos_run(r, cmd);
+	char out[PATH_MAX], status[160], st[4096] = "";
+	rig_out(r, pid, out, sizeof(out));
+	snprintf(status, sizeof(status), "%s/%d/status", r->mnt, (int)pid);
+	int up = pid > 0 && rig_line(out, "ops 200", ms, NULL, 0);
+	for (int i = 0; i < 100 && up && !(rig_read(status, st, sizeof(st)) && strstr(st, "traced: yes")); i++)
+		usleep(50000);
+	return up && strstr(st, "traced: yes") ? pid : -1;
+}
+
+/* Asks cow_app pid (output in out) to check its device memory, and waits
+ * up to ms for one more "verify ok" line than *before (which it counts
+ * on); 0 on "verify FAILED" or none. */
+static inline int rig_cow_verified(pid_t pid, const char *out, int *before, int ms)
+{
+	kill(pid, SIGUSR1);
+	for (int i = 0; i <= ms / 25; i++, usleep(25000)) {
+		FILE *f = fopen(out, "r");
+		char l[256];
+		int n = 0, bad = 0;
+		while (f && fgets(l, sizeof(l), f)) {
+			n += !strncmp(l, "verify ok", 9);
+			if (!strncmp(l, "verify FAILED", 13)) {
+				diag("%s", l);
+				bad = 1;
+			}
+		}
+		if (f)
+			fclose(f);
+		if (bad)
+			return 0;
+		if (n > *before) {
+			*before = n;
+			return 1;
+		}
+	}
+	diag("no verify line from %d", (int)pid);
+	return 0;
+}
+
 #endif

@@ -5,7 +5,6 @@
  */
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "tracer.h"
 
@@ -152,11 +151,6 @@ static void speculate(CUfunction f, void **params, void **extra, CUstream s)
 		cow_net(NULL); /* a function never seen: nothing is known of it */
 }
 
-/* The per-thread default stream for the _ptsz entry points. */
-#define STREAM_OF(name, s) (sizeof(#name) > 5 && !strcmp(#name + sizeof(#name) - 6, "_ptsz") && !(s) \
-				    ? CU_STREAM_PER_THREAD                                         \
-				    : (s))
-
 #define LAUNCH(name)                                                                                     \
 	TR_EXPORT CUresult name(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, \
 				unsigned bz, unsigned shmem, CUstream s, void **params, void **extra)          \
@@ -166,7 +160,7 @@ static void speculate(CUfunction f, void **params, void **extra, CUstream s)
 		if (!tr_enabled())                                                                       \
 			return real_##name(f, gx, gy, gz, bx, by, bz, shmem, s, params, extra);          \
 		GATE();                                                                                  \
-		speculate(f, params, extra, STREAM_OF(name, s));                                         \
+		speculate(f, params, extra, tr_stream_of(#name, s));                                         \
 		return real_##name(f, gx, gy, gz, bx, by, bz, shmem, s, params, extra);                  \
 	}
 
@@ -180,7 +174,7 @@ LAUNCH(cuLaunchKernel_ptsz)
 		if (!tr_enabled())                                                              \
 			return real_##name(c, f, params, extra);                                \
 		GATE();                                                                         \
-		speculate(f, params, extra, STREAM_OF(name, c ? c->hStream : NULL));            \
+		speculate(f, params, extra, tr_stream_of(#name, c ? c->hStream : NULL));            \
 		return real_##name(c, f, params, extra);                                        \
 	}
 
@@ -196,7 +190,7 @@ LAUNCH_EX(cuLaunchKernelEx_ptsz)
 		if (!tr_enabled())                                                                       \
 			return real_##name(f, gx, gy, gz, bx, by, bz, shmem, s, params);                 \
 		GATE();                                                                                  \
-		speculate(f, params, NULL, STREAM_OF(name, s));                                          \
+		speculate(f, params, NULL, tr_stream_of(#name, s));                                          \
 		return real_##name(f, gx, gy, gz, bx, by, bz, shmem, s, params);                         \
 	}
 

@@ -3,8 +3,6 @@
  * (alloc.c), and copies and sets pass the gate and are counted as reads
  * and writes of the buffers they touch.
  */
-#include <string.h>
-
 #include "tracer.h"
 
 TR_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytes)
@@ -212,15 +210,6 @@ TR_EXPORT CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp *p
 #define RD(a, n, st) spec_range((uint64_t)(a), (n), true, false, (st))
 #define WR(a, n, st) spec_range((uint64_t)(a), (n), false, true, (st))
 
-/* The stream a call of entry point `name` runs on: st, or for a call
- * without one, the default stream that entry point uses. */
-static CUstream stream_of(const char *name, CUstream st)
-{
-	size_t n = strlen(name);
-	bool per_thread = n > 5 && (!strcmp(name + n - 5, "_ptsz") || !strcmp(name + n - 5, "_ptds"));
-	return st ? st : per_thread ? CU_STREAM_PER_THREAD : NULL;
-}
-
 /* host: the copy crosses PCIe and runs before the call returns, so it
  * counts in the state table's pcie_pending while it runs. */
 #define COPY_(name, params, args, dst, src, n, host, st)                        \
@@ -230,7 +219,7 @@ static CUstream stream_of(const char *name, CUstream st)
 		if (!tr_enabled())                                              \
 			return real_##name args;                                \
 		GATE();                                                         \
-		CUstream s_ = stream_of(#name, st);                             \
+		CUstream s_ = tr_stream_of(#name, st);                             \
 		RD(src, n, s_);                                                 \
 		WR(dst, n, s_);                                                 \
 		if (host)                                                       \
@@ -268,7 +257,7 @@ COPY_ON(cuMemcpyAsync_ptsz, (CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st
 		if (!tr_enabled())                                              \
 			return real_##name args;                                \
 		GATE();                                                         \
-		WR(d, n *width, stream_of(#name, st));                          \
+		WR(d, n *width, tr_stream_of(#name, st));                          \
 		return real_##name args;                                        \
 	}
 

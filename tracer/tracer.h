@@ -172,6 +172,16 @@ int demangle_params(const char *mangled, param_kind *kinds, int max);
 void spec_launch(kernel_info *k, void **params, void **extra, CUstream s);
 void spec_range(uint64_t addr, size_t len, bool read, bool write, CUstream s);
 
+/* The stream a call of entry point `name` runs on: s, or for a call given
+ * none, the default stream that entry point uses (the per-thread one for
+ * the _ptsz and _ptds variants). name is a literal, so this folds away. */
+static inline CUstream tr_stream_of(const char *name, CUstream s)
+{
+	size_t n = __builtin_strlen(name);
+	bool per_thread = n > 5 && (!__builtin_strcmp(name + n - 5, "_ptsz") || !__builtin_strcmp(name + n - 5, "_ptds"));
+	return s ? s : per_thread ? CU_STREAM_PER_THREAD : NULL;
+}
+
 /* cow.c: copy-on-write while phosfs copies the t1 memory (common/cow.h). */
 /* Maps the table (fds[0]) and the shadow pool (fds[1]) of WIRE_COW and
  * starts protecting; called before the gate opens. Errors: -EPROTO (a
