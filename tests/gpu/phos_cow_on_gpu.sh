@@ -10,7 +10,8 @@
 #      and restored from the latest checkpoint: every step line after it
 #      (batch checksum and loss) is the uninterrupted run's.
 # Needs root, FUSE, a GPU (and PyTorch with CUDA for 2).
-# PHOS_COW_ITERATIONS and PHOS_COW_MIB change case 1.
+# PHOS_COW_ITERATIONS and PHOS_COW_MIB change case 1; PHOS_KEEP_LOGS=DIR
+# keeps phosfs's log there.
 b=${PHOS_BUNDLE:-gpu-bundle}
 src=${PHOS_SRCDIR:-$b/..}
 iters=${PHOS_COW_ITERATIONS:-20}
@@ -31,10 +32,15 @@ cleanup() {
 	kill "$fs" 2>/dev/null
 	wait "$fs" 2>/dev/null
 	sed 's/^/# phosfs: /' "$work/phosfs.log" | tail -20
+	[ -d "${PHOS_KEEP_LOGS:-}" ] && cp "$work/phosfs.log" "$PHOS_KEEP_LOGS/cow-phosfs.log"
 	rm -rf "$work"
 }
 trap cleanup EXIT
 for _ in $(seq 50); do [ -e "$mnt/version" ] && break; sleep 0.1; done
+if ! [ -e "$mnt/version" ]; then
+	for i in 1 2; do echo "not ok $i - phosfs did not mount (bundle $b)"; done
+	exit 1
+fi
 phos="$b/bin/phos"
 wait_line() { # FILE PATTERN SECONDS
 	for _ in $(seq $(($3 * 10))); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.1; done
@@ -104,9 +110,12 @@ echo "$pid" >>"$work/pids"
 out=$store/run/$pid.out ok=0 taken=0
 if wait_line "$out" "^step 20 " 180; then
 	end=$((SECONDS + 60))
+	# one every 2 s, or at once when the last one took longer
 	while [ $SECONDS -lt $end ]; do
+		t=$(date +%s%N)
 		"$phos" checkpoint "$pid" --wait >/dev/null && taken=$((taken + 1))
-		sleep 2
+		left=$((2000 - ($(date +%s%N) - t) / 1000000))
+		[ $left -gt 0 ] && sleep "$(printf '%d.%03d' $((left / 1000)) $((left % 1000)))"
 	done
 	grep -E '^(stall ms|steps ms|off gpu at|published at|cow |safety)' "$mnt/$pid/status" | sed 's/^/# /'
 	at=$(grep -c '^step' "$out")
