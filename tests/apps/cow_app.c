@@ -16,6 +16,9 @@
  *              its write set, so CoW must hold it (the safety net);
  *   - memset, a 2D memset of a rectangle, and a copy from the host into
  *     part of a buffer;
+ *   - memops:  cuStreamWriteValue32, a 64-bit write of cuStreamBatchMemOp
+ *              and a cuMemcpyBatchAsync of a range of one buffer into
+ *              another;
  *   - realloc: a buffer is freed and allocated again (perhaps at its old
  *              address, perhaps of another size), set, and the pointer
  *              array updated.
@@ -113,6 +116,8 @@ typedef struct buffer {
 static buffer bufs[NBUF];
 static CUdeviceptr ptrs; /* NBUF device pointers, for scatter */
 static CUstream stream;
+static int memops64;         /* the device takes 64-bit stream memory operations */
+static int batch_copies = 1; /* cuMemcpyBatchAsync works here */
 static CUfunction f_mix, f_bump, f_scatter;
 static uint64_t unit_words; /* buffer sizes are multiples of this */
 static uint32_t seed;
@@ -166,7 +171,7 @@ static void launch(CUfunction f, uint64_t n, void **args)
 /* Queues operation op, and applies it to the host copies. */
 static void run_op(uint64_t op)
 {
-	uint32_t kind = rnd(op, 1) % 9, a = rnd(op, 2) % NBUF, b = rnd(op, 3) % NBUF, k = rnd(op, 4);
+	uint32_t kind = rnd(op, 1) % 10, a = rnd(op, 2) % NBUF, b = rnd(op, 3) % NBUF, k = rnd(op, 4);
 	buffer *A = &bufs[a], *B = &bufs[b];
 	switch (kind) {
 	case 0:
@@ -226,6 +231,40 @@ static void run_op(uint64_t op)
 		for (uint64_t r = 0; r < h; r++)
 			for (uint64_t i = 0; i < w; i++)
 				A->h[(r0 + r) * pitch + i] = k;
+		break;
+	}
+	case 8: { /* stream memory operations, and a batched copy of b into a */
+		uint64_t at = rnd(op, 5) % A->words;
+		check(cuStreamWriteValue32(stream, A->d + at * 4, k, 0), "cuStreamWriteValue32");
+		A->h[at] = k;
+		if (memops64) {
+			uint64_t w = rnd(op, 6) % (A->words / 2) * 2, v = (uint64_t)~k << 32 | k;
+			CUstreamBatchMemOpParams p;
+			memset(&p, 0, sizeof(p));
+			p.writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_64;
+			p.writeValue.address = A->d + w * 4;
+			p.writeValue.value64 = v;
+			check(cuStreamBatchMemOp(stream, 1, &p, 0), "cuStreamBatchMemOp");
+			memcpy(A->h + w, &v, 8);
+		}
+		if (batch_copies && a != b) {
+			uint64_t most = A->words < B->words ? A->words : B->words;
+			uint64_t n = 1 + rnd(op, 7) % most, to = rnd(op, 8) % (A->words - n + 1),
+				 from = rnd(op, 9) % (B->words - n + 1);
+			CUdeviceptr d = A->d + to * 4, src = B->d + from * 4;
+			size_t bytes = n * 4, idx = 0;
+			CUmemcpyAttributes attr;
+			memset(&attr, 0, sizeof(attr));
+			attr.srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM;
+			CUresult r = cuMemcpyBatchAsync(&d, &src, &bytes, 1, &attr, &idx, 1, stream);
+			if (r == CUDA_ERROR_NOT_SUPPORTED) {
+				printf("cow_app: cuMemcpyBatchAsync is not supported here; it is left out\n");
+				batch_copies = 0;
+				break;
+			}
+			check(r, "cuMemcpyBatchAsync");
+			memmove(A->h + to, B->h + from, bytes);
+		}
 		break;
 	}
 	default: { /* realloc a: free, allocate (maybe another size), set */
@@ -289,6 +328,8 @@ int main(int argc, char **argv)
 	check(cuModuleGetFunction(&f_mix, mod, "_Z3mixPKjPjyj"), "cuModuleGetFunction mix");
 	check(cuModuleGetFunction(&f_bump, mod, "_Z4bumpPjyj"), "cuModuleGetFunction bump");
 	check(cuModuleGetFunction(&f_scatter, mod, "_Z7scatterPPjjjj"), "cuModuleGetFunction scatter");
+	check(cuDeviceGetAttribute(&memops64, CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS, dev),
+	      "cuDeviceGetAttribute");
 	check(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
 	check(cuMemAlloc(&ptrs, NBUF * sizeof(CUdeviceptr)), "cuMemAlloc");
 	for (int i = 0; i < NBUF; i++)

@@ -946,3 +946,142 @@ SET_API(cuMemsetD8Async_ptsz, unsigned char, 1, true, , CUstream st)
 SET_API(cuMemsetD16Async_ptsz, unsigned short, 2, true, , CUstream st)
 SET_API(cuMemsetD32Async_ptsz, unsigned int, 4, true, , CUstream st)
 #undef SC_STREAM_ARG
+
+/* ---- stream memory operations and batched copies ------------------------ */
+
+/* cuda.h names the newest versions with these; each version is its own
+ * entry point here. */
+#undef cuStreamWriteValue32
+#undef cuStreamWriteValue64
+#undef cuStreamBatchMemOp
+#undef cuMemcpyBatchAsync
+
+typedef struct write_args {
+	void *dst;
+	uint64_t value;
+	unsigned width; /* 4 or 8 */
+} write_args;
+
+static void write_task(void *arg)
+{
+	write_args *w = arg;
+	if (w->width == 4) {
+		uint32_t v = (uint32_t)w->value;
+		memcpy(w->dst, &v, 4);
+	} else {
+		memcpy(w->dst, &w->value, 8);
+	}
+}
+
+/* One write of 4 or 8 bytes, in stream order. */
+static CUresult write_value(CUstream s, CUdeviceptr addr, uint64_t value, unsigned width)
+{
+	CUresult r = sc_ctx_require();
+	if (r)
+		return r;
+	if (addr % width || !sc_mem_is_device(addr, width))
+		return CUDA_ERROR_INVALID_VALUE;
+	write_args w = { (void *)addr, value, width };
+	return sc_stream_submit(s, write_task, &w, sizeof(w));
+}
+
+#define WRITE_API(name, vtype, width)                                                      \
+	SC_EXPORT CUresult name(CUstream s, CUdeviceptr addr, vtype v, unsigned int flags); \
+	SC_EXPORT CUresult name(CUstream s, CUdeviceptr addr, vtype v, unsigned int flags)  \
+	{                                                                                  \
+		SC_API();                                                                  \
+		(void)flags;                                                               \
+		return write_value(s, addr, v, width);                                     \
+	}
+WRITE_API(cuStreamWriteValue32, cuuint32_t, 4)
+WRITE_API(cuStreamWriteValue32_ptsz, cuuint32_t, 4)
+WRITE_API(cuStreamWriteValue32_v2, cuuint32_t, 4)
+WRITE_API(cuStreamWriteValue32_v2_ptsz, cuuint32_t, 4)
+WRITE_API(cuStreamWriteValue64, cuuint64_t, 8)
+WRITE_API(cuStreamWriteValue64_ptsz, cuuint64_t, 8)
+WRITE_API(cuStreamWriteValue64_v2, cuuint64_t, 8)
+WRITE_API(cuStreamWriteValue64_v2_ptsz, cuuint64_t, 8)
+
+/* Writes, barriers and flushes; waits are not simulated. */
+static CUresult batch_memop(CUstream s, unsigned count, CUstreamBatchMemOpParams *ops)
+{
+	if (count && !ops)
+		return CUDA_ERROR_INVALID_VALUE;
+	for (unsigned i = 0; i < count; i++) {
+		CUresult r = CUDA_SUCCESS;
+		switch (ops[i].operation) {
+		case CU_STREAM_MEM_OP_WRITE_VALUE_32:
+			r = write_value(s, ops[i].writeValue.address, ops[i].writeValue.value, 4);
+			break;
+		case CU_STREAM_MEM_OP_WRITE_VALUE_64:
+			r = write_value(s, ops[i].writeValue.address, ops[i].writeValue.value64, 8);
+			break;
+		case CU_STREAM_MEM_OP_BARRIER:
+		case CU_STREAM_MEM_OP_FLUSH_REMOTE_WRITES:
+			break;
+		default:
+			sc_log("cuStreamBatchMemOp: operation %d is not simulated", (int)ops[i].operation);
+			return CUDA_ERROR_NOT_SUPPORTED;
+		}
+		if (r)
+			return r;
+	}
+	return CUDA_SUCCESS;
+}
+
+#define BATCH_MEMOP_API(name)                                                                           \
+	SC_EXPORT CUresult name(CUstream s, unsigned int count, CUstreamBatchMemOpParams *ops, unsigned int flags); \
+	SC_EXPORT CUresult name(CUstream s, unsigned int count, CUstreamBatchMemOpParams *ops, unsigned int flags)  \
+	{                                                                                               \
+		SC_API();                                                                               \
+		(void)flags;                                                                            \
+		return batch_memop(s, count, ops);                                                      \
+	}
+BATCH_MEMOP_API(cuStreamBatchMemOp)
+BATCH_MEMOP_API(cuStreamBatchMemOp_ptsz)
+BATCH_MEMOP_API(cuStreamBatchMemOp_v2)
+BATCH_MEMOP_API(cuStreamBatchMemOp_v2_ptsz)
+
+/* Each copy of the batch in stream order; the attributes are hints. */
+static CUresult memcpy_batch(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count, size_t numAttrs,
+			     size_t *failIdx, CUstream s)
+{
+	if (!count || !dsts || !srcs || !sizes || !numAttrs)
+		return CUDA_ERROR_INVALID_VALUE;
+	for (size_t i = 0; i < count; i++) {
+		CUresult r = copy(dsts[i], any_device(dsts[i]), srcs[i], any_device(srcs[i]), sizes[i], s, true);
+		if (r) {
+			if (failIdx)
+				*failIdx = i;
+			return r;
+		}
+	}
+	return CUDA_SUCCESS;
+}
+
+#define MEMCPY_BATCH_API(name)                                                                        \
+	SC_EXPORT CUresult name(CUdeviceptr *d, CUdeviceptr *s, size_t *n, size_t count, CUmemcpyAttributes *a, \
+				size_t *ai, size_t na, CUstream st);                                  \
+	SC_EXPORT CUresult name(CUdeviceptr *d, CUdeviceptr *s, size_t *n, size_t count, CUmemcpyAttributes *a, \
+				size_t *ai, size_t na, CUstream st)                                   \
+	{                                                                                             \
+		SC_API();                                                                             \
+		(void)a;                                                                              \
+		(void)ai;                                                                             \
+		return memcpy_batch(d, s, n, count, na, NULL, st);                                    \
+	}
+#define MEMCPY_BATCH_FAIL_API(name)                                                                   \
+	SC_EXPORT CUresult name(CUdeviceptr *d, CUdeviceptr *s, size_t *n, size_t count, CUmemcpyAttributes *a, \
+				size_t *ai, size_t na, size_t *fail, CUstream st);                    \
+	SC_EXPORT CUresult name(CUdeviceptr *d, CUdeviceptr *s, size_t *n, size_t count, CUmemcpyAttributes *a, \
+				size_t *ai, size_t na, size_t *fail, CUstream st)                     \
+	{                                                                                             \
+		SC_API();                                                                             \
+		(void)a;                                                                              \
+		(void)ai;                                                                             \
+		return memcpy_batch(d, s, n, count, na, fail, st);                                    \
+	}
+MEMCPY_BATCH_FAIL_API(cuMemcpyBatchAsync)
+MEMCPY_BATCH_FAIL_API(cuMemcpyBatchAsync_ptsz)
+MEMCPY_BATCH_API(cuMemcpyBatchAsync_v2)
+MEMCPY_BATCH_API(cuMemcpyBatchAsync_v2_ptsz)
