@@ -18,6 +18,13 @@
  *         device into a shadow slot on the call's stream first; the job
  *         copies the shadow)
  *
+ * A table in TRACK mode serves a recopy checkpoint instead: it is sent
+ * while the process runs on (WIRE_TRACK), has no pool, and every call
+ * that may write a chunk sets its COW_DIRTY bit (an unbounded write sets
+ * all_dirty); nothing waits. The job copies the chunks that are not dirty
+ * (PENDING -> COPYING -> OFF) and, at the final stall, copies again those
+ * that are dirty by then. Tracking ends when the process parks.
+ *
  * Every move is a compare-and-swap, so exactly one side owns each step.
  * The slot of a shadowed chunk is in bits 8-31 of its state. The job
  * bumps `progress` (a futex word) after every move it makes and wakes
@@ -30,7 +37,7 @@
 #include <stdint.h>
 
 #define COW_MAGIC 0x57434850u /* "PHCW" */
-#define COW_VERSION 1
+#define COW_VERSION 2
 
 enum cow_chunk_state {
 	COW_PENDING = 0,   /* t1 bytes only in the object */
@@ -40,9 +47,15 @@ enum cow_chunk_state {
 	COW_READING = 4,   /* the job is copying the shadow */
 	COW_OFF = 5,       /* off the GPU */
 };
-#define COW_STATE_MASK 0x7fu
+#define COW_STATE_MASK 0x3fu
+#define COW_DIRTY 0x40u  /* TRACK: written since tracking began */
 #define COW_URGENT 0x80u /* a call waits for this chunk: copy it first */
 #define COW_SLOT_SHIFT 8
+
+enum cow_mode {
+	COW_MODE_COW = 0,   /* protect the t1 bytes of a copy-on-write checkpoint */
+	COW_MODE_TRACK = 1, /* mark the chunks written, for a recopy checkpoint */
+};
 #define COW_NO_SLOT 0xffffffu
 
 typedef struct cow_header {
@@ -61,13 +74,14 @@ typedef struct cow_header {
 	_Atomic uint32_t waiters;  /* tracer threads waiting on progress */
 	_Atomic uint32_t urgent;   /* chunks marked COW_URGENT and not yet taken */
 	_Atomic uint32_t pcie_pending; /* the application's host transfers in flight */
-	uint32_t reserved;
+	uint32_t mode;             /* enum cow_mode */
 	_Atomic uint64_t off;      /* chunks OFF */
 	/* Kept by the tracer. */
 	_Atomic uint64_t shadows, shadow_bytes;
 	_Atomic uint64_t waits, wait_ns;
 	_Atomic uint64_t net_waits, net_wait_ns;
-	uint8_t pad[16];
+	_Atomic uint32_t all_dirty; /* TRACK: a write the tracer could not bound */
+	uint8_t pad[12];
 } cow_header;
 
 typedef struct cow_object {

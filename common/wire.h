@@ -17,6 +17,11 @@
  *   phosfs -> tracer  KERNELS    ask for the speculation counters per kernel
  *   tracer -> phosfs  KERNELS    wire_kernel records, each followed by its
  *                                name and padding to 8 bytes (batches), then END
+ *   phosfs -> tracer  TRACK      (recopy) quiesce and hand over device memory,
+ *                                keeping it mapped
+ *   tracer -> phosfs  OBJECTS    records + fds (batches), then TRACKED
+ *   phosfs -> tracer  COW        the TRACK table (common/cow.h)
+ *   tracer -> phosfs  UNPARKED   tracking; the process runs
  *   either            ERROR      a message a person can read
  *
  * While parked, the tracer keeps nothing open that phosfs holds the other
@@ -33,7 +38,7 @@
 #include <sys/types.h>
 
 #define WIRE_MAGIC 0x52574850u /* "PHWR" */
-#define WIRE_VERSION 2
+#define WIRE_VERSION 3
 #define WIRE_SOCKET_DEFAULT "/run/phos/phosfs.sock"
 #define WIRE_SOCKET_ENV "PHOS_SOCKET"
 #define WIRE_WAKE_SIGNAL (SIGRTMIN + 7)
@@ -53,6 +58,8 @@ enum wire_type {
 	WIRE_ERROR,
 	WIRE_KERNELS,
 	WIRE_COW,
+	WIRE_TRACK,
+	WIRE_TRACKED,
 };
 
 typedef struct wire_header {

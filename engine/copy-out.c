@@ -58,6 +58,7 @@ struct engine_copy {
 	int n;
 	uint64_t *first; /* first[k]: global id of object k's first chunk; first[n]: all */
 	uint64_t *order; /* global chunk ids, in the order they are taken */
+	uint32_t *pre;   /* recopy: per chunk, the staging slot that holds it already, or UINT32_MAX */
 	uint64_t nchunks;
 	_Atomic uint64_t cursor;
 	_Atomic uint64_t left; /* chunks not yet off the GPU */
@@ -140,9 +141,9 @@ static uint64_t pick(outjob *j, bool *aside)
 		if (g != UINT64_MAX)
 			return g;
 	}
-	uint64_t c = atomic_fetch_add(&j->cursor, 1);
-	if (c < j->nchunks)
-		return j->order[c];
+	for (uint64_t c; (c = atomic_fetch_add(&j->cursor, 1)) < j->nchunks;)
+		if (!j->pre || j->pre[j->order[c]] == UINT32_MAX)
+			return j->order[c];
 	pthread_mutex_lock(&j->lock);
 	uint64_t g = j->naside ? j->aside[--j->naside] : UINT64_MAX;
 	pthread_mutex_unlock(&j->lock);
@@ -459,10 +460,38 @@ static void job_free(outjob *j)
 	free((void *)j->ids);
 	free(j->first);
 	free(j->order);
+	free(j->pre);
 	free(j->free_slots);
 	free(j->queue);
 	free(j->aside);
 	free(j);
+}
+
+/* Recopy: marks each chunk that staging still holds from the copy made
+ * while the process ran (j->pre); *n of them, *bytes in all. */
+static int take_staged(outjob *j, const engine_recopy *r, uint64_t *n, uint64_t *bytes)
+{
+	j->pre = malloc((j->nchunks ? j->nchunks : 1) * sizeof(*j->pre));
+	bool *used = calloc(j->nslots ? j->nslots : 1, sizeof(*used));
+	if (!j->pre || !used) {
+		free(used);
+		return -ENOMEM;
+	}
+	for (int k = 0; k < j->n; k++) {
+		int tk = engine_recopy_find(r, &j->objs->objs[k], j->objs->pids[k]);
+		for (uint64_t g = j->first[k]; g < j->first[k + 1]; g++) {
+			uint64_t off = (g - j->first[k]) * j->chunk;
+			uint32_t s = r->chunk == j->chunk ? engine_recopy_slot(r, tk, off) : UINT32_MAX;
+			j->pre[g] = s < j->nslots && !used[s] ? s : UINT32_MAX;
+			if (j->pre[g] == UINT32_MAX)
+				continue;
+			used[s] = true;
+			(*n)++;
+			*bytes += j->maps[k].len - off < j->chunk ? j->maps[k].len - off : j->chunk;
+		}
+	}
+	free(used);
+	return 0;
 }
 
 int engine_copy_begin(const engine_parked *objs, phosimg_writer *w, const engine_copy_opts *o, engine_progress *prog,
@@ -508,11 +537,42 @@ int engine_copy_begin(const engine_parked *objs, phosimg_writer *w, const engine
 		job_free(j);
 		return e;
 	}
+	uint64_t npre = 0, pre_bytes = 0;
+	if (o->recopy)
+		e = take_staged(j, o->recopy, &npre, &pre_bytes);
+	if (e) {
+		job_free(j);
+		return engine_fail(e, err, errlen, "out of memory");
+	}
+	bool *held = calloc(j->nslots ? j->nslots : 1, sizeof(*held));
+	if (!held) {
+		job_free(j);
+		return engine_fail(-ENOMEM, err, errlen, "out of memory");
+	}
+	for (uint64_t g = 0; j->pre && g < j->nchunks; g++)
+		if (j->pre[g] != UINT32_MAX)
+			held[j->pre[g]] = true;
 	for (uint32_t sl = 0; sl < j->nslots; sl++)
-		j->free_slots[j->nfree++] = j->nslots - 1 - sl;
+		if (!held[j->nslots - 1 - sl])
+			j->free_slots[j->nfree++] = j->nslots - 1 - sl;
+	free(held);
+	/* Recopy: what staging holds already goes to the writers at once. */
+	for (uint64_t g = 0; j->pre && g < j->nchunks; g++) {
+		if (j->pre[g] == UINT32_MAX)
+			continue;
+		int k = object_of(j, g);
+		uint64_t off = (g - j->first[k]) * j->chunk;
+		uint32_t len = j->maps[k].len - off < j->chunk ? (uint32_t)(j->maps[k].len - off) : j->chunk;
+		j->queue[(j->qhead + j->qlen++) % j->nslots] = (item){ j->pre[g], j->ids[k], off, len };
+	}
+	atomic_store(&j->left, j->nchunks - npre);
+	if (prog) {
+		atomic_fetch_add(&prog->off, pre_bytes);
+		atomic_store(&prog->recopy_clean, pre_bytes);
+	}
 	pthread_mutex_init(&j->lock, NULL);
 	pthread_cond_init(&j->moved, NULL);
-	if (!j->nchunks) {
+	if (!atomic_load(&j->left)) {
 		if (j->cow)
 			engine_cow_end(j->cow);
 		if (prog && j->t1_ns)

@@ -69,7 +69,7 @@ static int by_va(const void *a, const void *b, void *arg)
 
 /* The table of one process: its objects are all[from, from+n). */
 static int make_table(engine_cow *c, engine_cow_member *m, const engine_parked *all, int from, int n, uint32_t chunk,
-		      uint64_t pool, char *err, size_t errlen)
+		      uint64_t pool, uint32_t mode, char *err, size_t errlen)
 {
 	int *idx = calloc((size_t)n, sizeof(*idx));
 	if (!idx)
@@ -105,7 +105,7 @@ static int make_table(engine_cow *c, engine_cow_member *m, const engine_parked *
 	cow_header *t = m->t = p;
 	*t = (cow_header){ .magic = COW_MAGIC, .version = COW_VERSION, .pid = m->pid, .job = getpid(),
 			   .nobjs = (uint32_t)n, .chunk = chunk, .nchunks = nchunks, .nslots = nslots,
-			   .pool_device = m->pool_device, .pool_bytes = m->pool_bytes };
+			   .pool_device = m->pool_device, .pool_bytes = m->pool_bytes, .mode = mode };
 	atomic_store(&t->active, 1);
 	uint64_t first = 0;
 	for (int i = 0; i < n; i++) {
@@ -127,8 +127,8 @@ static int make_table(engine_cow *c, engine_cow_member *m, const engine_parked *
 	return 0;
 }
 
-int engine_cow_prepare(engine_cow *c, const engine_parked *all, uint32_t chunk, uint64_t pool, char *err,
-		       size_t errlen)
+int engine_cow_prepare(engine_cow *c, const engine_parked *all, uint32_t chunk, uint64_t pool, uint32_t mode,
+		       char *err, size_t errlen)
 {
 	memset(c, 0, sizeof(*c));
 	c->chunk = chunk;
@@ -146,7 +146,7 @@ int engine_cow_prepare(engine_cow *c, const engine_parked *all, uint32_t chunk, 
 			n++;
 		engine_cow_member *m = &c->m[c->n++];
 		m->pid = all->pids[from];
-		e = make_table(c, m, all, from, n, chunk, pool, err, errlen);
+		e = make_table(c, m, all, from, n, chunk, pool, mode, err, errlen);
 		from += n;
 	}
 	if (e)

@@ -44,6 +44,7 @@ enum engine_step {
 	STEP_FILL,    /* restore: device memory from the image */
 	STEP_RESTORE, /* restore: criu restore */
 	STEP_DRAIN,   /* stop: staged memory written into the image, the process running */
+	STEP_TRACK,   /* recopy: memory copied while the process runs, its writes tracked */
 	STEP_DONE,
 };
 
@@ -79,6 +80,9 @@ typedef struct engine_progress {
 	_Atomic int protocol; /* PHOSIMG_PROTO_* of the checkpoint */
 	_Atomic uint64_t staging_bytes; /* the host staging pool of the copy */
 	_Atomic uint64_t staging_pin_ns; /* the time pinning it took (before the stall) */
+	/* Recopy: bytes the final stall took from the copy made while the
+	 * process ran, and bytes it copied from the GPU (dirty or new). */
+	_Atomic uint64_t recopy_clean, recopy_dirty;
 } engine_progress;
 
 /* Moves p to step, adding the time since the last move to the step it
@@ -97,6 +101,10 @@ typedef struct engine_parked {
 
 /* Closes the fds and frees the arrays. */
 void engine_parked_free(engine_parked *p);
+
+/* Appends n objects of process pid; the fds are then p's. Errors:
+ * -ENOMEM (nothing appended, the fds still the caller's). */
+int engine_parked_add(engine_parked *p, const wire_object *objs, const int *fds, pid_t pid, int n);
 
 /* Moves every object of from to the end of to (from is left empty).
  * Errors: -ENOMEM (nothing moved). */
@@ -177,11 +185,12 @@ typedef struct engine_cow {
 	uint64_t *first_of; /* per parked object: its first chunk in that table */
 } engine_cow;
 
-/* Makes a table for each process of all, and a shadow pool of up to pool
- * bytes (0: none) on the device where it has most memory. Errors:
+/* Makes a table (enum cow_mode) for each process of all, and a shadow
+ * pool of up to pool bytes (0: none) on the device where it has most
+ * memory. Errors:
  * -ENOMEM, errno of memfd_create, -EIO (the driver; err says which call). */
-int engine_cow_prepare(engine_cow *c, const engine_parked *all, uint32_t chunk, uint64_t pool, char *err,
-		       size_t errlen);
+int engine_cow_prepare(engine_cow *c, const engine_parked *all, uint32_t chunk, uint64_t pool, uint32_t mode,
+		       char *err, size_t errlen);
 /* pid's table, or NULL. */
 const engine_cow_member *engine_cow_of(const engine_cow *c, pid_t pid);
 /* The state word of chunk `chunk` of parked object k, and its table. */
@@ -264,6 +273,11 @@ typedef struct engine_stop_args {
 	 * dump, and their memory is copied while they run. Ignored with
 	 * kill (nothing runs) and for a tree with no traced process. */
 	bool cow;
+	/* Recopy: the traced processes run on while their memory is copied,
+	 * their writes tracked; then the final stall copies what was written
+	 * meanwhile, and the image holds the state at its end (t2). Ignored
+	 * for a tree with no traced process. */
+	bool recopy;
 	uint64_t staging;  /* host staging pool, bytes (0: ENGINE_STAGING) */
 	int staging_fd;    /* phosfs's staging memfd, or -1 */
 	uint64_t shadow_pool; /* CoW shadow pool per process, bytes */
@@ -283,12 +297,50 @@ int engine_stop(const engine_stop_args *a, char *err, size_t errlen);
 typedef struct phosimg_writer phosimg_writer;
 typedef struct phosimg phosimg;
 
+/* ---- recopy.c: the first part of a recopy checkpoint ----------------------- */
+
+/* The objects handed over at the start of tracking, their TRACK tables,
+ * and where in staging each chunk copied since then lies. */
+typedef struct engine_recopy {
+	engine_parked objs;
+	engine_cow tables;
+	uint32_t chunk;
+	uint64_t *first;   /* per object, its first chunk; first[n]: all */
+	uint64_t nchunks;
+	uint32_t *slot;    /* per chunk: its staging slot, or UINT32_MAX */
+	const cow_object **co; /* per object: its entry in its table */
+	_Atomic uint64_t copied; /* bytes copied while the processes ran */
+	uint64_t copy_ns;
+} engine_recopy;
+
+/* Asks every traced process to hand over its device memory and to run on
+ * with a TRACK table. Errors: -EIO (a tracer refused; err says why),
+ * -EPROTO, -ETIMEDOUT, -ENOMEM, those of engine_cow_prepare. After an
+ * error, engine_recopy_free still ends what began. */
+int engine_recopy_track(engine_recopy *r, const engine_traced *traced, int ntraced, uint32_t chunk, char *err,
+			size_t errlen);
+/* Copies every chunk not written since tracking began into staging, in
+ * slots 0, 1, … (leaving a few free); what does not fit is left for the
+ * final stall. Errors: -EIO (driver), -ECANCELED, -ENOMEM. */
+int engine_recopy_copy(engine_recopy *r, void *staging, uint64_t staging_bytes, engine_progress *prog, char *err,
+		       size_t errlen);
+/* After the final park: which tracked object is object o of pid (the
+ * same VA, size, device and kind), or -1. */
+int engine_recopy_find(const engine_recopy *r, const wire_object *o, pid_t pid);
+/* The staging slot holding the bytes at off of tracked object k, still
+ * good at the final park (copied, never written, not freed), or
+ * UINT32_MAX. */
+uint32_t engine_recopy_slot(const engine_recopy *r, int k, uint64_t off);
+/* Ends tracking (if it was not) and frees everything. */
+void engine_recopy_free(engine_recopy *r);
+
 /* How a copy out runs. */
 typedef struct engine_copy_opts {
 	uint32_t chunk;        /* the image's chunk size */
 	void *staging;         /* pinned host staging (engine_staging_alloc) */
 	uint64_t staging_bytes;
 	engine_cow *cow;       /* the processes run: take chunks by their CoW state */
+	const engine_recopy *recopy; /* take the chunks it still holds from staging */
 	uint64_t t1_ns;        /* CLOCK_MONOTONIC at t1, for prog->off_ns */
 } engine_copy_opts;
 

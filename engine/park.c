@@ -27,8 +27,7 @@ void engine_parked_free(engine_parked *p)
 	memset(p, 0, sizeof(*p));
 }
 
-/* Appends n objects of process pid; the fds are then p's. */
-static int parked_add(engine_parked *p, const wire_object *objs, const int *fds, pid_t pid, int n)
+int engine_parked_add(engine_parked *p, const wire_object *objs, const int *fds, pid_t pid, int n)
 {
 	if (p->n + n > p->cap) {
 		int cap = p->cap ? p->cap : 256;
@@ -60,7 +59,7 @@ int engine_parked_move(engine_parked *to, engine_parked *from)
 		int k = at + 1;
 		while (k < from->n && from->pids[k] == from->pids[at])
 			k++;
-		int e = parked_add(to, from->objs + at, from->fds + at, from->pids[at], k - at);
+		int e = engine_parked_add(to, from->objs + at, from->fds + at, from->pids[at], k - at);
 		if (e) {
 			to->n -= at; /* give back what moved: from still owns it all */
 			return e;
@@ -118,7 +117,7 @@ int engine_park(pid_t pid, int conn, engine_parked *out, char *err, size_t errle
 		if (h.type == WIRE_PARKED)
 			return 0;
 		if (h.type == WIRE_OBJECTS && h.count == (uint32_t)nfds && h.length == h.count * sizeof(wire_object)) {
-			e = parked_add(out, (const wire_object *)buf, fds, pid, nfds);
+			e = engine_parked_add(out, (const wire_object *)buf, fds, pid, nfds);
 			if (!e)
 				continue;
 		} else if (h.type == WIRE_ERROR) {

@@ -32,7 +32,7 @@ const char *engine_step_name(int step)
 {
 	static const char *const names[] = { "idle",   "park",    "driver-checkpoint", "criu-dump",
 					     "copy",   "driver-restore", "unpark", "publish",
-					     "fill",   "criu-restore",   "drain",  "done" };
+					     "fill",   "criu-restore",   "drain",  "track", "done" };
 	return step >= 0 && step <= STEP_DONE ? names[step] : "?";
 }
 
@@ -163,11 +163,12 @@ int engine_stop(const engine_stop_args *a, char *err, size_t errlen)
 			m[i].flags |= PHOSIMG_MEMBER_CUDA;
 	}
 
-	bool cow = a->cow && !a->kill && a->ntraced > 0;
+	bool recopy = a->recopy && a->ntraced > 0;
+	bool cow = a->cow && !a->kill && a->ntraced > 0 && !recopy;
 	uint32_t chunk = a->chunk ? a->chunk : ENGINE_CHUNK;
-	atomic_store(&prog->protocol, cow ? PHOSIMG_PROTO_COW : PHOSIMG_PROTO_STOP);
-	phosimg_meta meta = { .pid = a->pid, .protocol = cow ? PHOSIMG_PROTO_COW : PHOSIMG_PROTO_STOP,
-			      .members = m, .member_count = n };
+	int proto = recopy ? PHOSIMG_PROTO_RECOPY : cow ? PHOSIMG_PROTO_COW : PHOSIMG_PROTO_STOP;
+	atomic_store(&prog->protocol, proto);
+	phosimg_meta meta = { .pid = a->pid, .protocol = (uint32_t)proto, .members = m, .member_count = n };
 	char *cmdline = NULL;
 	phosimg_device devs[PHOSIMG_DEVICES_MAX];
 	e = describe(a->pid, &meta, &cmdline);
@@ -211,8 +212,30 @@ int engine_stop(const engine_stop_args *a, char *err, size_t errlen)
 	engine_parked parked = { 0 };
 	engine_cow tables = { 0 };
 	bool dumped = false;
-	uint64_t t0 = now_ns(CLOCK_MONOTONIC);
+	/* Recopy: the processes run on, their writes tracked, while what they
+	 * do not write is copied; the stall below is the final one (t2). */
+	engine_recopy rc = { 0 };
 	meta.t1_ns = now_ns(CLOCK_REALTIME);
+	if (recopy) {
+		engine_step(prog, STEP_TRACK);
+		e = engine_recopy_track(&rc, a->traced, a->ntraced, chunk, err, errlen);
+		if (!e)
+			e = engine_recopy_copy(&rc, staging.buf, staging.bytes, prog, err, errlen);
+		if (e) {
+			engine_recopy_free(&rc);
+			phosimg_writer_abort(w);
+			engine_staging_free(&staging);
+			free(cmdline);
+			free(ms);
+			free(m);
+			return e;
+		}
+	}
+	uint64_t t0 = now_ns(CLOCK_MONOTONIC);
+	if (recopy)
+		meta.t2_ns = now_ns(CLOCK_REALTIME);
+	else
+		meta.t1_ns = now_ns(CLOCK_REALTIME);
 	e = phosimg_writer_set_meta(w, &meta);
 	free(cmdline);
 	if (e)
@@ -259,20 +282,23 @@ int engine_stop(const engine_stop_args *a, char *err, size_t errlen)
 		e = criu_dump(a->criu, a->pid, phosimg_writer_criu_dir(w), a->kill, a->log, err, errlen);
 		dumped = !e;
 	}
-	engine_copy_opts co = { .chunk = chunk, .staging = staging.buf, .staging_bytes = staging.bytes, .t1_ns = t0 };
+	engine_copy_opts co = { .chunk = chunk, .staging = staging.buf, .staging_bytes = staging.bytes, .t1_ns = t0,
+				.recopy = recopy ? &rc : NULL };
 	/* stop: the processes wait until their memory is off the GPU, not
 	 * until it is in the image; staging holds the rest meanwhile. */
 	engine_copy *copy = NULL;
 	if (!e && parked.n && !cow) {
 		engine_step(prog, STEP_COPY);
 		e = engine_copy_begin(&parked, w, &co, prog, &copy, err, errlen);
+		/* What the final stall copies: the rest came from staging. */
+		atomic_store(&prog->recopy_dirty, total - atomic_load(&prog->recopy_clean));
 		if (!e && engine_copy_wait_off(copy)) {
 			e = engine_copy_end(copy, err, errlen);
 			copy = NULL;
 		}
 	}
 	if (!e && cow)
-		e = engine_cow_prepare(&tables, &parked, chunk, a->shadow_pool, err, errlen);
+		e = engine_cow_prepare(&tables, &parked, chunk, a->shadow_pool, COW_MODE_COW, err, errlen);
 
 	/* Bring the live processes back, whatever happened above. */
 	char err2[ENGINE_ERR_MAX] = "";
@@ -297,6 +323,7 @@ int engine_stop(const engine_stop_args *a, char *err, size_t errlen)
 		engine_cow_stats(&tables, prog);
 	}
 	engine_cow_free(&tables);
+	engine_recopy_free(&rc);
 	engine_parked_free(&parked);
 	engine_staging_free(&staging);
 	if (e) {

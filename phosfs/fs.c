@@ -424,7 +424,7 @@ static void copy_status(const engine_progress *p, text *out)
 {
 	uint64_t total = atomic_load(&p->total);
 	int proto = atomic_load(&p->protocol);
-	add(out, "protocol: %s\n", proto == PHOSIMG_PROTO_COW ? "cow" : "stop");
+	add(out, "protocol: %s\n", proto == PHOSIMG_PROTO_COW ? "cow" : proto == PHOSIMG_PROTO_RECOPY ? "recopy" : "stop");
 	add(out, "off gpu: %" PRIu64 "/%" PRIu64 " bytes\n", atomic_load(&p->off), total);
 	add(out, "in image: %" PRIu64 "/%" PRIu64 " bytes\n", atomic_load(&p->done), total);
 	add(out, "staging: %" PRIu64 " bytes (pinned in %.1f ms)\n", atomic_load(&p->staging_bytes),
@@ -433,6 +433,9 @@ static void copy_status(const engine_progress *p, text *out)
 		add(out, "off gpu at ms: %.1f\n", ms(atomic_load(&p->off_ns)));
 	if (atomic_load(&p->publish_ns))
 		add(out, "published at ms: %.1f\n", ms(atomic_load(&p->publish_ns)));
+	if (proto == PHOSIMG_PROTO_RECOPY)
+		add(out, "recopy: %" PRIu64 " bytes from the copy while running, %" PRIu64 " dirty bytes in the final stall\n",
+		    atomic_load(&p->recopy_clean), atomic_load(&p->recopy_dirty));
 	if (proto == PHOSIMG_PROTO_COW)
 		add(out,
 		    "cow shadows: %" PRIu64 " (%" PRIu64 " bytes)\ncow waits: %" PRIu64 " (%.1f ms)\n"

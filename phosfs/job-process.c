@@ -111,7 +111,7 @@ int job_process_main(int argc, char **argv)
 	const char *kind = NULL, *image = NULL, *criu = "criu", *log = "/dev/null";
 	int shared_fd = -1;
 	pid_t pid = 0;
-	bool kill = false, cow = false;
+	bool kill = false, cow = false, recopy = false;
 	uint64_t staging = 0, chunk = 0, pool = 0;
 	int staging_fd = -1;
 	engine_traced *traced = calloc((size_t)argc, sizeof(*traced));
@@ -142,6 +142,8 @@ int job_process_main(int argc, char **argv)
 			kill = true;
 		else if (!strcmp(argv[i], "--cow"))
 			cow = true;
+		else if (!strcmp(argv[i], "--recopy"))
+			recopy = true;
 		else if (!strcmp(argv[i], "--staging") && v)
 			staging = strtoull(argv[++i], NULL, 10);
 		else if (!strcmp(argv[i], "--staging-fd") && v)
@@ -167,7 +169,7 @@ int job_process_main(int argc, char **argv)
 	if (!strcmp(kind, "stop")) {
 		engine_stop_args a = { .pid = pid, .image = image, .criu = criu, .log = log, .kill = kill,
 				       .traced = traced, .ntraced = ntraced, .tracer = &t, .prog = &sh->prog,
-				       .cow = cow, .staging = staging, .staging_fd = staging_fd, .chunk = (uint32_t)chunk, .shadow_pool = pool };
+				       .cow = cow, .recopy = recopy, .staging = staging, .staging_fd = staging_fd, .chunk = (uint32_t)chunk, .shadow_pool = pool };
 		e = engine_stop(&a, err, sizeof(err));
 		if (!e)
 			set_latest(image);

@@ -347,10 +347,6 @@ static uint64_t table_bytes(const proc *p)
 
 int job_checkpoint(target *t, const ctl_cmd *c, char *err, size_t errlen)
 {
-	if (c->proto == CTL_RECOPY)
-		return engine_fail(-EOPNOTSUPP, err, errlen,
-				   "checkpoint %s is not available in this version; use checkpoint cow or stop",
-				   proto_name(c->proto));
 	char dir[PATH_MAX], image[PATH_MAX + 80], logdir[PATH_MAX + 16], log[PATH_MAX + 120];
 	snprintf(dir, sizeof(dir), "%s/%d", phosfs_store, (int)t->pid);
 	pthread_mutex_lock(&t->lock);
@@ -411,11 +407,11 @@ int job_checkpoint(target *t, const ctl_cmd *c, char *err, size_t errlen)
 	/* CoW needs the tracer; a checkpoint that names no protocol of a
 	 * tree without one stops it instead. */
 	enum ctl_proto proto = c->proto != CTL_DEFAULT ? c->proto : ntraced ? CTL_COW : CTL_STOP;
-	if (!e && proto == CTL_COW && !ntraced)
+	if (!e && (proto == CTL_COW || proto == CTL_RECOPY) && !ntraced)
 		e = engine_fail(-EOPNOTSUPP, err, errlen,
-				"checkpoint cow needs the tracer, and no process of %d's tree was started with phos run; "
+				"checkpoint %s needs the tracer, and no process of %d's tree was started with phos run; "
 				"use checkpoint stop",
-				(int)t->pid);
+				proto_name(proto), (int)t->pid);
 	int *conns = e ? NULL : calloc((size_t)ntraced + 1, sizeof(*conns));
 	char (*members)[48] = e ? NULL : calloc((size_t)ntraced + 1, sizeof(*members));
 	char **args = e ? NULL : calloc(24 + 2 * (size_t)ntraced, sizeof(*args));
@@ -466,6 +462,8 @@ int job_checkpoint(target *t, const ctl_cmd *c, char *err, size_t errlen)
 			args[k++] = "--kill";
 		if (proto == CTL_COW)
 			args[k++] = "--cow";
+		if (proto == CTL_RECOPY)
+			args[k++] = "--recopy";
 		if (sfd >= 0) {
 			args[k++] = "--staging-fd";
 			args[k++] = sfd_s;

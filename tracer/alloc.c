@@ -518,7 +518,9 @@ bool alloc_parked(void)
 	return parked;
 }
 
-int alloc_park(alloc_emit_fn emit, void *arg)
+/* Hands every object to emit; with release, then unmaps and releases
+ * them all (park), else they stay mapped (a recopy's tracking). */
+static int hand_over(alloc_emit_fn emit, void *arg, bool release)
 {
 	REAL(CUresult, cuMemExportToShareableHandle,
 	     (void *, CUmemGenericAllocationHandle, CUmemAllocationHandleType, unsigned long long));
@@ -544,9 +546,15 @@ int alloc_park(alloc_emit_fn emit, void *arg)
 		if (!o->live)
 			continue;
 		int fd = -1;
-		if (o->kept) {
+		if (o->kept && release) {
 			fd = o->kept - 1; /* the batch owns it now */
 			o->kept = 0;
+		} else if (o->kept) {
+			fd = fcntl(o->kept - 1, F_DUPFD_CLOEXEC, 3);
+			if (fd < 0) {
+				e = -errno;
+				break;
+			}
 		} else if (real_cuMemExportToShareableHandle(&fd, o->h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0)) {
 			e = -EIO;
 			break;
@@ -558,7 +566,7 @@ int alloc_park(alloc_emit_fn emit, void *arg)
 	free(writes);
 	int be = batch_finish(&batch);
 	e = e ? e : be;
-	if (!e) {
+	if (!e && release) {
 		for (uint32_t i = 0; i < nobjs; i++) {
 			object *o = &objs[i];
 			if (!o->live)
@@ -571,6 +579,16 @@ int alloc_park(alloc_emit_fn emit, void *arg)
 	}
 	pthread_rwlock_unlock(&lock);
 	return e;
+}
+
+int alloc_park(alloc_emit_fn emit, void *arg)
+{
+	return hand_over(emit, arg, true);
+}
+
+int alloc_export(alloc_emit_fn emit, void *arg)
+{
+	return hand_over(emit, arg, false);
 }
 
 int alloc_unpark(const wire_object *recs, const int *fds, int n)

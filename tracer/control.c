@@ -14,6 +14,7 @@
  * can dump the process; a restored process waits for the same signal.
  */
 #include <errno.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -147,6 +148,55 @@ static int unpark(void)
 	return sock;
 }
 
+#define TRACK_TABLE_TIMEOUT_MS 30000
+
+/* A recopy's first step: quiesce, hand over every object while keeping
+ * it mapped, take the TRACK table, run again. */
+static int track(int sock)
+{
+	char why[96], msg[160];
+	if (alloc_stop_only(why, sizeof(why))) {
+		snprintf(msg, sizeof(msg), "cannot track: %s", why);
+		return send_error(sock, msg);
+	}
+	if (cow_settle() == -EBUSY)
+		return send_error(sock, "cannot track: the last checkpoint is still being copied");
+	if (gate_quiesce()) {
+		gate_resume();
+		return send_error(sock, "cannot track: synchronising the device failed");
+	}
+	int e = alloc_export(emit_objects, &sock);
+	if (!e)
+		e = wire_send(sock, WIRE_TRACKED, NULL, 0, 0, NULL, 0);
+	static uint8_t buf[WIRE_MAX_PAYLOAD];
+	int fds[WIRE_MAX_FDS], nfds = 0;
+	wire_header h = { 0 };
+	int r = -ETIMEDOUT;
+	/* The gate is closed until the table comes: not for ever. A malformed
+	 * answer costs the table, not the connection. */
+	struct pollfd pf = { sock, POLLIN, 0 };
+	if (!e && poll(&pf, 1, TRACK_TABLE_TIMEOUT_MS) == 1) {
+		r = wire_recv(sock, &h, buf, sizeof(buf), fds, &nfds);
+		if (r && r != -EPROTO)
+			e = r;
+		else if (!r && h.type == WIRE_COW && h.length == sizeof(wire_cow) && nfds >= 2)
+			r = cow_begin((const wire_cow *)buf, fds, nfds);
+		else if (!r)
+			r = -EPROTO;
+	}
+	for (int i = 0; i < nfds; i++)
+		close(fds[i]);
+	/* Whatever happened, the process runs on. */
+	gate_resume();
+	if (e)
+		return e;
+	if (r) {
+		snprintf(msg, sizeof(msg), "cannot track: %s", strerror(-r));
+		return send_error(sock, msg);
+	}
+	return wire_send(sock, WIRE_UNPARKED, NULL, 0, 0, NULL, 0);
+}
+
 /* Serves one connection until it ends; returns the socket to go on with
  * (another one after a park), or -1. */
 static int serve(int sock)
@@ -174,6 +224,9 @@ static int serve(int sock)
 		case WIRE_KERNELS:
 			e = serve_kernels(sock);
 			break;
+		case WIRE_TRACK:
+			e = track(sock);
+			break;
 		case WIRE_PARK: {
 			char why[96];
 			if (alloc_stop_only(why, sizeof(why))) {
@@ -182,11 +235,19 @@ static int serve(int sock)
 				e = send_error(sock, msg);
 				break;
 			}
-			if (cow_settle() == -EBUSY) {
+			/* A recopy's tracking ends at its final park, once the
+			 * gate is closed: every write before it is marked. */
+			bool tracking = cow_tracking();
+			if (!tracking && cow_settle() == -EBUSY) {
 				e = send_error(sock, "cannot park: the last checkpoint is still being copied");
 				break;
 			}
 			CUresult r = gate_quiesce();
+			if (!r && tracking && cow_track_end()) {
+				gate_resume();
+				e = send_error(sock, "cannot park: the recopy's tracking did not end");
+				break;
+			}
 			if (r) {
 				gate_resume();
 				e = send_error(sock, "cannot park: synchronising the device failed");

@@ -206,9 +206,20 @@ static bool capturing(CUstream s)
 	       st != CU_STREAM_CAPTURE_STATUS_NONE;
 }
 
+/* TRACK: marks the chunks of [addr, addr+len) of object o written. */
+static void mark_dirty(cow_header *t, const cow_object *o, uint64_t a, uint64_t b)
+{
+	for (uint64_t c = a / t->chunk; c * t->chunk < b; c++)
+		atomic_fetch_or(&cow_chunks(t)[o->first + c], COW_DIRTY);
+}
+
 void cow_before_write(uint64_t addr, uint64_t len, CUstream s)
 {
-	if (!cow_active() || !len || !addr || capturing(s))
+	if (!cow_active() || !len || !addr)
+		return;
+	/* A capturing stream's work runs at the graph's launch, which the
+	 * safety net holds (CoW) or marks everything (TRACK). */
+	if (capturing(s))
 		return;
 	pthread_rwlock_rdlock(&lock);
 	cow_header *t = atomic_load(&table);
@@ -230,6 +241,10 @@ void cow_before_write(uint64_t addr, uint64_t len, CUstream s)
 				continue;
 			uint64_t a = addr > o->va ? addr - o->va : 0;
 			uint64_t b = end - o->va < o->size ? end - o->va : o->size;
+			if (t->mode == COW_MODE_TRACK) {
+				mark_dirty(t, o, a, b);
+				continue;
+			}
 			for (uint64_t c = a / t->chunk; c * t->chunk < b; c++)
 				protect(t, o, o->first + c, s);
 		}
@@ -244,6 +259,11 @@ void cow_net(kernel_info *k)
 	pthread_rwlock_rdlock(&lock);
 	cow_header *t = atomic_load(&table);
 	uint64_t from = 0;
+	if (t && t->mode == COW_MODE_TRACK) {
+		/* Whatever it writes, the final stall copies everything again. */
+		atomic_store(&t->all_dirty, 1);
+		t = NULL;
+	}
 	while (t && running(t) && atomic_load(&t->off) < t->nchunks) {
 		uint32_t seen = atomic_load(&t->progress);
 		if (atomic_load(&t->off) >= t->nchunks)
@@ -362,7 +382,8 @@ int cow_begin(const wire_cow *c, const int *fds, int nfds)
 	if (p == MAP_FAILED)
 		return -errno;
 	cow_header *t = p;
-	if (t->magic != COW_MAGIC || t->version != COW_VERSION ||
+	if (t->magic != COW_MAGIC || t->version != COW_VERSION || t->mode > COW_MODE_TRACK ||
+	    (t->mode == COW_MODE_TRACK && c->pool_bytes) ||
 	    cow_table_bytes(t->nobjs, t->nchunks, t->nslots) > c->table_bytes || !t->chunk ||
 	    t->pool_bytes != c->pool_bytes || (uint64_t)t->nslots * t->chunk > t->pool_bytes) {
 		munmap(p, c->table_bytes);
@@ -440,6 +461,25 @@ void cow_forget(void)
 	job_fd = -1;
 	pool_va = 0;
 	pool_h = 0;
+}
+
+bool cow_tracking(void)
+{
+	pthread_rwlock_rdlock(&lock);
+	cow_header *t = atomic_load(&table);
+	bool track = t && t->mode == COW_MODE_TRACK && running(t);
+	pthread_rwlock_unlock(&lock);
+	return track;
+}
+
+int cow_track_end(void)
+{
+	pthread_rwlock_rdlock(&lock);
+	cow_header *t = atomic_load(&table);
+	if (t && t->mode == COW_MODE_TRACK && atomic_exchange(&t->active, 0))
+		bump(t);
+	pthread_rwlock_unlock(&lock);
+	return dropped(5000) ? 0 : -EBUSY;
 }
 
 int cow_settle(void)

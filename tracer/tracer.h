@@ -92,6 +92,10 @@ bool alloc_stop_only(char *why, size_t n);
  * batches, then unmaps and releases them all. The gate is closed. */
 typedef int (*alloc_emit_fn)(const wire_object *objs, const int *fds, int n, void *arg);
 int alloc_park(alloc_emit_fn emit, void *arg);
+/* The same hand-over, but the objects stay mapped: the process runs on
+ * while phosfs copies them (a recopy). Errors: those of emit, -EIO (an
+ * export failed), errno of dup. */
+int alloc_export(alloc_emit_fn emit, void *arg);
 
 /* batch.c: objects go to emit in batches; each fd added is the batch's, and
  * is closed once sent (or, after an error, not sent). */
@@ -195,6 +199,11 @@ void cow_before_write(uint64_t addr, uint64_t len, CUstream s);
 /* The safety net: waits until every t1 byte is off the GPU; counts the
  * wait for kernel k (NULL: not a kernel). */
 void cow_net(kernel_info *k);
+/* Whether a TRACK table (a recopy) is mapped and tracking. */
+bool cow_tracking(void);
+/* Ends tracking (the gate is closed: no write is queued any more) and
+ * waits for the reaper to drop the table. Returns 0, -EBUSY. */
+int cow_track_end(void);
 /* The application freed or unmapped [va, va+size): the t1 objects there
  * are no longer written through those addresses. */
 void cow_freed(uint64_t va, uint64_t size);

@@ -9,12 +9,20 @@
 #   2. PyTorch training is checkpointed with cow every 2 s for 60 s, killed
 #      and restored from the latest checkpoint: every step line after it
 #      (batch checksum and loss) is the uninterrupted run's.
+# With PHOS_GPU_PROTOCOL=recopy (tests/gpu/phos_recopy_on_gpu.sh) the
+# same runs take recopy checkpoints, whose images hold the state at t2
+# (the final stall): in 1 the last one is a recopy kill, and in 2 the
+# training is checkpointed once with recopy kill, as a migration does,
+# after 30 s.
 # Needs root, FUSE, a GPU (and PyTorch with CUDA for 2).
 # PHOS_COW_ITERATIONS and PHOS_COW_MIB change case 1; PHOS_KEEP_LOGS=DIR
 # keeps phosfs's log there.
 b=${PHOS_BUNDLE:-gpu-bundle}
 src=${PHOS_SRCDIR:-$b/..}
+proto=${PHOS_GPU_PROTOCOL:-cow}
 iters=${PHOS_COW_ITERATIONS:-20}
+state_at=t1
+[ "$proto" = recopy ] && state_at=t2
 mib=${PHOS_COW_MIB:-2048}
 echo "1..2"
 skip() { for i in 1 2; do echo "ok $i # skip $1"; done; exit 0; }
@@ -76,13 +84,17 @@ out=$store/run/$pid.out good=0
 if wait_line "$out" "^ops 200" 120; then
 	for i in $(seq "$iters"); do
 		sleep "0.$((RANDOM % 900))"
-		echo "checkpoint name=c$i" >"$mnt/$pid/ctl" || break
+		how=
+		[ "$proto" = recopy ] && [ "$i" = "$iters" ] && how=" kill"
+		echo "checkpoint $proto name=c$i$how" >"$mnt/$pid/ctl" || break
 		for _ in $(seq 1200); do grep -q '^job: none' "$mnt/$pid/status" && break; sleep 0.05; done
-		grep -q "^last job: checkpoint cow name=c$i: done" "$mnt/$pid/status" || break
-		grep -E '^(stall ms|steps ms|off gpu at|published at|cow |safety)' "$mnt/$pid/status" | tr '\n' ';' | sed 's/^/# /'
+		grep -q "^last job: checkpoint $proto name=c$i$how: done" "$mnt/$pid/status" || break
+		grep -E '^(stall ms|steps ms|off gpu at|published at|cow |safety|recopy)' "$mnt/$pid/status" | tr '\n' ';' | sed 's/^/# /'
 		echo
 		n=$(grep -c '^verify ok' "$out")
-		verify "$pid" "$n" "$out" || { echo "# the running process failed its check"; break; }
+		if [ -z "$how" ]; then
+			verify "$pid" "$n" "$out" || { echo "# the running process failed its check"; break; }
+		fi
 		kill -9 "$pid"
 		for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
 		"$phos" restore "$store/$pid/c$i" >/dev/null || break
@@ -95,8 +107,8 @@ fi
 tail -3 "$out" | sed 's/^/# /'
 kill_job "$pid"
 [ "$good" = "$iters" ] &&
-	echo "ok 1 - $iters cow checkpoints of cow_app ($mib MiB) at random moments: each restore is the state at t1, byte for byte" ||
-	echo "not ok 1 - cow_app: $good of $iters cow iterations were exact"
+	echo "ok 1 - $iters $proto checkpoints of cow_app ($mib MiB) at random moments: each restore is the state at $state_at, byte for byte" ||
+	echo "not ok 1 - cow_app: $good of $iters $proto iterations were exact"
 
 # 2. PyTorch, cow every 2 s for 60 s
 if ! python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
@@ -108,7 +120,19 @@ plain=$(python3 "$src/examples/pytorch/train_loader.py" --steps $steps --workers
 pid=$(start "$work/pid2" python3 "$src/examples/pytorch/train_loader.py" --steps $steps --workers 0 --sleep 0.03)
 echo "$pid" >>"$work/pids"
 out=$store/run/$pid.out ok=0 taken=0
-if wait_line "$out" "^step 20 " 180; then
+if [ "$proto" = recopy ] && wait_line "$out" "^step 20 " 180; then
+	sleep 30
+	"$phos" checkpoint "$pid" recopy --kill --wait >/dev/null && taken=1
+	grep -E '^(stall ms|steps ms|off gpu at|published at|recopy)' "$mnt/$pid/status" | sed 's/^/# /'
+	at=$(grep -c '^step' "$out")
+	for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+	kill -0 "$pid" 2>/dev/null && taken=0 # recopy kill ends it
+	rpid=$("$phos" restore "$mnt/$pid/checkpoints/latest")
+	wait_line "$out" "^step $((steps - 1)) " 600
+	bad=$(grep '^step' "$out" | sort -u | grep -vxF -f <(printf '%s\n' "$plain") | wc -l)
+	echo "# recopy kill after 30 s at $at step lines; restored $rpid; $bad lines differ"
+	[ "$rpid" = "$pid" ] && [ "$taken" = 1 ] && [ "$bad" = 0 ] && grep -q "^step $((steps - 1)) " "$out" && ok=1
+elif wait_line "$out" "^step 20 " 180; then
 	end=$((SECONDS + 60))
 	# one every 2 s, or at once when the last one took longer
 	while [ $SECONDS -lt $end ]; do
@@ -127,6 +151,8 @@ if wait_line "$out" "^step 20 " 180; then
 	[ "$rpid" = "$pid" ] && [ "$taken" -ge 20 ] && [ "$bad" = 0 ] && grep -q "^step $((steps - 1)) " "$out" && ok=1
 fi
 kill_job "$pid"
+what="checkpointed with cow every 2 s for 60 s, killed and restored from the latest"
+[ "$proto" = recopy ] && what="migrated with recopy kill after 30 s and restored"
 [ $ok = 1 ] &&
-	echo "ok 2 - PyTorch checkpointed with cow every 2 s for 60 s, killed and restored from the latest: the losses continue exactly" ||
-	echo "not ok 2 - PyTorch with cow checkpoints did not continue exactly"
+	echo "ok 2 - PyTorch $what: the losses continue exactly" ||
+	echo "not ok 2 - PyTorch $what: the losses did not continue exactly"

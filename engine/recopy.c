@@ -1,0 +1,328 @@
+/*
+ * The first part of a recopy checkpoint (DESIGN.md, "Protocols: Recopy"):
+ * every traced process is quiesced, hands over its device memory while
+ * keeping it mapped, takes a TRACK table (common/cow.h) and runs on at
+ * once. Every call that may write a chunk from then on marks it dirty.
+ * The job meanwhile copies each chunk that is not dirty into the staging
+ * pool. engine_stop then takes the final stall (t2), in which only the
+ * chunks dirty by then, and objects that were not there at tracking, are
+ * copied from the GPU; the rest is written into the image from staging.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "mapping.h"
+
+#define TRACK_TIMEOUT_MS 60000 /* quiesce waits for the device to finish */
+#define COPIERS 4
+#define RESERVE_SLOTS 8 /* left free for the final stall's copy */
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static int readable(int sock, int ms)
+{
+	struct pollfd pf = { sock, POLLIN, 0 };
+	int n;
+	while ((n = poll(&pf, 1, ms)) < 0 && errno == EINTR)
+		;
+	return n > 0 ? 0 : n == 0 ? -ETIMEDOUT : -errno;
+}
+
+/* Receives one message, failing on ERROR with the tracer's words. */
+static int recv_msg(pid_t pid, int conn, wire_header *h, void *buf, size_t cap, int *fds, int *nfds, char *err,
+		    size_t errlen)
+{
+	int e = readable(conn, TRACK_TIMEOUT_MS);
+	if (!e)
+		e = wire_recv(conn, h, buf, (uint32_t)cap - 1, fds, nfds);
+	if (e)
+		return engine_fail(e, err, errlen, "process %d did not answer TRACK: %s", (int)pid, strerror(-e));
+	if (h->type == WIRE_ERROR) {
+		((char *)buf)[h->length < cap - 1 ? h->length : cap - 1] = 0;
+		for (int i = 0; i < *nfds; i++)
+			close(fds[i]);
+		*nfds = 0;
+		return engine_fail(-EIO, err, errlen, "process %d: %s", (int)pid, (char *)buf);
+	}
+	return 0;
+}
+
+/* TRACK: the objects of pid, still mapped in the process. */
+static int collect(pid_t pid, int conn, engine_parked *out, char *err, size_t errlen)
+{
+	static _Thread_local uint8_t buf[WIRE_MAX_PAYLOAD + 1];
+	memset(out, 0, sizeof(*out));
+	int e = wire_send(conn, WIRE_TRACK, NULL, 0, 0, NULL, 0);
+	if (e)
+		return engine_fail(e, err, errlen, "cannot ask process %d to track: %s", (int)pid, strerror(-e));
+	for (;;) {
+		wire_header h;
+		int fds[WIRE_MAX_FDS], nfds = 0;
+		e = recv_msg(pid, conn, &h, buf, sizeof(buf), fds, &nfds, err, errlen);
+		if (e)
+			break;
+		if (h.type == WIRE_TRACKED && !nfds)
+			return 0;
+		if (h.type == WIRE_OBJECTS && h.count == (uint32_t)nfds && h.length == h.count * sizeof(wire_object)) {
+			e = engine_parked_add(out, (const wire_object *)buf, fds, pid, nfds);
+			if (!e)
+				continue;
+			engine_fail(e, err, errlen, "out of memory");
+		} else {
+			e = engine_fail(-EPROTO, err, errlen, "the tracer answered TRACK with message %u", h.type);
+		}
+		for (int i = 0; i < nfds; i++)
+			close(fds[i]);
+		break;
+	}
+	engine_parked_free(out);
+	return e;
+}
+
+/* Sends pid its table; the process runs on, tracking. */
+static int start(pid_t pid, int conn, const engine_cow_member *m, char *err, size_t errlen)
+{
+	wire_cow wc = { .table_bytes = m->bytes };
+	int self = (int)syscall(SYS_pidfd_open, getpid(), 0);
+	if (self < 0)
+		return engine_fail(-errno, err, errlen, "pidfd_open: %s", strerror(errno));
+	int fds[2] = { m->fd, self };
+	int e = wire_send(conn, WIRE_COW, &wc, sizeof(wc), 1, fds, 2);
+	close(self);
+	if (e)
+		return engine_fail(e, err, errlen, "cannot send process %d its table: %s", (int)pid, strerror(-e));
+	char buf[512];
+	wire_header h;
+	int rfds[WIRE_MAX_FDS], nfds = 0;
+	e = recv_msg(pid, conn, &h, buf, sizeof(buf), rfds, &nfds, err, errlen);
+	for (int i = 0; i < nfds; i++)
+		close(rfds[i]);
+	if (!e && h.type != WIRE_UNPARKED)
+		e = engine_fail(-EPROTO, err, errlen, "the tracer answered the TRACK table with message %u", h.type);
+	return e;
+}
+
+/* After a failed TRACK of another process: lets one that handed its
+ * objects over run on without a table. */
+static void release(pid_t pid, int conn)
+{
+	char buf[512], err[ENGINE_ERR_MAX];
+	wire_header h;
+	int fds[WIRE_MAX_FDS], nfds = 0;
+	if (wire_send(conn, WIRE_END, NULL, 0, 0, NULL, 0) == 0)
+		recv_msg(pid, conn, &h, buf, sizeof(buf), fds, &nfds, err, sizeof(err));
+	for (int i = 0; i < nfds; i++)
+		close(fds[i]);
+}
+
+int engine_recopy_track(engine_recopy *r, const engine_traced *traced, int ntraced, uint32_t chunk, char *err,
+			size_t errlen)
+{
+	memset(r, 0, sizeof(*r));
+	r->chunk = chunk;
+	bool *held = calloc(ntraced ? (size_t)ntraced : 1, sizeof(*held));
+	if (!held)
+		return engine_fail(-ENOMEM, err, errlen, "out of memory");
+	int e = 0;
+	for (int t = 0; t < ntraced && !e; t++) {
+		engine_parked mine;
+		e = collect(traced[t].pid, traced[t].conn, &mine, err, errlen);
+		held[t] = !e;
+		if (!e) {
+			e = engine_parked_move(&r->objs, &mine);
+			if (e) {
+				engine_parked_free(&mine);
+				engine_fail(e, err, errlen, "out of memory");
+			}
+		}
+	}
+	if (!e)
+		e = engine_cow_prepare(&r->tables, &r->objs, chunk, 0, COW_MODE_TRACK, err, errlen);
+	/* Every process that handed its objects over waits, its gate closed,
+	 * for its table: it gets it, or is let go without one. */
+	for (int t = 0; t < ntraced; t++) {
+		if (!held[t])
+			continue;
+		const engine_cow_member *m = e ? NULL : engine_cow_of(&r->tables, traced[t].pid);
+		if (m)
+			e = start(traced[t].pid, traced[t].conn, m, err, errlen);
+		else
+			release(traced[t].pid, traced[t].conn);
+	}
+	free(held);
+	return e;
+}
+
+typedef struct precopy {
+	engine_recopy *r;
+	mapping *maps;
+	uint8_t *staging;
+	uint32_t nslots;
+	_Atomic uint64_t cursor;
+	_Atomic uint32_t next_slot;
+	_Atomic int error;
+	engine_progress *prog;
+	char err[ENGINE_ERR_MAX];
+	pthread_mutex_t lock; /* guards err */
+} precopy;
+
+static void *precopier(void *arg)
+{
+	precopy *p = arg;
+	engine_recopy *r = p->r;
+	CUstream streams[PHOSIMG_DEVICES_MAX] = { 0 };
+	char err[ENGINE_ERR_MAX] = "";
+	int dev = -1, e = 0;
+	for (;;) {
+		uint64_t g = atomic_fetch_add(&p->cursor, 1);
+		if (g >= r->nchunks || atomic_load(&p->error) || (p->prog && atomic_load(&p->prog->cancel)))
+			break;
+		int k = mapping_owner(r->first, r->objs.n, g);
+		cow_header *t;
+		_Atomic uint32_t *st = engine_cow_chunk(&r->tables, k, g - r->first[k], &t);
+		uint32_t v = atomic_load(st);
+		if ((v & COW_DIRTY) || (v & COW_STATE_MASK) != COW_PENDING || atomic_load(&t->all_dirty) ||
+		    !atomic_compare_exchange_strong(st, &v, COW_COPYING))
+			continue; /* written already: the final stall copies it */
+		uint32_t slot = atomic_fetch_add(&p->next_slot, 1);
+		if (slot >= p->nslots) {
+			atomic_store(st, COW_PENDING | (atomic_load(st) & COW_DIRTY));
+			break; /* staging is full: the rest waits for the final stall */
+		}
+		const mapping *m = &p->maps[k];
+		uint64_t off = (g - r->first[k]) * r->chunk;
+		uint32_t len = m->len - off < r->chunk ? (uint32_t)(m->len - off) : r->chunk;
+		if (m->device != dev) {
+			dev = m->device;
+			e = driver_use(dev, err, sizeof(err));
+			CUresult cr = e || streams[dev] ? CUDA_SUCCESS : cu.cuStreamCreate(&streams[dev], CU_STREAM_NON_BLOCKING);
+			if (!e && cr)
+				e = driver_fail(cr, err, sizeof(err), "making a stream");
+		}
+		CUresult cr = e ? CUDA_SUCCESS : cu.cuMemcpyDtoHAsync(p->staging + (uint64_t)slot * r->chunk, m->va + off,
+								     len, streams[dev]);
+		if (!e && !cr)
+			cr = cu.cuStreamSynchronize(streams[dev]);
+		if (!e && cr)
+			e = driver_fail(cr, err, sizeof(err), "copying device memory to the host");
+		if (e)
+			break;
+		r->slot[g] = slot;
+		/* Written while on the bus: COPYING|DIRTY stays, and counts as dirty. */
+		uint32_t was = COW_COPYING;
+		atomic_compare_exchange_strong(st, &was, COW_OFF);
+		atomic_fetch_add(&r->copied, len);
+	}
+	for (int d = 0; d < PHOSIMG_DEVICES_MAX; d++)
+		if (streams[d]) {
+			driver_use(d, NULL, 0);
+			cu.cuStreamDestroy(streams[d]);
+		}
+	if (e) {
+		int none = 0;
+		pthread_mutex_lock(&p->lock);
+		if (atomic_compare_exchange_strong(&p->error, &none, e))
+			memcpy(p->err, err, sizeof(err));
+		pthread_mutex_unlock(&p->lock);
+	}
+	return NULL;
+}
+
+int engine_recopy_copy(engine_recopy *r, void *staging, uint64_t staging_bytes, engine_progress *prog, char *err,
+		       size_t errlen)
+{
+	uint64_t t0 = now_ns();
+	int n = r->objs.n;
+	r->first = calloc((size_t)n + 1, sizeof(*r->first));
+	mapping *maps = calloc(n ? (size_t)n : 1, sizeof(*maps));
+	if (!r->first || !maps) {
+		free(maps);
+		return engine_fail(-ENOMEM, err, errlen, "out of memory");
+	}
+	int e = 0, mapped = 0;
+	for (int k = 0; k < n; k++)
+		r->first[k + 1] = r->first[k] + cow_chunks_of(r->objs.objs[k].size, r->chunk);
+	r->nchunks = r->first[n];
+	r->slot = malloc((r->nchunks ? r->nchunks : 1) * sizeof(*r->slot));
+	if (!r->slot)
+		e = engine_fail(-ENOMEM, err, errlen, "out of memory");
+	for (uint64_t g = 0; !e && g < r->nchunks; g++)
+		r->slot[g] = UINT32_MAX;
+	/* Each object's entry in its table, where the tracer marks it freed. */
+	r->co = calloc(n ? (size_t)n : 1, sizeof(*r->co));
+	if (!e && !r->co)
+		e = engine_fail(-ENOMEM, err, errlen, "out of memory");
+	for (int k = 0; k < n && !e; k++) {
+		cow_header *t;
+		engine_cow_chunk(&r->tables, k, 0, &t);
+		for (uint32_t i = 0; i < t->nobjs; i++)
+			if (cow_objects(t)[i].first == r->tables.first_of[k])
+				r->co[k] = &cow_objects(t)[i];
+	}
+	for (int k = 0; k < n && !e; k++, mapped++)
+		e = mapping_import(&maps[k], r->objs.fds[k], r->objs.objs[k].size, (int)r->objs.objs[k].device, err,
+				   errlen);
+	uint64_t nslots = staging_bytes / r->chunk;
+	precopy p = { .r = r, .maps = maps, .staging = staging, .prog = prog,
+		      .nslots = nslots > RESERVE_SLOTS ? (uint32_t)(nslots - RESERVE_SLOTS) : 0 };
+	pthread_mutex_init(&p.lock, NULL);
+	pthread_t th[COPIERS];
+	int started = 0;
+	for (; !e && p.nslots && started < COPIERS; started++)
+		if (pthread_create(&th[started], NULL, precopier, &p))
+			break;
+	for (int i = 0; i < started; i++)
+		pthread_join(th[i], NULL);
+	if (!e && atomic_load(&p.error))
+		e = engine_fail(atomic_load(&p.error), err, errlen, "%s", p.err);
+	if (!e && prog && atomic_load(&prog->cancel))
+		e = engine_fail(-ECANCELED, err, errlen, "cancelled");
+	pthread_mutex_destroy(&p.lock);
+	mapping_unmap_all(maps, mapped);
+	free(maps);
+	r->copy_ns = now_ns() - t0;
+	return e;
+}
+
+int engine_recopy_find(const engine_recopy *r, const wire_object *o, pid_t pid)
+{
+	for (int k = 0; r && r->slot && k < r->objs.n; k++) {
+		const wire_object *p = &r->objs.objs[k];
+		if (r->objs.pids[k] == pid && p->va == o->va && p->size == o->size && p->device == o->device &&
+		    (p->flags & WIRE_OBJ_APP) == (o->flags & WIRE_OBJ_APP))
+			return k;
+	}
+	return -1;
+}
+
+uint32_t engine_recopy_slot(const engine_recopy *r, int k, uint64_t off)
+{
+	if (k < 0 || !r->co[k])
+		return UINT32_MAX;
+	cow_header *t;
+	_Atomic uint32_t *st = engine_cow_chunk(&r->tables, k, off / r->chunk, &t);
+	if (atomic_load(&r->co[k]->freed) || atomic_load(&t->all_dirty) || atomic_load(st) != COW_OFF)
+		return UINT32_MAX;
+	return r->slot[r->first[k] + off / r->chunk];
+}
+
+void engine_recopy_free(engine_recopy *r)
+{
+	engine_cow_free(&r->tables);
+	engine_parked_free(&r->objs);
+	free(r->first);
+	free(r->slot);
+	free(r->co);
+	memset(r, 0, sizeof(*r));
+}
