@@ -31,29 +31,14 @@ int main(void)
 {
 	rig r;
 	rig_require(&r);
-	char app[PATH_MAX], cubin[PATH_MAX];
-	rig_cow_app_paths(app, cubin);
 	int iters = getenv("PHOS_RECOPY_ITERATIONS") ? atoi(getenv("PHOS_RECOPY_ITERATIONS")) : 40;
 	if (iters < 2)
 		iters = 2;
 	plan(iters + 3);
 	r.opts[0] = "--chunk";
 	r.opts[1] = "256K";
-	if (rig_mount(&r, NULL))
-		bail("phosfs did not mount");
-	unsigned seed = (unsigned)time(NULL);
-	diag("seed %u", seed);
-	srand(seed);
-	char seed_s[16];
-	snprintf(seed_s, sizeof(seed_s), "%u", seed);
-	pid_t pid = rig_cow_app(&r, app, cubin, "24", seed_s, 20000);
 	char out[PATH_MAX], ctl[160], status[160], st[4096], prev[PATH_MAX] = "";
-	rig_out(&r, pid, out, sizeof(out));
-	snprintf(ctl, sizeof(ctl), "%s/%d/ctl", r.mnt, (int)pid);
-	snprintf(status, sizeof(status), "%s/%d/status", r.mnt, (int)pid);
-	ok(pid > 0, "cow_app runs under the tracer");
-	if (pid <= 0)
-		bail("cow_app did not start (%s)", out);
+	pid_t pid = rig_cow_start(&r, out, ctl, status);
 
 	long clean = 0, dirty = 0;
 	int nverify = 0;

@@ -323,6 +323,31 @@ static inline pid_t rig_cow_app(rig *r, char *app, char *cubin, char *mib, char 
 	return up && strstr(st, "traced: yes") ? pid : -1;
 }
 
+/* Mounts phosfs (with r->opts) and starts cow_app on 24 MiB under phos,
+ * with a seed from the clock that it prints; fills out (its output), ctl
+ * and status (its files). Reports the start as a test; bails out when
+ * either fails. */
+static inline pid_t rig_cow_start(rig *r, char *out, char *ctl, char *status)
+{
+	char app[PATH_MAX], cubin[PATH_MAX];
+	rig_cow_app_paths(app, cubin);
+	if (rig_mount(r, NULL))
+		bail("phosfs did not mount");
+	unsigned seed = (unsigned)time(NULL);
+	diag("seed %u", seed);
+	srand(seed);
+	char seed_s[16];
+	snprintf(seed_s, sizeof(seed_s), "%u", seed);
+	pid_t pid = rig_cow_app(r, app, cubin, "24", seed_s, 20000);
+	rig_out(r, pid, out, PATH_MAX);
+	snprintf(ctl, 160, "%s/%d/ctl", r->mnt, (int)pid);
+	snprintf(status, 160, "%s/%d/status", r->mnt, (int)pid);
+	ok(pid > 0, "cow_app runs under the tracer");
+	if (pid <= 0)
+		bail("cow_app did not start (%s)", out);
+	return pid;
+}
+
 /* Asks cow_app pid (output in out) to check its device memory, and waits
  * up to ms for one more "verify ok" line than *before (which it counts
  * on); 0 on "verify FAILED" or none. */

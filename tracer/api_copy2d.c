@@ -31,16 +31,7 @@ static void protect3d(const CUDA_MEMCPY3D *c)
 		cow_net(NULL);
 }
 
-#define WRAP(name, params, args, before)                  \
-	TR_EXPORT CUresult name params                    \
-	{                                                 \
-		REAL(CUresult, name, params);             \
-		if (!tr_enabled())                        \
-			return real_##name args;          \
-		GATE();                                   \
-		before;                                   \
-		return real_##name args;                  \
-	}
+#define WRAP TR_WRAP
 
 WRAP(cuMemcpy2D_v2, (const CUDA_MEMCPY2D *c), (c), protect2d(c, NULL))
 WRAP(cuMemcpy2D_v2_ptds, (const CUDA_MEMCPY2D *c), (c), protect2d(c, CU_STREAM_PER_THREAD))

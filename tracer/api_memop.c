@@ -12,17 +12,7 @@
 
 #define WR(a, n, st) spec_range((uint64_t)(a), (n), false, true, (st))
 
-#define WRAP(name, params, args, before)         \
-	TR_EXPORT CUresult name params;          \
-	TR_EXPORT CUresult name params           \
-	{                                        \
-		REAL(CUresult, name, params);    \
-		if (!tr_enabled())               \
-			return real_##name args; \
-		GATE();                          \
-		before;                          \
-		return real_##name args;         \
-	}
+#define WRAP TR_WRAP
 
 /* cuda.h gives the newest version these names; each is wrapped here. */
 #undef cuStreamWriteValue32

@@ -51,6 +51,19 @@ static inline void gate_cleanup(int *unused)
 #define GATE()                                                                  \
 	__attribute__((cleanup(gate_cleanup))) int gate_scope_ = (gate_enter(), 0); \
 	(void)gate_scope_
+/* A wrapper of entry point `name` that passes the gate and runs `before`
+ * (protecting what the call writes) ahead of the real call. */
+#define TR_WRAP(name, params, args, before)      \
+	TR_EXPORT CUresult name params;          \
+	TR_EXPORT CUresult name params           \
+	{                                        \
+		REAL(CUresult, name, params);    \
+		if (!tr_enabled())               \
+			return real_##name args; \
+		GATE();                          \
+		before;                          \
+		return real_##name args;         \
+	}
 /* Closes the gate and waits until no call is in flight; then synchronises
  * every context. Threads arriving meanwhile wait at the gate. Returns a
  * CUresult of the synchronisation. */
