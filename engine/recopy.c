@@ -21,7 +21,9 @@
 
 #define TRACK_TIMEOUT_MS 60000 /* quiesce waits for the device to finish */
 #define COPIERS 4
-#define RESERVE_SLOTS 8 /* left free for the final stall's copy */
+/* Staging left free for the final stall's copy: an eighth (what phosfs
+ * sizes staging above the bytes), so that it runs at the bus's speed. */
+#define RESERVE_MIN 8
 
 static uint64_t now_ns(void)
 {
@@ -126,41 +128,68 @@ static void release(pid_t pid, int conn)
 		close(fds[i]);
 }
 
+/* Moves one process's objects and table (of its own engine_cow) to the
+ * end of r's. Errors: -ENOMEM (nothing moved). */
+static int adopt(engine_recopy *r, engine_parked *mine, engine_cow *c)
+{
+	int at = r->objs.n, n = mine->n;
+	engine_cow *t = &r->tables;
+	engine_cow_member *m = realloc(t->m, (size_t)(t->n + 1) * sizeof(*m));
+	if (m)
+		t->m = m;
+	int *to = m ? realloc(t->table_of, (size_t)(at + n) * sizeof(*to)) : NULL;
+	if (to)
+		t->table_of = to;
+	uint64_t *fo = to ? realloc(t->first_of, (size_t)(at + n) * sizeof(*fo)) : NULL;
+	if (fo)
+		t->first_of = fo;
+	if (!fo || engine_parked_move(&r->objs, mine))
+		return -ENOMEM;
+	for (int i = 0; i < n; i++) {
+		t->table_of[at + i] = t->n;
+		t->first_of[at + i] = c->first_of[i];
+	}
+	t->m[t->n++] = c->m[0];
+	t->chunk = c->chunk;
+	free(c->m);
+	free(c->table_of);
+	free(c->first_of);
+	memset(c, 0, sizeof(*c));
+	return 0;
+}
+
+/* Tracks one process: it is held (gate closed) only between its own
+ * TRACK and its table. */
+static int track_one(engine_recopy *r, const engine_traced *tr, uint32_t chunk, char *err, size_t errlen)
+{
+	engine_parked mine;
+	int e = collect(tr->pid, tr->conn, &mine, err, errlen);
+	if (e)
+		return e;
+	engine_cow c = { 0 };
+	if (mine.n)
+		e = engine_cow_prepare(&c, &mine, chunk, 0, COW_MODE_TRACK, err, errlen);
+	if (!e && mine.n)
+		e = start(tr->pid, tr->conn, &c.m[0], err, errlen);
+	else
+		release(tr->pid, tr->conn); /* nothing to track, or no table for it */
+	if (!e && mine.n && adopt(r, &mine, &c))
+		e = engine_fail(-ENOMEM, err, errlen, "out of memory");
+	engine_cow_free(&c); /* ends a table that was not adopted */
+	engine_parked_free(&mine);
+	return e;
+}
+
 int engine_recopy_track(engine_recopy *r, const engine_traced *traced, int ntraced, uint32_t chunk, char *err,
 			size_t errlen)
 {
 	memset(r, 0, sizeof(*r));
 	r->chunk = chunk;
-	bool *held = calloc(ntraced ? (size_t)ntraced : 1, sizeof(*held));
-	if (!held)
-		return engine_fail(-ENOMEM, err, errlen, "out of memory");
+	r->tables.chunk = chunk;
 	int e = 0;
-	for (int t = 0; t < ntraced && !e; t++) {
-		engine_parked mine;
-		e = collect(traced[t].pid, traced[t].conn, &mine, err, errlen);
-		held[t] = !e;
-		if (!e) {
-			e = engine_parked_move(&r->objs, &mine);
-			if (e) {
-				engine_parked_free(&mine);
-				engine_fail(e, err, errlen, "out of memory");
-			}
-		}
-	}
-	if (!e)
-		e = engine_cow_prepare(&r->tables, &r->objs, chunk, 0, COW_MODE_TRACK, err, errlen);
-	/* Every process that handed its objects over waits, its gate closed,
-	 * for its table: it gets it, or is let go without one. */
-	for (int t = 0; t < ntraced; t++) {
-		if (!held[t])
-			continue;
-		const engine_cow_member *m = e ? NULL : engine_cow_of(&r->tables, traced[t].pid);
-		if (m)
-			e = start(traced[t].pid, traced[t].conn, m, err, errlen);
-		else
-			release(traced[t].pid, traced[t].conn);
-	}
-	free(held);
+	for (int t = 0; t < ntraced && !e; t++)
+		if (engine_alive(traced[t].pid)) /* one that left the tree is not waited for */
+			e = track_one(r, &traced[t], chunk, err, errlen);
 	return e;
 }
 
@@ -193,12 +222,13 @@ static void *precopier(void *arg)
 		_Atomic uint32_t *st = engine_cow_chunk(&r->tables, k, g - r->first[k], &t);
 		uint32_t v = atomic_load(st);
 		if ((v & COW_DIRTY) || (v & COW_STATE_MASK) != COW_PENDING || atomic_load(&t->all_dirty) ||
-		    !atomic_compare_exchange_strong(st, &v, COW_COPYING))
-			continue; /* written already: the final stall copies it */
+		    (r->co[k] && atomic_load(&r->co[k]->freed)) || !atomic_compare_exchange_strong(st, &v, COW_COPYING))
+			continue; /* written (or freed) already: the final stall decides */
 		uint32_t slot = atomic_fetch_add(&p->next_slot, 1);
 		if (slot >= p->nslots) {
-			atomic_store(st, COW_PENDING | (atomic_load(st) & COW_DIRTY));
-			break; /* staging is full: the rest waits for the final stall */
+			/* Staging is full: the rest waits for the final stall. */
+			atomic_fetch_and(st, ~(uint32_t)COW_STATE_MASK); /* COPYING -> PENDING, marks kept */
+			break;
 		}
 		const mapping *m = &p->maps[k];
 		uint64_t off = (g - r->first[k]) * r->chunk;
@@ -270,12 +300,17 @@ int engine_recopy_copy(engine_recopy *r, void *staging, uint64_t staging_bytes, 
 			if (cow_objects(t)[i].first == r->tables.first_of[k])
 				r->co[k] = &cow_objects(t)[i];
 	}
-	for (int k = 0; k < n && !e; k++, mapped++)
+	/* The mappings hold the memory now: without the fds, an object the
+	 * process frees goes once this copy lets go of it. */
+	for (int k = 0; k < n && !e; k++, mapped++) {
 		e = mapping_import(&maps[k], r->objs.fds[k], r->objs.objs[k].size, (int)r->objs.objs[k].device, err,
 				   errlen);
-	uint64_t nslots = staging_bytes / r->chunk;
+		close(r->objs.fds[k]);
+		r->objs.fds[k] = -1;
+	}
+	uint64_t nslots = staging_bytes / r->chunk, reserve = nslots / 8 > RESERVE_MIN ? nslots / 8 : RESERVE_MIN;
 	precopy p = { .r = r, .maps = maps, .staging = staging, .prog = prog,
-		      .nslots = nslots > RESERVE_SLOTS ? (uint32_t)(nslots - RESERVE_SLOTS) : 0 };
+		      .nslots = nslots > reserve ? (uint32_t)(nslots - reserve) : 0 };
 	pthread_mutex_init(&p.lock, NULL);
 	pthread_t th[COPIERS];
 	int started = 0;

@@ -134,15 +134,13 @@ static int bring_back(const engine_stop_args *a, const phosimg_member *m, member
 	return first;
 }
 
-int engine_stop(const engine_stop_args *a, char *err, size_t errlen)
+/* The processes of the tree now, which are traced, and which use CUDA. */
+static int members_of(const engine_stop_args *a, phosimg_member **mp, member_state **msp, uint32_t *np, char *err,
+		      size_t errlen)
 {
-	engine_progress *prog = a->prog;
-	int e = driver_open(err, errlen);
-	if (e)
-		return e;
 	phosimg_member *m = NULL;
 	uint32_t n = 0;
-	e = engine_tree(a->pid, &m, &n);
+	int e = engine_tree(a->pid, &m, &n);
 	if (e)
 		return engine_fail(e, err, errlen, "process %d is gone", (int)a->pid);
 	member_state *ms = calloc(n, sizeof(*ms));
@@ -162,6 +160,24 @@ int engine_stop(const engine_stop_args *a, char *err, size_t errlen)
 		if (driver_process_state(m[i].pid, &cstate) == 0)
 			m[i].flags |= PHOSIMG_MEMBER_CUDA;
 	}
+	*mp = m;
+	*msp = ms;
+	*np = n;
+	return 0;
+}
+
+int engine_stop(const engine_stop_args *a, char *err, size_t errlen)
+{
+	engine_progress *prog = a->prog;
+	int e = driver_open(err, errlen);
+	if (e)
+		return e;
+	phosimg_member *m = NULL;
+	member_state *ms = NULL;
+	uint32_t n = 0;
+	e = members_of(a, &m, &ms, &n, err, errlen);
+	if (e)
+		return e;
 
 	bool recopy = a->recopy && a->ntraced > 0;
 	bool cow = a->cow && !a->kill && a->ntraced > 0 && !recopy;
@@ -221,6 +237,17 @@ int engine_stop(const engine_stop_args *a, char *err, size_t errlen)
 		e = engine_recopy_track(&rc, a->traced, a->ntraced, chunk, err, errlen);
 		if (!e)
 			e = engine_recopy_copy(&rc, staging.buf, staging.bytes, prog, err, errlen);
+		/* The tree may have changed while it ran: the final stall takes
+		 * it as it is now. */
+		if (!e) {
+			free(ms);
+			free(m);
+			ms = NULL;
+			m = NULL;
+			e = members_of(a, &m, &ms, &n, err, errlen);
+			meta.members = m;
+			meta.member_count = n;
+		}
 		if (e) {
 			engine_recopy_free(&rc);
 			phosimg_writer_abort(w);
@@ -291,7 +318,8 @@ int engine_stop(const engine_stop_args *a, char *err, size_t errlen)
 		engine_step(prog, STEP_COPY);
 		e = engine_copy_begin(&parked, w, &co, prog, &copy, err, errlen);
 		/* What the final stall copies: the rest came from staging. */
-		atomic_store(&prog->recopy_dirty, total - atomic_load(&prog->recopy_clean));
+		if (!e && recopy)
+			atomic_store(&prog->recopy_dirty, total - atomic_load(&prog->recopy_clean));
 		if (!e && engine_copy_wait_off(copy)) {
 			e = engine_copy_end(copy, err, errlen);
 			copy = NULL;

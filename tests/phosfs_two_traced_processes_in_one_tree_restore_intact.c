@@ -3,7 +3,9 @@
  *
  *   phos run -- sh -c 'counter 24 & counter 40 & wait'
  *
- * The shell's pid is checkpointed with `stop`: both counters park and are
+ * The shell's pid is checkpointed with `recopy` (both are tracked while
+ * they run, and their images hold each one's memory), then with `stop`:
+ * both counters park and are
  * driver-checkpointed together, and one image holds the tree. Each
  * counter's device memory in the image is checked byte for byte against
  * the pattern it wrote, and is that counter's alone. The tree is killed
@@ -52,11 +54,39 @@ static int count_lines(const char *file, const char *prefix)
 	return n;
 }
 
+/* Opens the image: its members, traced members, and how many of those
+ * hold their own counter's data in their largest object (its MiB in
+ * owners[]). */
+static void inspect(const char *image, int *members, int *ntraced, int *good, int owners[2])
+{
+	phosimg *img;
+	if (phosimg_open(image, &img) != 0)
+		return;
+	const phosimg_info *in = phosimg_get_info(img);
+	*members = (int)in->meta.member_count;
+	for (uint32_t i = 0; i < in->meta.member_count; i++) {
+		const phosimg_member *m = &in->meta.members[i];
+		if (!(m->flags & PHOSIMG_MEMBER_TRACED))
+			continue;
+		/* Its largest object is its data: 24 or 40 MiB, its own. */
+		uint32_t big = UINT32_MAX;
+		for (uint32_t k = m->first_object; k < m->first_object + m->object_count; k++)
+			if (big == UINT32_MAX || in->objects[k].size > in->objects[big].size)
+				big = k;
+		int mib = big == UINT32_MAX ? 0 : in->objects[big].size >= (40u << 20) ? 40 : 24;
+		if (*ntraced < 2)
+			owners[*ntraced] = mib;
+		(*ntraced)++;
+		*good += big != UINT32_MAX && in->objects[big].pid == m->pid && holds_counter_data(img, big, mib);
+	}
+	phosimg_close(img);
+}
+
 int main(void)
 {
 	rig r;
 	rig_require(&r);
-	plan(6);
+	plan(7);
 	if (rig_mount(&r, NULL))
 		bail("phosfs did not mount");
 	char script[PATH_MAX * 2 + 64];
@@ -78,37 +108,29 @@ int main(void)
 	}
 	ok(ready && traced == 2, "both counters run under one shell, and status shows both traced");
 
+	/* recopy: both are tracked while they run, then stopped together. */
 	snprintf(path, sizeof(path), "%s/%d/ctl", r.mnt, (int)sh);
-	int e = rig_ctl(path, "checkpoint stop name=two\n", 25);
-	char last[256] = "";
+	int e = rig_ctl(path, "checkpoint recopy name=tracked\n", 31);
+	char last[256] = "", rimage[PATH_MAX];
+	int rdone = e == 0 && rig_job_done(&r, sh, 30000, last, sizeof(last)) && strstr(last, "done");
+	snprintf(rimage, sizeof(rimage), "%s/%d/tracked", r.store, (int)sh);
+	int rmembers = 0, rtraced = 0, rgood = 0, rowners[2] = { 0, 0 };
+	if (rdone)
+		inspect(rimage, &rmembers, &rtraced, &rgood, rowners);
+	ok(rdone && rig_verify(rimage) && rmembers == 3 && rtraced == 2 && rgood == 2 &&
+		   rowners[0] + rowners[1] == 64 && rig_counts_past(out, rig_count(out) + 2, 5000),
+	   "checkpoint recopy of the shell's pid tracks both, and its image holds each one's memory; they count on (%s)",
+	   e ? strerror(e) : last);
+
+	e = rig_ctl(path, "checkpoint stop name=two\n", 25);
 	ok(e == 0 && rig_job_done(&r, sh, 30000, last, sizeof(last)) && strstr(last, "done"),
 	   "checkpoint stop of the shell's pid (%s)", e ? strerror(e) : last);
 
 	char image[PATH_MAX];
 	snprintf(image, sizeof(image), "%s/%d/two", r.store, (int)sh);
-	phosimg *img;
 	int members = 0, ntraced = 0, good = 0;
-	pid_t owners[2] = { 0, 0 };
-	if (phosimg_open(image, &img) == 0) {
-		const phosimg_info *in = phosimg_get_info(img);
-		members = (int)in->meta.member_count;
-		for (uint32_t i = 0; i < in->meta.member_count; i++) {
-			const phosimg_member *m = &in->meta.members[i];
-			if (!(m->flags & PHOSIMG_MEMBER_TRACED))
-				continue;
-			/* Its largest object is its data: 24 or 40 MiB, its own. */
-			uint32_t big = UINT32_MAX;
-			for (uint32_t k = m->first_object; k < m->first_object + m->object_count; k++)
-				if (big == UINT32_MAX || in->objects[k].size > in->objects[big].size)
-					big = k;
-			int mib = big == UINT32_MAX ? 0 : in->objects[big].size >= (40u << 20) ? 40 : 24;
-			if (ntraced < 2)
-				owners[ntraced] = mib;
-			ntraced++;
-			good += big != UINT32_MAX && in->objects[big].pid == m->pid && holds_counter_data(img, big, mib);
-		}
-		phosimg_close(img);
-	}
+	int owners[2] = { 0, 0 };
+	inspect(image, &members, &ntraced, &good, owners);
 	ok(members == 3 && ntraced == 2 && good == 2 && owners[0] + owners[1] == 64,
 	   "one image: 3 members, 2 traced, each with its own device memory, byte for byte (%d, %d MiB)", owners[0],
 	   owners[1]);

@@ -38,14 +38,26 @@ WRITE_VALUE(cuStreamWriteValue64_ptsz, cuuint64_t, 8)
 WRITE_VALUE(cuStreamWriteValue64_v2, cuuint64_t, 8)
 WRITE_VALUE(cuStreamWriteValue64_v2_ptsz, cuuint64_t, 8)
 
-/* The bytes each write of the batch changes. */
+/* The bytes each write of the batch changes; an operation this version
+ * does not know may write anything, so it goes through the safety net. */
 static void protect_memops(unsigned count, const CUstreamBatchMemOpParams *ops, CUstream s)
 {
 	for (unsigned i = 0; ops && i < count; i++) {
-		if (ops[i].operation == CU_STREAM_MEM_OP_WRITE_VALUE_32)
+		switch (ops[i].operation) {
+		case CU_STREAM_MEM_OP_WRITE_VALUE_32:
 			WR(ops[i].writeValue.address, 4, s);
-		else if (ops[i].operation == CU_STREAM_MEM_OP_WRITE_VALUE_64)
+			break;
+		case CU_STREAM_MEM_OP_WRITE_VALUE_64:
 			WR(ops[i].writeValue.address, 8, s);
+			break;
+		case CU_STREAM_MEM_OP_WAIT_VALUE_32:
+		case CU_STREAM_MEM_OP_WAIT_VALUE_64:
+		case CU_STREAM_MEM_OP_FLUSH_REMOTE_WRITES:
+		case CU_STREAM_MEM_OP_BARRIER:
+			break;
+		default:
+			cow_net(NULL);
+		}
 	}
 }
 
@@ -102,14 +114,16 @@ WRAP(cuMemcpyAtoD_v2_ptds, (CUdeviceptr d, CUarray a, size_t off, size_t n), (d,
      WR(d, n, CU_STREAM_PER_THREAD))
 
 WRAP(cuMemDiscardBatchAsync, (CUdeviceptr *d, size_t *n, size_t c, unsigned long long f, CUstream s),
-     (d, n, c, f, s), protect_ranges(d, n, c, s))
+     (d, n, c, f, s), protect_ranges(d, n, c, tr_stream_of("cuMemDiscardBatchAsync", s)))
 WRAP(cuMemDiscardBatchAsync_ptsz, (CUdeviceptr *d, size_t *n, size_t c, unsigned long long f, CUstream s),
-     (d, n, c, f, s), protect_ranges(d, n, c, s ? s : CU_STREAM_PER_THREAD))
+     (d, n, c, f, s), protect_ranges(d, n, c, tr_stream_of("cuMemDiscardBatchAsync_ptsz", s)))
 WRAP(cuMemDiscardAndPrefetchBatchAsync,
      (CUdeviceptr *d, size_t *n, size_t c, CUmemLocation *loc, size_t *li, size_t nl, unsigned long long f,
       CUstream s),
-     (d, n, c, loc, li, nl, f, s), protect_ranges(d, n, c, s))
+     (d, n, c, loc, li, nl, f, s),
+     protect_ranges(d, n, c, tr_stream_of("cuMemDiscardAndPrefetchBatchAsync", s)))
 WRAP(cuMemDiscardAndPrefetchBatchAsync_ptsz,
      (CUdeviceptr *d, size_t *n, size_t c, CUmemLocation *loc, size_t *li, size_t nl, unsigned long long f,
       CUstream s),
-     (d, n, c, loc, li, nl, f, s), protect_ranges(d, n, c, s ? s : CU_STREAM_PER_THREAD))
+     (d, n, c, loc, li, nl, f, s),
+     protect_ranges(d, n, c, tr_stream_of("cuMemDiscardAndPrefetchBatchAsync_ptsz", s)))

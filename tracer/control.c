@@ -175,13 +175,16 @@ static int track(int sock)
 	/* The gate is closed until the table comes: not for ever. A malformed
 	 * answer costs the table, not the connection. */
 	struct pollfd pf = { sock, POLLIN, 0 };
-	if (!e && poll(&pf, 1, TRACK_TABLE_TIMEOUT_MS) == 1) {
+	int ready = 0;
+	while (!e && (ready = poll(&pf, 1, TRACK_TABLE_TIMEOUT_MS)) < 0 && errno == EINTR)
+		;
+	if (!e && ready == 1) {
 		r = wire_recv(sock, &h, buf, sizeof(buf), fds, &nfds);
 		if (r && r != -EPROTO)
 			e = r;
 		else if (!r && h.type == WIRE_COW && h.length == sizeof(wire_cow) && nfds >= 2)
 			r = cow_begin((const wire_cow *)buf, fds, nfds);
-		else if (!r)
+		else if (!r && h.type != WIRE_END) /* END: nothing to track */
 			r = -EPROTO;
 	}
 	for (int i = 0; i < nfds; i++)
