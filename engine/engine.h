@@ -309,6 +309,7 @@ typedef struct engine_recopy {
 	uint64_t nchunks;
 	uint32_t *slot;    /* per chunk: its staging slot, or UINT32_MAX */
 	const cow_object **co; /* per object: its entry in its table */
+	int *order;        /* the objects by (pid, VA) */
 	_Atomic uint64_t copied; /* bytes copied while the processes ran */
 	uint64_t copy_ns;
 } engine_recopy;

@@ -269,6 +269,16 @@ static void *precopier(void *arg)
 	return NULL;
 }
 
+/* Orders objects by (pid, VA), for engine_recopy_find. */
+static int by_pid_va(const void *a, const void *b, void *arg)
+{
+	const engine_parked *o = arg;
+	int x = *(const int *)a, y = *(const int *)b;
+	if (o->pids[x] != o->pids[y])
+		return o->pids[x] < o->pids[y] ? -1 : 1;
+	return o->objs[x].va < o->objs[y].va ? -1 : o->objs[x].va > o->objs[y].va;
+}
+
 int engine_recopy_copy(engine_recopy *r, void *staging, uint64_t staging_bytes, engine_progress *prog, char *err,
 		       size_t errlen)
 {
@@ -281,14 +291,27 @@ int engine_recopy_copy(engine_recopy *r, void *staging, uint64_t staging_bytes, 
 		return engine_fail(-ENOMEM, err, errlen, "out of memory");
 	}
 	int e = 0, mapped = 0;
-	for (int k = 0; k < n; k++)
+	uint64_t bytes = 0;
+	for (int k = 0; k < n; k++) {
 		r->first[k + 1] = r->first[k] + cow_chunks_of(r->objs.objs[k].size, r->chunk);
+		bytes += r->objs.objs[k].size;
+	}
+	if (prog)
+		atomic_store(&prog->total, bytes); /* the final stall sets it again */
 	r->nchunks = r->first[n];
 	r->slot = malloc((r->nchunks ? r->nchunks : 1) * sizeof(*r->slot));
 	if (!r->slot)
 		e = engine_fail(-ENOMEM, err, errlen, "out of memory");
 	for (uint64_t g = 0; !e && g < r->nchunks; g++)
 		r->slot[g] = UINT32_MAX;
+	/* The objects by (pid, VA): the final stall looks each one up. */
+	r->order = malloc((n ? (size_t)n : 1) * sizeof(*r->order));
+	if (!e && !r->order)
+		e = engine_fail(-ENOMEM, err, errlen, "out of memory");
+	for (int k = 0; !e && k < n; k++)
+		r->order[k] = k;
+	if (!e)
+		qsort_r(r->order, (size_t)n, sizeof(*r->order), by_pid_va, &r->objs);
 	/* Each object's entry in its table, where the tracer marks it freed. */
 	r->co = calloc(n ? (size_t)n : 1, sizeof(*r->co));
 	if (!e && !r->co)
@@ -332,10 +355,22 @@ int engine_recopy_copy(engine_recopy *r, void *staging, uint64_t staging_bytes, 
 
 int engine_recopy_find(const engine_recopy *r, const wire_object *o, pid_t pid)
 {
-	for (int k = 0; r && r->slot && k < r->objs.n; k++) {
+	if (!r || !r->slot || !r->order)
+		return -1;
+	int lo = 0, hi = r->objs.n;
+	while (lo < hi) { /* the first at or after (pid, va) */
+		int mid = (lo + hi) / 2, k = r->order[mid];
+		if (r->objs.pids[k] < pid || (r->objs.pids[k] == pid && r->objs.objs[k].va < o->va))
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	for (; lo < r->objs.n; lo++) {
+		int k = r->order[lo];
 		const wire_object *p = &r->objs.objs[k];
-		if (r->objs.pids[k] == pid && p->va == o->va && p->size == o->size && p->device == o->device &&
-		    (p->flags & WIRE_OBJ_APP) == (o->flags & WIRE_OBJ_APP))
+		if (r->objs.pids[k] != pid || p->va != o->va)
+			break;
+		if (p->size == o->size && p->device == o->device && (p->flags & WIRE_OBJ_APP) == (o->flags & WIRE_OBJ_APP))
 			return k;
 	}
 	return -1;
@@ -359,5 +394,6 @@ void engine_recopy_free(engine_recopy *r)
 	free(r->first);
 	free(r->slot);
 	free(r->co);
+	free(r->order);
 	memset(r, 0, sizeof(*r));
 }
