@@ -467,30 +467,29 @@ static void job_free(outjob *j)
 	free(j);
 }
 
-/* Recopy: marks each chunk that staging still holds from the copy made
- * while the process ran (j->pre); *n of them, *bytes in all. */
-static int take_staged(outjob *j, const engine_recopy *r, uint64_t *n, uint64_t *bytes)
+/* Recopy: each chunk that staging still holds from the copy made while
+ * the process ran is marked in j->pre, its slot in held, and goes to the
+ * writers' queue at once; *n of them, *bytes in all. */
+static int take_staged(outjob *j, const engine_recopy *r, bool *held, uint64_t *n, uint64_t *bytes)
 {
 	j->pre = malloc((j->nchunks ? j->nchunks : 1) * sizeof(*j->pre));
-	bool *used = calloc(j->nslots ? j->nslots : 1, sizeof(*used));
-	if (!j->pre || !used) {
-		free(used);
+	if (!j->pre)
 		return -ENOMEM;
-	}
 	for (int k = 0; k < j->n; k++) {
 		int tk = engine_recopy_find(r, &j->objs->objs[k], j->objs->pids[k]);
 		for (uint64_t g = j->first[k]; g < j->first[k + 1]; g++) {
 			uint64_t off = (g - j->first[k]) * j->chunk;
 			uint32_t s = r->chunk == j->chunk ? engine_recopy_slot(r, tk, off) : UINT32_MAX;
-			j->pre[g] = s < j->nslots && !used[s] ? s : UINT32_MAX;
+			j->pre[g] = s < j->nslots && !held[s] ? s : UINT32_MAX;
 			if (j->pre[g] == UINT32_MAX)
 				continue;
-			used[s] = true;
+			held[s] = true;
+			uint32_t len = j->maps[k].len - off < j->chunk ? (uint32_t)(j->maps[k].len - off) : j->chunk;
+			j->queue[(j->qhead + j->qlen++) % j->nslots] = (item){ s, j->ids[k], off, len };
 			(*n)++;
-			*bytes += j->maps[k].len - off < j->chunk ? j->maps[k].len - off : j->chunk;
+			*bytes += len;
 		}
 	}
-	free(used);
 	return 0;
 }
 
@@ -537,34 +536,22 @@ int engine_copy_begin(const engine_parked *objs, phosimg_writer *w, const engine
 		job_free(j);
 		return e;
 	}
+	/* Recopy: what staging holds already goes to the writers at once,
+	 * and its slots are not free. */
 	uint64_t npre = 0, pre_bytes = 0;
-	if (o->recopy)
-		e = take_staged(j, o->recopy, &npre, &pre_bytes);
+	bool *held = calloc(j->nslots ? j->nslots : 1, sizeof(*held));
+	e = held ? 0 : -ENOMEM;
+	if (!e && o->recopy)
+		e = take_staged(j, o->recopy, held, &npre, &pre_bytes);
 	if (e) {
+		free(held);
 		job_free(j);
 		return engine_fail(e, err, errlen, "out of memory");
 	}
-	bool *held = calloc(j->nslots ? j->nslots : 1, sizeof(*held));
-	if (!held) {
-		job_free(j);
-		return engine_fail(-ENOMEM, err, errlen, "out of memory");
-	}
-	for (uint64_t g = 0; j->pre && g < j->nchunks; g++)
-		if (j->pre[g] != UINT32_MAX)
-			held[j->pre[g]] = true;
 	for (uint32_t sl = 0; sl < j->nslots; sl++)
 		if (!held[j->nslots - 1 - sl])
 			j->free_slots[j->nfree++] = j->nslots - 1 - sl;
 	free(held);
-	/* Recopy: what staging holds already goes to the writers at once. */
-	for (uint64_t g = 0; j->pre && g < j->nchunks; g++) {
-		if (j->pre[g] == UINT32_MAX)
-			continue;
-		int k = object_of(j, g);
-		uint64_t off = (g - j->first[k]) * j->chunk;
-		uint32_t len = j->maps[k].len - off < j->chunk ? (uint32_t)(j->maps[k].len - off) : j->chunk;
-		j->queue[(j->qhead + j->qlen++) % j->nslots] = (item){ j->pre[g], j->ids[k], off, len };
-	}
 	atomic_store(&j->left, j->nchunks - npre);
 	if (prog) {
 		atomic_fetch_add(&prog->off, pre_bytes);

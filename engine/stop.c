@@ -231,8 +231,8 @@ int engine_stop(const engine_stop_args *a, char *err, size_t errlen)
 	/* Recopy: the processes run on, their writes tracked, while what they
 	 * do not write is copied; the stall below is the final one (t2). */
 	engine_recopy rc = { 0 };
-	meta.t1_ns = now_ns(CLOCK_REALTIME);
 	if (recopy) {
+		meta.t1_ns = now_ns(CLOCK_REALTIME); /* tracking starts */
 		engine_step(prog, STEP_TRACK);
 		e = engine_recopy_track(&rc, a->traced, a->ntraced, chunk, err, errlen);
 		if (!e)
@@ -259,10 +259,7 @@ int engine_stop(const engine_stop_args *a, char *err, size_t errlen)
 		}
 	}
 	uint64_t t0 = now_ns(CLOCK_MONOTONIC);
-	if (recopy)
-		meta.t2_ns = now_ns(CLOCK_REALTIME);
-	else
-		meta.t1_ns = now_ns(CLOCK_REALTIME);
+	*(recopy ? &meta.t2_ns : &meta.t1_ns) = now_ns(CLOCK_REALTIME);
 	e = phosimg_writer_set_meta(w, &meta);
 	free(cmdline);
 	if (e)

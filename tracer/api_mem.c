@@ -250,16 +250,7 @@ COPY_ON(cuMemcpyDtoHAsync_v2_ptsz, (void *h, CUdeviceptr d, size_t n, CUstream s
 COPY_ON(cuMemcpyDtoDAsync_v2_ptsz, (CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st), (d, s, n, st), d, s, n)
 COPY_ON(cuMemcpyAsync_ptsz, (CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st), (d, s, n, st), d, s, n)
 
-#define SET(name, vtype, width, params, args, st)                                 \
-	TR_EXPORT CUresult name params                                          \
-	{                                                                       \
-		REAL(CUresult, name, params);                                   \
-		if (!tr_enabled())                                              \
-			return real_##name args;                                \
-		GATE();                                                         \
-		WR(d, n *width, tr_stream_of(#name, st));                          \
-		return real_##name args;                                        \
-	}
+#define SET(name, vtype, width, params, args, st) TR_WRAP(name, params, args, WR(d, n *width, tr_stream_of(#name, st)))
 
 SET(cuMemsetD8_v2, unsigned char, 1, (CUdeviceptr d, unsigned char v, size_t n), (d, v, n), NULL)
 SET(cuMemsetD16_v2, unsigned short, 2, (CUdeviceptr d, unsigned short v, size_t n), (d, v, n), NULL)
