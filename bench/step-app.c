@@ -81,12 +81,15 @@ int main(int argc, char **argv)
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	unsigned long long n = bytes / 4 / 16;
 	for (unsigned long long s = 0;; s++) {
+		struct timespec wall;
+		clock_gettime(CLOCK_REALTIME, &wall);
 		double t0 = now();
 		CUdeviceptr w = p + (s % 16) * n * 4;
 		float k = (float)s;
 		void *args[] = { &w, &n, &k };
 		check(cuLaunchKernel(f, (unsigned)((n + 255) / 256), 1, 1, 256, 1, 1, 0, NULL, args, NULL), "cuLaunchKernel");
 		check(cuCtxSynchronize(), "cuCtxSynchronize");
-		printf("step %llu ms %.3f\n", s, (now() - t0) * 1e3);
+		printf("step %llu ms %.3f at %lld.%06ld\n", s, (now() - t0) * 1e3, (long long)wall.tv_sec,
+		       wall.tv_nsec / 1000);
 	}
 }

@@ -95,7 +95,7 @@ if wait_line "$out" "^ops 200" 120; then
 		if [ -z "$how" ]; then
 			verify "$pid" "$n" "$out" || { echo "# the running process failed its check"; break; }
 		fi
-		kill -9 "$pid"
+		kill -9 "$pid" 2>/dev/null # (gone already after a recopy kill)
 		for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
 		"$phos" restore "$store/$pid/c$i" >/dev/null || break
 		n=$(grep -c '^verify ok' "$out")
