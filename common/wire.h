@@ -5,6 +5,7 @@
  *
  *   tracer -> phosfs  HELLO      at the first cuInit, and again to resume
  *   phosfs -> tracer  PARK       quiesce, hand over device memory, detach
+ *   tracer -> phosfs  DEVICES    the process's GPUs (wire_device records)
  *   tracer -> phosfs  OBJECTS    records + fds of the device memory (batches)
  *   tracer -> phosfs  PARKED     the last batch was sent; the tracer detaches
  *   phosfs -> tracer  OBJECTS    (after a resume HELLO) the same fds back
@@ -60,6 +61,7 @@ enum wire_type {
 	WIRE_COW,
 	WIRE_TRACK,
 	WIRE_TRACKED,
+	WIRE_DEVICES,
 };
 
 typedef struct wire_header {
@@ -92,6 +94,15 @@ typedef struct wire_object {
 } wire_object;
 
 #define WIRE_OBJ_APP 0x1u /* the application's own cuMemCreate allocation */
+
+/* A GPU as the traced process sees it (its ordinal, and the UUID of the
+ * GPU behind it, which a restore onto another GPU changes). The tracer
+ * sends every one, in WIRE_DEVICES, when it parks. */
+typedef struct wire_device {
+	uint32_t ordinal;
+	uint32_t reserved;
+	uint8_t uuid[16];
+} wire_device;
 
 enum wire_buffer_state { WIRE_PRESENT = 0, WIRE_PARKED_STATE = 1, WIRE_ABSENT = 2 };
 

@@ -199,7 +199,8 @@ static int create(mapping *m, uint64_t size, int dev, char *err, size_t errlen)
 	return mapping_map(m, h, bytes, dev, err, errlen);
 }
 
-int engine_copy_in(phosimg *img, engine_parked *out, engine_progress *prog, char *err, size_t errlen)
+int engine_copy_in(phosimg *img, const engine_devmap *map, engine_parked *out, engine_progress *prog, char *err,
+		   size_t errlen)
 {
 	const phosimg_info *in = phosimg_get_info(img);
 	memset(out, 0, sizeof(*out));
@@ -214,9 +215,10 @@ int engine_copy_in(phosimg *img, engine_parked *out, engine_progress *prog, char
 	for (int k = 0; k < n && !e; k++) {
 		const phosimg_object *o = &in->objects[k];
 		ids[k] = (uint32_t)k;
-		e = driver_use((int)o->device, err, errlen);
+		int dev = engine_devmap_to(map, o->device);
+		e = driver_use(dev, err, errlen);
 		if (!e)
-			e = create(&maps[k], o->size, (int)o->device, err, errlen);
+			e = create(&maps[k], o->size, dev, err, errlen);
 		/* The object's bytes, not the rounded-up allocation's. */
 		maps[k].len = o->size;
 	}
@@ -225,7 +227,7 @@ int engine_copy_in(phosimg *img, engine_parked *out, engine_progress *prog, char
 	for (int k = 0; k < n && !e; k++) {
 		const phosimg_object *o = &in->objects[k];
 		int fd = -1;
-		e = driver_use((int)o->device, err, errlen);
+		e = driver_use(engine_devmap_to(map, o->device), err, errlen);
 		CUresult r = e ? CUDA_SUCCESS
 			       : cu.cuMemExportToShareableHandle(&fd, maps[k].h,
 								 CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);

@@ -146,10 +146,25 @@ int driver_checkpoint(pid_t pid, char *err, size_t errlen)
 	return r ? driver_fail(r, err, errlen, "driver checkpoint") : 0;
 }
 
-int driver_restore(pid_t pid, char *err, size_t errlen)
+int engine_devmap_to(const engine_devmap *map, uint32_t k)
 {
-	CUresult r = cu.cuCheckpointProcessRestore((int)pid, NULL);
-	return r ? driver_fail(r, err, errlen, "driver restore") : 0;
+	return map && k < map->n ? map->to[k] : (int)k;
+}
+
+int driver_restore(pid_t pid, const engine_devmap *map, char *err, size_t errlen)
+{
+	CUcheckpointGpuPair pairs[PHOSIMG_DEVICES_MAX];
+	CUcheckpointRestoreArgs args;
+	memset(&args, 0, sizeof(args));
+	bool with = map && map->pairs;
+	for (uint32_t i = 0; with && i < map->npairs; i++) {
+		memcpy(pairs[i].oldUuid.bytes, map->old[i], 16);
+		memcpy(pairs[i].newUuid.bytes, map->now[i], 16);
+	}
+	args.gpuPairs = pairs;
+	args.gpuPairsCount = with ? map->npairs : 0;
+	CUresult r = cu.cuCheckpointProcessRestore((int)pid, with ? &args : NULL);
+	return r ? driver_fail(r, err, errlen, with ? "driver restore onto the GPUs of gpuPairs" : "driver restore") : 0;
 }
 
 int driver_unlock(pid_t pid, char *err, size_t errlen)

@@ -83,6 +83,9 @@ typedef struct engine_progress {
 	/* Recopy: bytes the final stall took from the copy made while the
 	 * process ran, and bytes it copied from the GPU (dirty or new). */
 	_Atomic uint64_t recopy_clean, recopy_dirty;
+	/* Restore: the moves of GPUs it made ("" for none), set before the
+	 * driver restore. */
+	char devices[512];
 } engine_progress;
 
 /* Moves p to step, adding the time since the last move to the step it
@@ -97,6 +100,10 @@ typedef struct engine_parked {
 	int *fds;
 	pid_t *pids;
 	int n, cap;
+	/* engine_park: the process's GPUs as it sees them (WIRE_DEVICES):
+	 * ndev UUIDs, by ordinal; 0 when its tracer did not say. */
+	uint32_t ndev;
+	uint8_t dev_uuid[PHOSIMG_DEVICES_MAX][16];
 } engine_parked;
 
 /* Closes the fds and frees the arrays. */
@@ -147,11 +154,27 @@ int driver_open(char *err, size_t errlen);
  * (CUprocessState) in *state. Returns 0, -ESRCH (no CUDA state there). */
 int driver_process_state(pid_t pid, int *state);
 
-/* cuCheckpointProcessLock / Checkpoint / Restore / Unlock on pid.
+/* Where a restore puts an image's GPUs: device k of the image (the
+ * process's ordinal k) goes to this machine's ordinal to[k]. With pairs,
+ * the driver is told (gpuPairs: old[i] -> now[i] by UUID, npairs of them);
+ * without, every GPU stays where it was. */
+typedef struct engine_devmap {
+	uint32_t n;
+	int to[PHOSIMG_DEVICES_MAX];
+	bool pairs;
+	uint32_t npairs;
+	uint8_t old[PHOSIMG_DEVICES_MAX][16], now[PHOSIMG_DEVICES_MAX][16];
+} engine_devmap;
+
+/* The device an image's device k goes to under map (NULL: k itself). */
+int engine_devmap_to(const engine_devmap *map, uint32_t k);
+
+/* cuCheckpointProcessLock / Checkpoint / Restore / Unlock on pid; restore
+ * passes map's gpuPairs when it has them (map may be NULL).
  * Errors: -EIO with err naming the call and the driver's message. */
 int driver_lock(pid_t pid, unsigned timeout_ms, char *err, size_t errlen);
 int driver_checkpoint(pid_t pid, char *err, size_t errlen);
-int driver_restore(pid_t pid, char *err, size_t errlen);
+int driver_restore(pid_t pid, const engine_devmap *map, char *err, size_t errlen);
 int driver_unlock(pid_t pid, char *err, size_t errlen);
 
 /* ---- park.c: the conversation with a traced process ----------------------- */
@@ -384,10 +407,12 @@ int engine_staging_alloc(engine_staging *s, int fd, uint64_t want, uint32_t chun
 /* Unpins and unmaps it (s is emptied). */
 void engine_staging_free(engine_staging *s);
 
-/* Makes a new allocation for every object of img, fills it from the
- * image, and returns the records, fds and pids in *out, ready for
- * unpark. */
-int engine_copy_in(phosimg *img, engine_parked *out, engine_progress *prog, char *err, size_t errlen);
+/* Makes a new allocation for every object of img, on the device map
+ * sends its device to (NULL: the same ordinal), fills it from the image,
+ * and returns the records, fds and pids in *out, ready for unpark; the
+ * records keep the process's own device ordinals. */
+int engine_copy_in(phosimg *img, const engine_devmap *map, engine_parked *out, engine_progress *prog, char *err,
+		   size_t errlen);
 
 /* ---- a job runs in a process of its own (phosfs/job-process.c) ------------- */
 

@@ -120,6 +120,14 @@ int engine_park(pid_t pid, int conn, engine_parked *out, char *err, size_t errle
 			e = engine_parked_add(out, (const wire_object *)buf, fds, pid, nfds);
 			if (!e)
 				continue;
+		} else if (h.type == WIRE_DEVICES && !nfds && h.length == h.count * sizeof(wire_device)) {
+			const wire_device *d = (const wire_device *)buf;
+			for (uint32_t i = 0; i < h.count && d[i].ordinal < PHOSIMG_DEVICES_MAX; i++) {
+				memcpy(out->dev_uuid[d[i].ordinal], d[i].uuid, 16);
+				if (d[i].ordinal >= out->ndev)
+					out->ndev = d[i].ordinal + 1;
+			}
+			continue;
 		} else if (h.type == WIRE_ERROR) {
 			buf[h.length < WIRE_MAX_PAYLOAD ? h.length : WIRE_MAX_PAYLOAD] = 0;
 			e = engine_fail(-EIO, err, errlen, "process %d did not park: %s", (int)pid, (char *)buf);

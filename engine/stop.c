@@ -28,9 +28,25 @@
 
 #define LOCK_TIMEOUT_MS 10000
 
+/* Makes devs (n, by ordinal) the GPUs process p sees: each of its ordinals
+ * becomes the description of the GPU with its UUID. Returns true. */
+static bool see_as(phosimg_device *devs, uint32_t n, const engine_parked *p)
+{
+	phosimg_device here[PHOSIMG_DEVICES_MAX];
+	memcpy(here, devs, n * sizeof(*devs));
+	for (uint32_t d = 0; d < p->ndev && d < n; d++) {
+		for (uint32_t j = 0; j < n; j++)
+			if (!memcmp(here[j].uuid, p->dev_uuid[d], 16))
+				devs[d] = here[j];
+		devs[d].ordinal = d;
+		memcpy(devs[d].uuid, p->dev_uuid[d], 16);
+	}
+	return true;
+}
+
 const char *engine_step_name(int step)
 {
-	static const char *const names[] = { "idle",   "park",    "driver-checkpoint", "criu-dump",
+static const char *const names[] = { "idle",   "park",    "driver-checkpoint", "criu-dump",
 					     "copy",   "driver-restore", "unpark", "publish",
 					     "fill",   "criu-restore",   "drain",  "track", "done" };
 	return step >= 0 && step <= STEP_DONE ? names[step] : "?";
@@ -109,7 +125,7 @@ static int bring_back(const engine_stop_args *a, const phosimg_member *m, member
 		if (!ms[i].locked || !engine_alive(m[i].pid) || (dumped && a->kill))
 			continue;
 		engine_step(prog, STEP_UNLOCK);
-		int e = ms[i].checkpointed ? driver_restore(m[i].pid, msg, sizeof(msg)) : 0;
+		int e = ms[i].checkpointed ? driver_restore(m[i].pid, NULL, msg, sizeof(msg)) : 0;
 		if (!e)
 			e = driver_unlock(m[i].pid, msg, sizeof(msg));
 		if (e && !first) {
@@ -261,11 +277,11 @@ int engine_stop(const engine_stop_args *a, char *err, size_t errlen)
 	uint64_t t0 = now_ns(CLOCK_MONOTONIC);
 	*(recopy ? &meta.t2_ns : &meta.t1_ns) = now_ns(CLOCK_REALTIME);
 	e = phosimg_writer_set_meta(w, &meta);
-	free(cmdline);
 	if (e)
 		engine_fail(e, err, errlen, "describing the image: %s", strerror(-e));
 
 	/* Every traced member parks, in tree order, parents first. */
+	bool view = false;
 	if (!e && a->ntraced)
 		engine_step(prog, STEP_PARK);
 	for (int t = 0; !e && t < a->ntraced; t++) {
@@ -275,6 +291,11 @@ int engine_stop(const engine_stop_args *a, char *err, size_t errlen)
 		engine_parked mine;
 		e = engine_park(m[i].pid, a->traced[t].conn, &mine, err, errlen);
 		ms[i].parked = !e;
+		/* The image records the GPUs the first process that says sees:
+		 * after a restore onto another GPU, their UUIDs are not the
+		 * ones phosfs's ordinals have. */
+		if (!e && !view && mine.ndev)
+			view = see_as(devs, meta.device_count, &mine);
 		if (!e) {
 			e = engine_parked_move(&parked, &mine);
 			if (e) {
@@ -283,6 +304,13 @@ int engine_stop(const engine_stop_args *a, char *err, size_t errlen)
 			}
 		}
 	}
+	if (!e && view) {
+		e = phosimg_writer_set_meta(w, &meta);
+		if (e)
+			engine_fail(e, err, errlen, "describing the image: %s", strerror(-e));
+	}
+	free(cmdline);
+	cmdline = NULL;
 	uint64_t total = 0;
 	for (int i = 0; i < parked.n; i++)
 		total += parked.objs[i].size;

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "../restore/restore.h"
 #include "ctl.h"
 
 static int bad(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -53,17 +54,32 @@ int ctl_parse(const char *buf, size_t len, bool root, ctl_cmd *out, char *err, s
 		return bad(err, errlen, "empty command");
 	if (root) {
 		if (strcmp(words[0], "restore"))
-			return bad(err, errlen, "unknown command '%.40s' (expected: restore DIR [eager|lazy])", words[0]);
+			return bad(err, errlen,
+				   "unknown command '%.40s' (expected: restore DIR [eager|lazy] [device=OLD=NEW,…])",
+				   words[0]);
 		if (n < 2)
 			return bad(err, errlen, "restore needs a directory");
 		if (words[1][0] != '/')
 			return bad(err, errlen, "restore needs an absolute path, not '%.200s'", words[1]);
-		if (n > 3)
-			return bad(err, errlen, "too many words after restore DIR");
-		if (n == 3 && strcmp(words[2], "eager") && strcmp(words[2], "lazy"))
-			return bad(err, errlen, "unknown restore mode '%.40s' (expected: eager or lazy)", words[2]);
+		bool mode = false;
+		for (int i = 2; i < n; i++) {
+			const char *w = words[i];
+			if (!strcmp(w, "eager") || !strcmp(w, "lazy")) {
+				if (mode)
+					return bad(err, errlen, "more than one restore mode");
+				mode = true;
+				out->lazy = !strcmp(w, "lazy");
+			} else if (!strncmp(w, "device=", 7)) {
+				if (*out->devices)
+					return bad(err, errlen, "device= given twice (list every move in one: device=0=1,1=0)");
+				if (restore_devices_check(w + 7, err, errlen))
+					return -EINVAL;
+				snprintf(out->devices, sizeof(out->devices), "%s", w + 7);
+			} else {
+				return bad(err, errlen, "unknown word '%.40s' after restore DIR (expected: eager, lazy, device=OLD=NEW,…)", w);
+			}
+		}
 		out->verb = CTL_RESTORE;
-		out->lazy = n == 3 && !strcmp(words[2], "lazy");
 		snprintf(out->dir, sizeof(out->dir), "%s", words[1]);
 		return 0;
 	}

@@ -3,11 +3,12 @@
  *
  *   /<pid>/ctl   checkpoint [cow|recopy|stop] [name=NAME] [kill]
  *                cancel
- *   /ctl         restore DIR [eager|lazy]
+ *   /ctl         restore DIR [eager|lazy] [device=OLD=NEW[,OLD=NEW…]]
  *
  * One command per write, words separated by blanks, one trailing newline
  * allowed. NAME is 1 to 64 of [A-Za-z0-9._-], not starting with '.', and
- * not "latest". DIR is an absolute path without blanks.
+ * not "latest". DIR is an absolute path without blanks. OLD and NEW are
+ * GPU ordinals or UUIDs (restore_devices_check).
  */
 #ifndef PHOSFS_CTL_H
 #define PHOSFS_CTL_H
@@ -28,6 +29,7 @@ typedef struct ctl_cmd {
 	char name[CTL_NAME_MAX + 1]; /* checkpoint: "" = the next number */
 	bool lazy;            /* restore */
 	char dir[CTL_MAX];    /* restore */
+	char devices[CTL_MAX]; /* restore: the moves of GPUs, "" for none */
 } ctl_cmd;
 
 /* Parses a write to /<pid>/ctl (root false) or to /ctl (root true).

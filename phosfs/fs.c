@@ -495,6 +495,8 @@ static void job_status(target *t, text *out)
 		add(out, "last checkpoint: %s\n", t->last);
 	if (!t->pid && t->restored > 0 && !t->result)
 		add(out, "restored pid: %d\n", (int)t->restored);
+	if (!t->pid && t->kind == CTL_RESTORE && *t->last_prog.devices)
+		add(out, "moved gpus: %.*s\n", (int)sizeof(t->last_prog.devices), t->last_prog.devices);
 	add(out, "error: %s\n", *t->error ? t->error : "none");
 	pthread_mutex_unlock(&t->lock);
 }

@@ -4,7 +4,7 @@
  *   phosfs --job stop    --shared FD --pid PID --image PATH --criu CRIU --log LOG
  *                        [--kill] [--cow] [--staging BYTES] [--staging-fd FD] [--chunk BYTES]
  *                        [--shadow-pool BYTES] [--plugins DIR] [--member PID:CONN:TID]…
- *   phosfs --job restore --shared FD --image PATH --criu CRIU --log LOG [--plugins DIR]
+ *   phosfs --job restore --shared FD --image PATH --criu CRIU --log LOG [--devices OLD=NEW,…] [--plugins DIR]
  *
  * so that a job finishes even if phosfs is killed: the process it parked
  * gets its memory back, and the image is published or not at all. The
@@ -108,7 +108,7 @@ static void set_latest(const char *image)
 
 int job_process_main(int argc, char **argv)
 {
-	const char *kind = NULL, *image = NULL, *criu = "criu", *log = "/dev/null";
+	const char *kind = NULL, *image = NULL, *criu = "criu", *log = "/dev/null", *devices = NULL;
 	int shared_fd = -1;
 	pid_t pid = 0;
 	bool kill = false, cow = false, recopy = false;
@@ -134,6 +134,8 @@ int job_process_main(int argc, char **argv)
 			log = argv[++i];
 		else if (!strcmp(argv[i], "--plugins") && v)
 			engine_criu_plugins = argv[++i];
+		else if (!strcmp(argv[i], "--devices") && v)
+			devices = argv[++i];
 		else if (!strcmp(argv[i], "--member") && v) {
 			engine_traced *t = &traced[ntraced];
 			if (sscanf(argv[++i], "%d:%d:%d", &t->pid, &t->conn, &t->control_tid) == 3)
@@ -175,8 +177,8 @@ int job_process_main(int argc, char **argv)
 			set_latest(image);
 	} else if (!strcmp(kind, "restore")) {
 		pid_t rpid = 0;
-		restore_args a = { .image = image, .criu = criu, .log = log, .tracer = &t, .prog = &sh->prog,
-				   .pid = &rpid };
+		restore_args a = { .image = image, .devices = devices, .criu = criu, .log = log, .tracer = &t,
+				   .prog = &sh->prog, .pid = &rpid };
 		e = restore_eager(&a, err, sizeof(err));
 		atomic_store(&sh->pid, rpid);
 	} else {

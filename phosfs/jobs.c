@@ -302,7 +302,9 @@ static void finish_job(target *t, spawn *s, bool checkpoint)
 	else if (checkpoint)
 		syslog(LOG_INFO, "process %d: %s done, stall %.3f s", (int)t->pid, t->job, t->last_stall_ns / 1e9);
 	else
-		syslog(LOG_INFO, "%s done: process %d runs", t->job, (int)t->restored);
+		syslog(LOG_INFO, "%s done: process %d runs%s%.*s", t->job, (int)t->restored,
+		       *t->last_prog.devices ? "; GPUs moved: " : "", (int)sizeof(t->last_prog.devices),
+		       t->last_prog.devices);
 	t->busy = false;
 	t->sh = NULL;
 	pthread_cond_broadcast(&t->done);
@@ -537,8 +539,17 @@ int job_restore(const ctl_cmd *c, pid_t *pid, char *err, size_t errlen)
 	snprintf(logdir, sizeof(logdir), "%s/.logs", phosfs_store);
 	mkdir(logdir, 0700);
 	snprintf(log, sizeof(log), "%s/restore-%lld-%d.log", logdir, (long long)time(NULL), (int)gettid());
-	char *args[] = { "restore", "--image", (char *)c->dir, "--criu", (char *)phosfs_criu, "--log", log,
-			 *phosfs_criu_plugins ? "--plugins" : NULL, (char *)phosfs_criu_plugins, NULL };
+	char *args[12] = { "restore", "--image", (char *)c->dir, "--criu", (char *)phosfs_criu, "--log", log };
+	int k = 7;
+	if (*c->devices) {
+		args[k++] = "--devices";
+		args[k++] = (char *)c->devices;
+	}
+	if (*phosfs_criu_plugins) {
+		args[k++] = "--plugins";
+		args[k++] = (char *)phosfs_criu_plugins;
+	}
+	args[k] = NULL;
 	/* One restore at a time: the root target holds its outcome. */
 	static pthread_mutex_t one = PTHREAD_MUTEX_INITIALIZER;
 	pthread_mutex_lock(&one);

@@ -5,7 +5,7 @@
  *   phos run [-d] [--] CMD…      run CMD under the tracer, without a tty
  *   phos ls                      the processes phosfs shows
  *   phos checkpoint PID [cow|recopy|stop] [--name N] [--kill] [--wait]
- *   phos restore DIR [eager|lazy]
+ *   phos restore DIR [eager|lazy] [--device OLD=NEW[,OLD=NEW…]]
  *   phos status PID
  */
 #include <dirent.h>
@@ -36,7 +36,7 @@ static int usage(FILE *f)
 	fprintf(f, "usage: phos run [-d] [--] CMD...\n"
 		   "       phos ls\n"
 		   "       phos checkpoint PID [cow|recopy|stop] [--name NAME] [--kill] [--wait]\n"
-		   "       phos restore DIR [eager|lazy]\n"
+		   "       phos restore DIR [eager|lazy] [--device OLD=NEW[,OLD=NEW...]]\n"
 		   "       phos status PID\n");
 	return f == stdout ? 0 : 2;
 }
@@ -306,23 +306,41 @@ static int cmd_checkpoint(int argc, char **argv)
 
 static int cmd_restore(int argc, char **argv)
 {
-	if (argc < 1 || argc > 2)
+	const char *dir = NULL, *mode = NULL, *devices = NULL;
+	for (int i = 0; i < argc; i++) {
+		if (!strcmp(argv[i], "--device") && i + 1 < argc)
+			devices = argv[++i];
+		else if (!strncmp(argv[i], "--device=", 9))
+			devices = argv[i] + 9;
+		else if (!dir && argv[i][0] != '-')
+			dir = argv[i];
+		else if (!mode && (!strcmp(argv[i], "eager") || !strcmp(argv[i], "lazy")))
+			mode = argv[i];
+		else
+			return usage(stderr);
+	}
+	if (!dir)
 		return usage(stderr);
 	char abs[PATH_MAX];
-	if (!realpath(argv[0], abs)) {
-		fprintf(stderr, "phos: %s: %s\n", argv[0], strerror(errno));
+	if (!realpath(dir, abs)) {
+		fprintf(stderr, "phos: %s: %s\n", dir, strerror(errno));
 		return 1;
 	}
-	char cmd[PATH_MAX + 32], c[PATH_MAX], s[PATH_MAX];
-	snprintf(cmd, sizeof(cmd), "restore %s%s%s\n", abs, argc == 2 ? " " : "", argc == 2 ? argv[1] : "");
+	char cmd[2 * PATH_MAX + 64], c[PATH_MAX], s[PATH_MAX];
+	snprintf(cmd, sizeof(cmd), "restore %s%s%s%s%s\n", abs, mode ? " " : "", mode ? mode : "",
+		 devices ? " device=" : "", devices ? devices : "");
 	snprintf(c, sizeof(c), "%s/ctl", mnt());
 	snprintf(s, sizeof(s), "%s/status", mnt());
 	if (ctl(c, s, cmd))
 		return 1;
-	char *st = slurp(s), pid[32] = "?";
-	if (st)
+	char *st = slurp(s), pid[32] = "?", moved[600] = "";
+	if (st) {
 		field(st, "restored pid", pid, sizeof(pid));
+		field(st, "moved gpus", moved, sizeof(moved));
+	}
 	free(st);
+	if (*moved)
+		fprintf(stderr, "phos: GPUs moved (image ordinal -> this machine's): %s\n", moved);
 	printf("%s\n", pid);
 	return 0;
 }

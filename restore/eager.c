@@ -4,7 +4,8 @@
  *   1. open the image (its structure is checked) and fill new device
  *      allocations from it, chunk checksums checked as they are read;
  *   2. criu restore;
- *   3. driver restore and unlock;
+ *   3. driver restore (with gpuPairs when GPUs move: devices.c) and
+ *      unlock;
  *   4. wake the tracer, which maps the allocations at their old addresses
  *      and resumes the application.
  *
@@ -74,12 +75,15 @@ int restore_eager(const restore_args *a, char *err, size_t errlen)
 		return e;
 	}
 	e = driver_open(err, errlen);
+	engine_devmap map;
+	if (!e)
+		e = restore_devices(in, a->devices, &map, prog->devices, sizeof(prog->devices), err, errlen);
 	engine_parked objs = { 0 };
 	bool restored = false;
 	atomic_store(&prog->total, in->raw_bytes);
 	engine_step(prog, STEP_FILL);
 	if (!e)
-		e = engine_copy_in(img, &objs, prog, err, errlen);
+		e = engine_copy_in(img, &map, &objs, prog, err, errlen);
 	if (!e) {
 		engine_step(prog, STEP_RESTORE);
 		e = criu_restore(a->criu, phosimg_criu_dir(img), a->log, err, errlen);
@@ -90,7 +94,7 @@ int restore_eager(const restore_args *a, char *err, size_t errlen)
 		int state = 0;
 		if (driver_process_state(m[i].pid, &state) == 0 && state == CU_PROCESS_STATE_CHECKPOINTED) {
 			engine_step(prog, STEP_UNLOCK);
-			e = driver_restore(m[i].pid, err, errlen);
+			e = driver_restore(m[i].pid, &map, err, errlen);
 			if (!e)
 				e = driver_unlock(m[i].pid, err, errlen);
 		}

@@ -30,6 +30,8 @@ typedef struct peer {
 	wire_object objs[4096];
 	int fds[4096];
 	int nobjs;
+	wire_device devs[64]; /* the GPUs the process said it sees */
+	int ndevs;
 } peer;
 
 static inline int peer_listen(peer *p, const char *path)
@@ -111,6 +113,7 @@ static inline int peer_park(peer *p, char *err, size_t errlen)
 	int e = wire_send(p->conn, WIRE_PARK, NULL, 0, 0, NULL, 0);
 	static uint8_t buf[WIRE_MAX_PAYLOAD];
 	p->nobjs = 0;
+	p->ndevs = 0;
 	while (!e) {
 		wire_header h;
 		int fds[WIRE_MAX_FDS], nfds;
@@ -122,6 +125,11 @@ static inline int peer_park(peer *p, char *err, size_t errlen)
 		if (h.type == WIRE_ERROR) {
 			snprintf(err, errlen, "%.*s", (int)h.length, (char *)buf);
 			return -EIO;
+		}
+		if (h.type == WIRE_DEVICES && !nfds && h.count <= 64 && h.length == h.count * sizeof(wire_device)) {
+			memcpy(p->devs, buf, h.length);
+			p->ndevs = (int)h.count;
+			continue;
 		}
 		if (h.type != WIRE_OBJECTS || (int)h.count != nfds || p->nobjs + nfds > 4096)
 			return -EPROTO;

@@ -84,7 +84,7 @@ int main(void)
 {
 	rig r;
 	rig_require(&r);
-	plan(7);
+	plan(8);
 	if (rig_mount(&r, NULL))
 		bail("phosfs did not mount");
 	pid_t pid = rig_counter(&r, 8);
@@ -130,6 +130,20 @@ int main(void)
 	}
 	ok(reinval == 500, "%d of 500 fuzzed writes to /ctl get EINVAL", reinval);
 	ok(rig_ctl(rootctl, "restore relative/dir\n", 21) == EINVAL, "restore needs an absolute path");
+	static const char *const bad_devices[] = { "device=", "device=0", "device=0=1,", "device=0=GPU-zz",
+						   "device=0=1 device=1=0", "device=99=0", "device==1", "eager lazy",
+						   "device=0=GPU-0123456789abcdef0123456789abcdef0" };
+	int dev_einval = 0;
+	for (size_t i = 0; i < sizeof(bad_devices) / sizeof(*bad_devices); i++) {
+		char c[128];
+		int n = snprintf(c, sizeof(c), "restore /tmp %s\n", bad_devices[i]);
+		int e = rig_ctl(rootctl, c, (size_t)n);
+		dev_einval += e == EINVAL;
+		if (e != EINVAL)
+			diag("'%s' gave %s", bad_devices[i], strerror(e));
+	}
+	ok(dev_einval == (int)(sizeof(bad_devices) / sizeof(*bad_devices)),
+	   "malformed device= lists and two modes get EINVAL before anything starts");
 
 	long c0 = rig_count(out);
 	int counting = rig_counts_past(out, c0, 5000);

@@ -35,7 +35,9 @@ int main(int argc, char **argv)
 	int app_objs = 0;
 	for (int i = 0; i < t.p.nobjs; i++)
 		app_objs += (t.p.objs[i].flags & WIRE_OBJ_APP) != 0;
-	ok(e == 0 && t.p.nobjs >= 5, "park hands over %d device memory objects as fds (%s)", t.p.nobjs, err);
+	ok(e == 0 && t.p.nobjs >= 5 && t.p.ndevs == 1 && t.p.devs[0].ordinal == 0 && t.p.devs[0].uuid[0] == 0x51,
+	   "park says the process's GPU (%d) and hands over %d device memory objects as fds (%s)", t.p.ndevs,
+	   t.p.nobjs, err);
 	ok(app_objs == 1, "the program's own VMM allocation is one of them");
 	uint64_t bytes = 1;
 	e = cuCheckpointProcessLock(t.pid, NULL) || cuCheckpointProcessCheckpoint(t.pid, NULL);

@@ -73,6 +73,31 @@ static int serve_kernels(int sock)
 	return e ? e : wire_send(sock, WIRE_END, NULL, 0, 0, NULL, 0);
 }
 
+/* The process's GPUs as it sees them, before its memory: a restore onto
+ * other GPUs changes the UUIDs behind its ordinals, and the image records
+ * those. Nothing is sent by a process that has no CUDA yet. */
+static int send_devices(int sock)
+{
+	REAL(CUresult, cuDeviceGetCount, (int *));
+	REAL(CUresult, cuDeviceGet, (CUdevice *, int));
+	REAL(CUresult, cuDeviceGetUuid_v2, (CUuuid *, CUdevice));
+	wire_device v[64];
+	int n = 0;
+	if (real_cuDeviceGetCount(&n) != CUDA_SUCCESS || n <= 0)
+		return 0;
+	if (n > 64)
+		n = 64;
+	for (int i = 0; i < n; i++) {
+		CUdevice d;
+		CUuuid u;
+		if (real_cuDeviceGet(&d, i) != CUDA_SUCCESS || real_cuDeviceGetUuid_v2(&u, d) != CUDA_SUCCESS)
+			return 0;
+		v[i] = (wire_device){ .ordinal = (uint32_t)i };
+		memcpy(v[i].uuid, u.bytes, sizeof(v[i].uuid));
+	}
+	return wire_send(sock, WIRE_DEVICES, v, (uint32_t)((size_t)n * sizeof(*v)), (uint32_t)n, NULL, 0);
+}
+
 static int emit_objects(const wire_object *objs, const int *fds, int n, void *arg)
 {
 	return wire_send(*(int *)arg, WIRE_OBJECTS, objs, (uint32_t)(n * (int)sizeof(*objs)), (uint32_t)n, fds, n);
@@ -256,7 +281,9 @@ static int serve(int sock)
 				e = send_error(sock, "cannot park: synchronising the device failed");
 				break;
 			}
-			e = alloc_park(emit_objects, &sock);
+			e = send_devices(sock);
+			if (!e)
+				e = alloc_park(emit_objects, &sock);
 			if (!e)
 				e = vmm_park(emit_objects, &sock);
 			if (!e)

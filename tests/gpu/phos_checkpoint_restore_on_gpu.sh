@@ -6,15 +6,19 @@
 #      device memory;
 #   2. a PyTorch training loop is checkpointed, killed and restored, and
 #      its losses after the restore are those of an uninterrupted run;
-#   3. an untraced CUDA process is checkpointed with `stop` and restored.
+#   3. an untraced CUDA process is checkpointed with `stop` and restored;
+#   4. a CUDA C program (1 GiB) is checkpointed with `stop kill` and
+#      restored with `--device` mapping every GPU to itself: the driver is
+#      given gpuPairs (the path of a restore onto another GPU), and the
+#      program checks every byte.
 # Needs root, FUSE and a GPU. PHOS_GPU_GIB sets the size of 1 (default 16).
 b=${PHOS_BUNDLE:-gpu-bundle}
 src=${PHOS_SRCDIR:-$b/..}
 gib=${PHOS_GPU_GIB:-16}
-echo "1..3"
+echo "1..4"
 if [ "$(id -u)" != 0 ] || [ ! -e /dev/fuse ]; then
 	echo "# SKIP needs root and /dev/fuse"
-	for i in 1 2 3; do echo "ok $i # skip needs root and FUSE"; done
+	for i in 1 2 3 4; do echo "ok $i # skip needs root and FUSE"; done
 	exit 0
 fi
 work=$(mktemp -d /dev/shm/phos-gpu.XXXXXX)
@@ -120,3 +124,26 @@ if wait_line "$work/untraced.out" "count 10" 120; then
 fi
 [ $ok = 1 ] && echo "ok 3 - an untraced CUDA process is checkpointed with stop and restored intact" ||
 	echo "not ok 3 - the untraced process did not come back"
+kill -9 "$pid" 2>/dev/null
+
+# 4. Explicit gpuPairs: every GPU onto itself.
+pid=$(start "$work/pid4" "$b/examples/counter" 1024)
+echo "$pid" >>"$work/pids"
+out=$store/run/$pid.out
+ok=0
+if wait_line "$out" "count 10" 120; then
+	"$phos" checkpoint "$pid" stop --kill --wait >/dev/null
+	gone "$pid"
+	n=$(nvidia-smi -L | wc -l)
+	pairs=$(seq 0 $((n - 1)) | awk '{printf "%s%d=%d", (NR > 1 ? "," : ""), $1, $1}')
+	rpid=$("$phos" restore "$mnt/$pid/checkpoints/latest" --device "$pairs" 2>"$work/restore4.err")
+	sed 's/^/# /' "$work/restore4.err"
+	grep -E '^(moved gpus|error)' "$mnt/status" | sed 's/^/# /'
+	sleep 1
+	kill -USR1 "$pid"
+	[ "$rpid" = "$pid" ] && grep -q '^moved gpus: 0 (' "$mnt/status" && wait_line "$out" "verify ok" 120 && ok=1
+	grep -E 'verify|FAILED' "$out" | sed 's/^/# /'
+fi
+[ $ok = 1 ] && echo "ok 4 - restored through explicit gpuPairs (--device $pairs), the program's device memory is intact" ||
+	echo "not ok 4 - the restore through explicit gpuPairs did not come back intact"
+kill -9 "$pid" 2>/dev/null; gone "$pid"

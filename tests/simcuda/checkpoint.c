@@ -12,6 +12,12 @@
  * Lock closes the API gate: it waits for calls in flight and queued work,
  * then blocks every new call until unlock. Checkpoint records how many
  * device bytes the driver would have had to copy to host memory.
+ *
+ * Restore may move the process's GPUs (gpuPairs), as the driver does: the
+ * caller checks that each new GPU is one of its machine's and sends its
+ * name; the process checks that the pairs name every device it made a
+ * context on, each onto a GPU of the same chip, no two onto one, and then
+ * its devices are the new GPUs.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -24,12 +30,19 @@
 
 #define REQ_MAGIC 0x53434b50u /* "SCKP" */
 
-enum op { OP_STATE = 1, OP_LOCK, OP_CHECKPOINT, OP_RESTORE, OP_UNLOCK, OP_TID, OP_BYTES };
+enum op { OP_STATE = 1, OP_LOCK, OP_CHECKPOINT, OP_RESTORE, OP_UNLOCK, OP_TID, OP_BYTES, OP_UUID };
+
+struct pair {
+	CUuuid old, now;
+	char name[64]; /* the new GPU's */
+};
 
 struct request {
 	uint32_t magic;
 	uint32_t op;
-	uint32_t timeout_ms;
+	uint32_t timeout_ms; /* lock; for OP_UUID, the ordinal */
+	uint32_t npairs;     /* restore */
+	struct pair pairs[SC_DEVICE_MAX];
 };
 
 struct reply {
@@ -38,6 +51,7 @@ struct reply {
 	uint64_t bytes;
 	int32_t tid;
 	uint32_t have_bytes;
+	CUuuid uuid; /* OP_UUID */
 };
 
 /* Owned by the control thread alone. */
@@ -52,6 +66,41 @@ static void addr_of(int pid, struct sockaddr_un *a, socklen_t *len)
 	a->sun_family = AF_UNIX;
 	int n = snprintf(a->sun_path + 1, sizeof(a->sun_path) - 1, "simcuda.%d", pid);
 	*len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
+}
+
+/* Restore's gpuPairs, checked as the driver does: every device with a
+ * context is named, each onto the same chip, no two onto one GPU. */
+static CUresult move_devices(const struct request *q)
+{
+	int to[SC_DEVICE_MAX];
+	for (int d = 0; d < sc_device_count(); d++) {
+		to[d] = -1;
+		for (uint32_t i = 0; i < q->npairs; i++) {
+			CUuuid u;
+			sc_device_uuid(d, &u);
+			if (!memcmp(q->pairs[i].old.bytes, u.bytes, sizeof(u.bytes)))
+				to[d] = (int)i;
+		}
+		if (to[d] < 0 && sc_ctx_device_used(d)) {
+			sc_log("restore: gpuPairs does not name device %d, which was checkpointed", d);
+			return CUDA_ERROR_INVALID_VALUE;
+		}
+		if (to[d] >= 0 && strcmp(q->pairs[to[d]].name, sc_device_name(d))) {
+			sc_log("restore: device %d (%s) cannot move to a %s", d, sc_device_name(d),
+			       q->pairs[to[d]].name);
+			return CUDA_ERROR_INVALID_VALUE;
+		}
+	}
+	for (uint32_t i = 0; i < q->npairs; i++)
+		for (uint32_t j = 0; j < i; j++)
+			if (!memcmp(q->pairs[i].now.bytes, q->pairs[j].now.bytes, sizeof(CUuuid))) {
+				sc_log("restore: gpuPairs moves two GPUs onto one");
+				return CUDA_ERROR_INVALID_VALUE;
+			}
+	for (int d = 0; d < sc_device_count(); d++)
+		if (to[d] >= 0)
+			sc_device_move(d, &q->pairs[to[d]].now, q->pairs[to[d]].name);
+	return CUDA_SUCCESS;
 }
 
 static struct reply handle(const struct request *q)
@@ -82,8 +131,18 @@ static struct reply handle(const struct request *q)
 	case OP_RESTORE:
 		if (state != CU_PROCESS_STATE_CHECKPOINTED)
 			r.result = CUDA_ERROR_ILLEGAL_STATE;
+		else if (q->npairs > SC_DEVICE_MAX)
+			r.result = CUDA_ERROR_INVALID_VALUE;
+		else if (q->npairs && (r.result = move_devices(q)) != CUDA_SUCCESS)
+			break;
 		else
 			state = CU_PROCESS_STATE_LOCKED;
+		break;
+	case OP_UUID:
+		if (q->timeout_ms >= (uint32_t)sc_device_count())
+			r.result = CUDA_ERROR_INVALID_DEVICE;
+		else
+			sc_device_uuid((CUdevice)q->timeout_ms, &r.uuid);
 		break;
 	case OP_UNLOCK:
 		if (state != CU_PROCESS_STATE_LOCKED) {
@@ -162,8 +221,8 @@ void sc_checkpoint_start_server(void)
 	server_fd = fd;
 }
 
-/* Sends one request to pid's control thread. */
-static CUresult call(int pid, enum op op, unsigned timeout_ms, struct reply *r)
+/* Sends request q (its op and argument set) to pid's control thread. */
+static CUresult send_request(int pid, struct request *q, struct reply *r)
 {
 	struct sockaddr_un a;
 	socklen_t len;
@@ -174,16 +233,23 @@ static CUresult call(int pid, enum op op, unsigned timeout_ms, struct reply *r)
 		return CUDA_ERROR_OPERATING_SYSTEM;
 	addr_of(pid, &a, &len);
 	CUresult res = CUDA_SUCCESS;
-	struct request q = { REQ_MAGIC, (uint32_t)op, timeout_ms };
+	q->magic = REQ_MAGIC;
 	if (connect(fd, (struct sockaddr *)&a, len) != 0)
 		res = CUDA_ERROR_INVALID_VALUE; /* no CUDA process with that pid */
-	else if (send(fd, &q, sizeof(q), MSG_NOSIGNAL) != (ssize_t)sizeof(q) ||
+	else if (send(fd, q, sizeof(*q), MSG_NOSIGNAL) != (ssize_t)sizeof(*q) ||
 		 recv(fd, r, sizeof(*r), 0) != (ssize_t)sizeof(*r))
 		res = CUDA_ERROR_OPERATING_SYSTEM;
 	else
 		res = (CUresult)r->result;
 	close(fd);
 	return res;
+}
+
+/* Sends one request without arguments beyond the timeout. */
+static CUresult call(int pid, enum op op, unsigned timeout_ms, struct reply *r)
+{
+	struct request q = { .op = (uint32_t)op, .timeout_ms = timeout_ms };
+	return send_request(pid, &q, r);
 }
 
 SC_EXPORT CUresult cuCheckpointProcessGetState(int pid, CUprocessState *st)
@@ -224,8 +290,25 @@ SC_EXPORT CUresult cuCheckpointProcessCheckpoint(int pid, CUcheckpointCheckpoint
 SC_EXPORT CUresult cuCheckpointProcessRestore(int pid, CUcheckpointRestoreArgs *args)
 {
 	struct reply r;
-	(void)args; /* one device: GPU remapping has nothing to remap */
-	return call(pid, OP_RESTORE, 0, &r);
+	struct request q = { .op = OP_RESTORE };
+	if (args) {
+		static const char zero[sizeof(args->reserved)];
+		if (memcmp(args->reserved, zero, sizeof(zero)) || args->reserved1 ||
+		    (args->gpuPairsCount && !args->gpuPairs) || args->gpuPairsCount > SC_DEVICE_MAX)
+			return CUDA_ERROR_INVALID_VALUE;
+		if (args->gpuPairsCount && !sc_initialized())
+			return CUDA_ERROR_NOT_INITIALIZED;
+		for (unsigned i = 0; i < args->gpuPairsCount; i++) {
+			int d = sc_device_of_uuid(&args->gpuPairs[i].newUuid);
+			if (d < 0)
+				return CUDA_ERROR_INVALID_DEVICE; /* not a GPU of this machine */
+			q.pairs[i].old = args->gpuPairs[i].oldUuid;
+			q.pairs[i].now = args->gpuPairs[i].newUuid;
+			snprintf(q.pairs[i].name, sizeof(q.pairs[i].name), "%s", sc_device_name(d));
+		}
+		q.npairs = args->gpuPairsCount;
+	}
+	return send_request(pid, &q, &r);
 }
 
 SC_EXPORT CUresult cuCheckpointProcessUnlock(int pid, CUcheckpointUnlockArgs *args)
@@ -245,5 +328,19 @@ SC_EXPORT int simcuda_checkpoint_bytes(int pid, uint64_t *bytes)
 	if (!r.have_bytes)
 		return -ENODATA;
 	*bytes = r.bytes;
+	return 0;
+}
+
+SC_EXPORT int simcuda_device_uuid(int pid, int ordinal, unsigned char uuid[16])
+{
+	struct reply r;
+	if (ordinal < 0)
+		return -EINVAL;
+	CUresult res = call(pid, OP_UUID, (unsigned)ordinal, &r);
+	if (res == CUDA_ERROR_INVALID_DEVICE)
+		return -EINVAL;
+	if (res != CUDA_SUCCESS)
+		return -ESRCH;
+	memcpy(uuid, r.uuid.bytes, 16);
 	return 0;
 }

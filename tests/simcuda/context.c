@@ -10,12 +10,19 @@
 
 /* Guarded by ctx_lock: the primary contexts' refs and flags. */
 static pthread_mutex_t ctx_lock = PTHREAD_MUTEX_INITIALIZER;
-static sc_ctx primary[SC_DEVICE_COUNT];
+static sc_ctx primary[SC_DEVICE_MAX];
+/* Devices a context was ever made on (bit per ordinal). */
+static atomic_uint used;
 static atomic_ullong next_id = 1;
 
 /* The calling thread's context stack; the top is the current context. */
 static _Thread_local CUcontext stack[STACK_DEPTH];
 static _Thread_local int depth;
+
+bool sc_ctx_device_used(CUdevice dev)
+{
+	return dev >= 0 && dev < SC_DEVICE_MAX && (atomic_load(&used) & (1u << dev));
+}
 
 CUcontext sc_ctx_current(void)
 {
@@ -44,6 +51,7 @@ static CUresult create(CUcontext *pctx, unsigned flags, CUdevice dev)
 	c->dev = dev;
 	c->flags = flags;
 	c->id = atomic_fetch_add(&next_id, 1);
+	atomic_fetch_or(&used, 1u << dev);
 	stack[depth++] = (CUcontext)c;
 	*pctx = (CUcontext)c;
 	return CUDA_SUCCESS;
@@ -83,7 +91,7 @@ static void forget(CUcontext ctx)
 
 static bool is_primary(CUcontext ctx)
 {
-	return (sc_ctx *)ctx >= primary && (sc_ctx *)ctx < primary + SC_DEVICE_COUNT;
+	return (sc_ctx *)ctx >= primary && (sc_ctx *)ctx < primary + SC_DEVICE_MAX;
 }
 
 SC_EXPORT CUresult cuCtxDestroy(CUcontext ctx)
@@ -217,6 +225,7 @@ SC_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
 		return r;
 	pthread_mutex_lock(&ctx_lock);
 	sc_ctx *c = &primary[dev];
+	atomic_fetch_or(&used, 1u << dev);
 	if (c->refs++ == 0) {
 		c->dev = dev;
 		c->primary = true;

@@ -1,6 +1,12 @@
-/* Initialisation, version, device queries and error strings. The device
- * looks like an H200 (compute capability 9.0, 132 SMs, 141 GiB). */
+/* Initialisation, version, device queries and error strings. Each device
+ * looks like an H200 (compute capability 9.0, 132 SMs, 141 GiB).
+ *
+ * The machine has $SIMCUDA_DEVICES devices (1 to SC_DEVICE_MAX; default
+ * 1). $SIMCUDA_DEVICE_NAMES (colon-separated) names them, to make a
+ * machine of mixed chips, and $SIMCUDA_MACHINE (0 to 255) goes into
+ * their UUIDs, to make another machine's GPUs. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "internal.h"
@@ -18,8 +24,70 @@ static void fork_child(void)
 	sc_checkpoint_fork_child();
 }
 
+#define SC_DEFAULT_NAME "NVIDIA H200 (simcuda)"
+
+/* This process's devices: set at cuInit, moved by a restore with gpuPairs
+ * (checkpoint.c's control thread, while the API gate is closed). */
+static struct {
+	CUuuid uuid;
+	char name[64];
+} devs[SC_DEVICE_MAX];
+static int ndevs = 1;
+
+static void machine_devices(void)
+{
+	/* A fixed, recognisable UUID per machine and ordinal. */
+	static const unsigned char base[16] = { 0x51, 0x6d, 0xc0, 0xda, 0x48, 0x20, 0x40, 0x00,
+						0x80, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00 };
+	const char *n = getenv("SIMCUDA_DEVICES"), *names = getenv("SIMCUDA_DEVICE_NAMES");
+	const char *m = getenv("SIMCUDA_MACHINE");
+	int k = n && *n ? atoi(n) : 1;
+	ndevs = k < 1 ? 1 : k > SC_DEVICE_MAX ? SC_DEVICE_MAX : k;
+	for (int i = 0; i < ndevs; i++) {
+		memcpy(devs[i].uuid.bytes, base, sizeof(base));
+		devs[i].uuid.bytes[14] = (char)(m ? atoi(m) : 0);
+		devs[i].uuid.bytes[15] = (char)i;
+		size_t len = names ? strcspn(names, ":") : 0;
+		if (len)
+			snprintf(devs[i].name, sizeof(devs[i].name), "%.*s", (int)len, names);
+		else
+			snprintf(devs[i].name, sizeof(devs[i].name), "%s", SC_DEFAULT_NAME);
+		names = names ? names + len + (names[len] == ':') : NULL;
+	}
+}
+
+int sc_device_count(void)
+{
+	return ndevs;
+}
+
+const char *sc_device_name(CUdevice dev)
+{
+	return devs[dev].name;
+}
+
+void sc_device_uuid(CUdevice dev, CUuuid *u)
+{
+	*u = devs[dev].uuid;
+}
+
+int sc_device_of_uuid(const CUuuid *u)
+{
+	for (int i = 0; i < ndevs; i++)
+		if (!memcmp(devs[i].uuid.bytes, u->bytes, sizeof(u->bytes)))
+			return i;
+	return -1;
+}
+
+void sc_device_move(CUdevice dev, const CUuuid *uuid, const char *name)
+{
+	devs[dev].uuid = *uuid;
+	snprintf(devs[dev].name, sizeof(devs[dev].name), "%s", name);
+}
+
 static void do_init(void)
 {
+	machine_devices();
 	sc_kernels_load_plugins();
 	sc_checkpoint_start_server();
 	pthread_atfork(sc_mem_fork_prepare, sc_mem_fork_parent, fork_child);
@@ -40,7 +108,7 @@ CUresult sc_check_device(CUdevice dev)
 {
 	if (!sc_initialized())
 		return CUDA_ERROR_NOT_INITIALIZED;
-	return (dev >= 0 && dev < SC_DEVICE_COUNT) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
+	return (dev >= 0 && dev < ndevs) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
 }
 
 SC_EXPORT CUresult cuInit(unsigned int flags)
@@ -66,7 +134,7 @@ SC_EXPORT CUresult cuDeviceGetCount(int *count)
 	CUresult r = sc_check_init();
 	if (r)
 		return r;
-	*count = SC_DEVICE_COUNT;
+	*count = ndevs;
 	return CUDA_SUCCESS;
 }
 
@@ -88,17 +156,8 @@ SC_EXPORT CUresult cuDeviceGetName(char *name, int len, CUdevice dev)
 	CUresult r = sc_check_device(dev);
 	if (r)
 		return r;
-	snprintf(name, (size_t)len, "NVIDIA H200 (simcuda)");
+	snprintf(name, (size_t)len, "%s", sc_device_name(dev));
 	return CUDA_SUCCESS;
-}
-
-static void fill_uuid(CUuuid *uuid, CUdevice dev)
-{
-	/* A fixed, recognisable UUID per device ordinal. */
-	static const unsigned char base[16] = { 0x51, 0x6d, 0xc0, 0xda, 0x48, 0x20, 0x40, 0x00,
-						0x80, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00 };
-	memcpy(uuid->bytes, base, sizeof(base));
-	uuid->bytes[15] = (char)dev;
 }
 
 SC_EXPORT CUresult cuDeviceGetUuid(CUuuid *uuid, CUdevice dev)
@@ -108,7 +167,7 @@ SC_EXPORT CUresult cuDeviceGetUuid(CUuuid *uuid, CUdevice dev)
 	CUresult r = sc_check_device(dev);
 	if (r)
 		return r;
-	fill_uuid(uuid, dev);
+	sc_device_uuid(dev, uuid);
 	return CUDA_SUCCESS;
 }
 

@@ -23,8 +23,9 @@
 	SC_EXPORT CUresult cname params __asm__(sym); \
 	CUresult cname params
 
-/* The one emulated device: an H200's figures. */
-#define SC_DEVICE_COUNT 1
+/* The emulated devices: $SIMCUDA_DEVICES of them (1 to SC_DEVICE_MAX;
+ * default 1), each with an H200's figures. */
+#define SC_DEVICE_MAX 8
 #define SC_TOTAL_MEM (143771ull << 20)
 #define SC_GRANULARITY (2ull << 20)
 #define SC_DRIVER_VERSION 13000
@@ -37,6 +38,19 @@ CUresult sc_unsupported(const char *call);
 bool sc_initialized(void);
 CUresult sc_check_init(void);
 CUresult sc_check_device(CUdevice dev);
+/* How many devices this process has. */
+int sc_device_count(void);
+/* Device dev as this process sees it: its name and UUID. These are the
+ * machine's device of that ordinal, or after a restore that moved it
+ * (gpuPairs), the device it was moved to. */
+const char *sc_device_name(CUdevice dev);
+void sc_device_uuid(CUdevice dev, CUuuid *u);
+/* This process's device whose UUID is u, or -1. */
+int sc_device_of_uuid(const CUuuid *u);
+/* Moves this process's device dev onto the GPU (uuid, name). */
+void sc_device_move(CUdevice dev, const CUuuid *uuid, const char *name);
+/* context.c: whether the process has made a context on dev. */
+bool sc_ctx_device_used(CUdevice dev);
 
 /* gate.c: every API call that touches device state enters the gate, which
  * cuCheckpointProcessLock closes. Entry blocks while it is closed. */

@@ -48,6 +48,12 @@ int simcuda_register_kernel(const char *name, simcuda_kernel_fn fn);
  * pid runs no simcuda driver, -ENODATA when it was never checkpointed. */
 int simcuda_checkpoint_bytes(int pid, uint64_t *bytes);
 
+/* The 16 bytes of the UUID that device `ordinal` of process `pid` has now:
+ * after a restore whose gpuPairs moved it, the new GPU's. Returns 0,
+ * -ESRCH when pid runs no simcuda driver, -EINVAL for an ordinal it does
+ * not have. */
+int simcuda_device_uuid(int pid, int ordinal, unsigned char uuid[16]);
+
 #ifdef __cplusplus
 }
 #endif
