@@ -215,7 +215,7 @@ TEST_SH  := $(wildcard tests/*.sh)
 TEST_BIN := $(TEST_C:tests/%.c=$(BUILD)/tests/%) $(TEST_SH:tests/%.sh=$(BUILD)/tests/%)
 
 # Programs the tests run under phos (tests/apps/), against simcuda or a GPU.
-TEST_APPS := $(BUILD)/tests/apps/cow_app
+TEST_APPS := $(BUILD)/tests/apps/cow_app $(BUILD)/tests/apps/two_gpu_app
 
 .PHONY: tests
 tests: $(TEST_BIN) $(KERNELS) $(TEST_APPS)
@@ -238,7 +238,7 @@ $(BUILD)/tests/%: tests/%.sh
 	install -m 0755 $< $@
 
 # Tests find the project's CRIU and the kernels through these.
-TEST_ENV := PHOS_CRIU=$(abspath $(CRIU)) PHOS_KERNELS=$(abspath $(BUILD)/kernels) PHOS_SRCDIR=$(CURDIR) PHOS_LIBPHOS=$(abspath $(LIBPHOS)) PHOS_PHOSFS=$(abspath $(PHOSFS)) PHOS_CLI=$(abspath $(PHOS_CLI)) PHOS_COUNTER=$(abspath $(BUILD)/examples/counter) PHOS_SIMCUDA=$(abspath $(BUILD)/simcuda) PHOS_CRIU_PLUGINS=$(abspath $(CRIU_PLUGIN_DIR)) PHOS_COW_APP=$(abspath $(BUILD)/tests/apps/cow_app)
+TEST_ENV := PHOS_CRIU=$(abspath $(CRIU)) PHOS_KERNELS=$(abspath $(BUILD)/kernels) PHOS_SRCDIR=$(CURDIR) PHOS_LIBPHOS=$(abspath $(LIBPHOS)) PHOS_PHOSFS=$(abspath $(PHOSFS)) PHOS_CLI=$(abspath $(PHOS_CLI)) PHOS_COUNTER=$(abspath $(BUILD)/examples/counter) PHOS_SIMCUDA=$(abspath $(BUILD)/simcuda) PHOS_CRIU_PLUGINS=$(abspath $(CRIU_PLUGIN_DIR)) PHOS_COW_APP=$(abspath $(BUILD)/tests/apps/cow_app) PHOS_TWO_GPU_APP=$(abspath $(BUILD)/tests/apps/two_gpu_app)
 
 check: all
 	$(TEST_ENV) $(PROVE) $(PROVE_FLAGS) $(TEST_BIN)
@@ -332,6 +332,10 @@ $(BUNDLE)/bench/launch.cubin: bench/kernels/launch.cu
 # The CoW harness and its kernels, against the real driver.
 GPU_BIN += $(BUNDLE)/apps/cow_app $(BUNDLE)/apps/cow.cubin
 $(BUNDLE)/apps/cow_app: tests/apps/cow_app.c tests/simcuda/simcuda.h
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) $(XCFLAGS) $(CFLAGS) -o $@ $< -L$(CUDA_HOME)/lib64/stubs -lcuda
+GPU_BIN += $(BUNDLE)/apps/two_gpu_app
+$(BUNDLE)/apps/two_gpu_app: tests/apps/two_gpu_app.c
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) $(XCFLAGS) $(CFLAGS) -o $@ $< -L$(CUDA_HOME)/lib64/stubs -lcuda
 $(BUNDLE)/apps/cow.cubin: tests/kernels/cow.cu

@@ -422,7 +422,8 @@ int engine_staging_alloc(engine_staging *s, int fd, uint64_t want, uint32_t chun
 	if (fd >= 0 && fstat(fd, &st) == 0 && (uint64_t)st.st_size >= min) {
 		uint64_t b = want < (uint64_t)st.st_size ? want : (uint64_t)st.st_size / chunk * chunk;
 		void *p = mmap(NULL, b, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
-		if (p != MAP_FAILED && cu.cuMemHostRegister(p, b, 0) == CUDA_SUCCESS) {
+		/* Portable: the copiers of every GPU's context copy into it. */
+		if (p != MAP_FAILED && cu.cuMemHostRegister(p, b, CU_MEMHOSTREGISTER_PORTABLE) == CUDA_SUCCESS) {
 			*s = (engine_staging){ .buf = p, .bytes = b, .registered = true, .pin_ns = now_ns() - t0 };
 			return 0;
 		}

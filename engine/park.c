@@ -121,11 +121,14 @@ int engine_park(pid_t pid, int conn, engine_parked *out, char *err, size_t errle
 			if (!e)
 				continue;
 		} else if (h.type == WIRE_DEVICES && !nfds && h.length == h.count * sizeof(wire_device)) {
-			const wire_device *d = (const wire_device *)buf;
-			for (uint32_t i = 0; i < h.count && d[i].ordinal < PHOSIMG_DEVICES_MAX; i++) {
-				memcpy(out->dev_uuid[d[i].ordinal], d[i].uuid, 16);
-				if (d[i].ordinal >= out->ndev)
-					out->ndev = d[i].ordinal + 1;
+			for (uint32_t i = 0; i < h.count; i++) {
+				wire_device d; /* (buf is not aligned for it) */
+				memcpy(&d, buf + (size_t)i * sizeof(d), sizeof(d));
+				if (d.ordinal >= PHOSIMG_DEVICES_MAX)
+					break;
+				memcpy(out->dev_uuid[d.ordinal], d.uuid, 16);
+				if (d.ordinal >= out->ndev)
+					out->ndev = d.ordinal + 1;
 			}
 			continue;
 		} else if (h.type == WIRE_ERROR) {

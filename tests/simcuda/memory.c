@@ -911,6 +911,15 @@ COPY_API(cuMemcpyDtoHAsync_v2, (void *h, CUdeviceptr d, size_t n, CUstream st), 
 COPY_API(cuMemcpyDtoDAsync_v2, (CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st), d, true, s, true, n, st, true)
 COPY_API(cuMemcpyAsync, (CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st), d, any_device(d), s,
 	 any_device(s), n, st, true)
+/* Peer copies: simcuda's devices share one address space. */
+COPY_API(cuMemcpyPeer, (CUdeviceptr d, CUcontext dc, CUdeviceptr s, CUcontext sc, size_t n), d,
+	 ((void)dc, true), s, ((void)sc, true), n, 0, false)
+COPY_API(cuMemcpyPeerAsync, (CUdeviceptr d, CUcontext dc, CUdeviceptr s, CUcontext sc, size_t n, CUstream st), d,
+	 ((void)dc, true), s, ((void)sc, true), n, st, true)
+COPY_API(cuMemcpyPeer_ptds, (CUdeviceptr d, CUcontext dc, CUdeviceptr s, CUcontext sc, size_t n), d,
+	 ((void)dc, true), s, ((void)sc, true), n, 0, false)
+COPY_API(cuMemcpyPeerAsync_ptsz, (CUdeviceptr d, CUcontext dc, CUdeviceptr s, CUcontext sc, size_t n, CUstream st),
+	 d, ((void)dc, true), s, ((void)sc, true), n, st, true)
 /* Per-thread default stream variants: simcuda's default stream already
  * orders against every stream, which is stricter than per-thread. */
 COPY_API(cuMemcpyHtoD_v2_ptds, (CUdeviceptr d, const void *h, size_t n), d, true, h, false, n, 0, false)
