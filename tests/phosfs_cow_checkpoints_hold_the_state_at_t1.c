@@ -55,11 +55,7 @@ int main(void)
 		snprintf(image, sizeof(image), "%s/%d/c%d", r.store, (int)pid, it);
 		int img = done && rig_verify(image);
 		int live = done && rig_cow_verified(pid, out, &nverify, 5000);
-		kill(pid, SIGKILL);
-		for (int k = 0; k < 100 && rig_alive(pid); k++)
-			usleep(20000);
-		rig_reap();
-		int back = img && rig_restore(&r, image, pid, st, sizeof(st)) == 0 && rig_alive(pid);
+		int back = rig_kill_restore(&r, pid, img, image, st, sizeof(st));
 		int restored = back && rig_cow_verified(pid, out, &nverify, 5000);
 		char line[128] = "";
 		rig_line(out, "verify ok", 0, line, sizeof(line));
@@ -72,19 +68,8 @@ int main(void)
 		shadows += sh > 0 ? sh : 0;
 		net += nw > 0 ? nw : 0;
 		waits += w > 0 ? w : 0;
-		if (*prev) {
-			char rm[PATH_MAX + 16];
-			snprintf(rm, sizeof(rm), "rm -rf '%s'", prev);
-			if (system(rm) != 0)
-				diag("could not remove %s", prev);
-		}
-		snprintf(prev, sizeof(prev), "%s", image);
-		if (!back) {
-			diag("the process could not be restored: %s", st);
-			for (int k = it + 1; k < iters; k++)
-				ok(0, "iteration %d: not run (no process to checkpoint)", k);
+		if (!rig_next_iteration(prev, image, back, st, it, iters))
 			break;
-		}
 	}
 	ok(shadows > 0, "writes during the copies were shadowed (%ld shadows in %d iterations)", shadows, good);
 	ok(net > 0, "T** launches during the copies were held by the safety net (%ld; %ld other waits)", net, waits);

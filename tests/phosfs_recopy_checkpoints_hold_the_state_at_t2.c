@@ -62,11 +62,7 @@ int main(void)
 		/* recopy kill ends the process; otherwise it runs on intact. */
 		int live = done && (last_one ? !rig_alive(pid) || (usleep(500000), !rig_alive(pid))
 					     : rig_cow_verified(pid, out, &nverify, 5000));
-		kill(pid, SIGKILL);
-		for (int k = 0; k < 100 && rig_alive(pid); k++)
-			usleep(20000);
-		rig_reap();
-		int back = img && rig_restore(&r, image, pid, st, sizeof(st)) == 0 && rig_alive(pid);
+		int back = rig_kill_restore(&r, pid, img, image, st, sizeof(st));
 		int restored = back && rig_cow_verified(pid, out, &nverify, 5000);
 		char line[128] = "";
 		rig_line(out, "verify ok", 0, line, sizeof(line));
@@ -77,19 +73,8 @@ int main(void)
 		if (!(done && recopy && img && live && restored))
 			diag("e=%s done=%d recopy=%d image=%d live=%d restored=%d: %s", e ? strerror(e) : "0", done, recopy,
 			     img, live, restored, last);
-		if (*prev) {
-			char rm[PATH_MAX + 16];
-			snprintf(rm, sizeof(rm), "rm -rf '%s'", prev);
-			if (system(rm) != 0)
-				diag("could not remove %s", prev);
-		}
-		snprintf(prev, sizeof(prev), "%s", image);
-		if (!back) {
-			diag("the process could not be restored: %s", st);
-			for (int k = it + 1; k < iters; k++)
-				ok(0, "iteration %d: not run (no process to checkpoint)", k);
+		if (!rig_next_iteration(prev, image, back, st, it, iters))
 			break;
-		}
 	}
 	ok(clean > 0, "the final stalls took %ld bytes from the copies made while the process ran", clean);
 	ok(dirty > 0, "and copied %ld bytes written meanwhile again", dirty);

@@ -286,6 +286,38 @@ static inline int rig_restore(rig *r, const char *dir, pid_t pid, char *st, size
 	return e ? e : strstr(st, want) ? 0 : ESRCH;
 }
 
+/* Kills pid with -9 and waits until it is gone; then, when img (the
+ * image at dir verified), restores it. 1 when the process runs again. */
+static inline int rig_kill_restore(rig *r, pid_t pid, int img, const char *dir, char *st, size_t len)
+{
+	kill(pid, SIGKILL);
+	for (int k = 0; k < 100 && rig_alive(pid); k++)
+		usleep(20000);
+	rig_reap();
+	return img && rig_restore(r, dir, pid, st, len) == 0 && rig_alive(pid);
+}
+
+/* The end of an iteration of a checkpoint loop: removes the image before
+ * this one (prev, PATH_MAX) and keeps image as prev. When the process
+ * could not be restored (back false), reports the iterations after it,
+ * up to iters, as not run and returns 0: the loop ends. */
+static inline int rig_next_iteration(char *prev, const char *image, int back, const char *st, int it, int iters)
+{
+	if (*prev) {
+		char rm[PATH_MAX + 16];
+		snprintf(rm, sizeof(rm), "rm -rf '%s'", prev);
+		if (system(rm) != 0)
+			diag("could not remove %s", prev);
+	}
+	snprintf(prev, PATH_MAX, "%s", image);
+	if (back)
+		return 1;
+	diag("the process could not be restored: %s", st);
+	for (int k = it + 1; k < iters; k++)
+		ok(0, "iteration %d: not run (no process to checkpoint)", k);
+	return 0;
+}
+
 /* Whether the image at path opens and verifies. */
 static inline int rig_verify(const char *path)
 {

@@ -85,11 +85,7 @@ int main(void)
 		snprintf(image, sizeof(image), "%s/%d/%s", r.store, (int)pid, protos[i]);
 		int img = done && rig_verify(image) && on_both(image);
 		int live = done && verified(pid, out, &nverify, line, sizeof(line));
-		kill(pid, SIGKILL);
-		for (int k = 0; k < 100 && rig_alive(pid); k++)
-			usleep(20000);
-		rig_reap();
-		int back = img && rig_restore(&r, image, pid, st, sizeof(st)) == 0 && rig_alive(pid);
+		int back = rig_kill_restore(&r, pid, img, image, st, sizeof(st));
 		int again = back && verified(pid, out, &nverify, line, sizeof(line));
 		ok(done && img && live && again,
 		   "%s: the image holds memory of both GPUs, and the restore checks on each (%s)", protos[i], line);
