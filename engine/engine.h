@@ -185,6 +185,20 @@ int driver_unlock(pid_t pid, char *err, size_t errlen);
  * wire errors. */
 int engine_park(pid_t pid, int conn, engine_parked *out, char *err, size_t errlen);
 
+/* Sends ask (WIRE_PARK, WIRE_TRACK) on conn and collects every object of
+ * process pid, and the GPUs it sees (WIRE_DEVICES), until done (WIRE_PARKED,
+ * WIRE_TRACKED), into *out (emptied first). what names the request in
+ * err. Errors: as engine_park. */
+int engine_collect(pid_t pid, int conn, uint16_t ask, uint16_t done, const char *what, engine_parked *out, char *err,
+		   size_t errlen);
+
+/* Receives one message from pid's tracer within the park timeout, into
+ * h, buf (cap bytes) and fds (*nfds). Errors: -EIO when it is ERROR (err
+ * has the tracer's words, "process P did not WHAT: …"; its fds are
+ * closed), -ETIMEDOUT and wire errors. */
+int engine_recv(pid_t pid, int conn, const char *what, wire_header *h, void *buf, size_t cap, int *fds, int *nfds,
+		char *err, size_t errlen);
+
 /* ---- cow.c: the tables of a copy-on-write checkpoint (common/cow.h) -------- */
 
 /* One traced process's table, and its shadow pool. */

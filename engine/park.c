@@ -101,25 +101,46 @@ static int readable(int sock, int ms)
 	return n > 0 ? 0 : n == 0 ? -ETIMEDOUT : -errno;
 }
 
-int engine_park(pid_t pid, int conn, engine_parked *out, char *err, size_t errlen)
+int engine_recv(pid_t pid, int conn, const char *what, wire_header *h, void *buf, size_t cap, int *fds, int *nfds,
+		char *err, size_t errlen)
+{
+	*nfds = 0;
+	int e = readable(conn, PARK_TIMEOUT_MS);
+	if (!e)
+		e = wire_recv(conn, h, buf, (uint32_t)cap - 1, fds, nfds);
+	if (e)
+		return engine_fail(e, err, errlen, "process %d did not answer %s: %s", (int)pid, what, strerror(-e));
+	if (h->type == WIRE_ERROR) {
+		((char *)buf)[h->length < cap - 1 ? h->length : cap - 1] = 0;
+		for (int i = 0; i < *nfds; i++)
+			close(fds[i]);
+		*nfds = 0;
+		return engine_fail(-EIO, err, errlen, "process %d did not %s: %s", (int)pid, what, (char *)buf);
+	}
+	return 0;
+}
+
+int engine_collect(pid_t pid, int conn, uint16_t ask, uint16_t done, const char *what, engine_parked *out, char *err,
+		   size_t errlen)
 {
 	static _Thread_local uint8_t buf[WIRE_MAX_PAYLOAD + 1];
 	memset(out, 0, sizeof(*out));
-	int e = wire_send(conn, WIRE_PARK, NULL, 0, 0, NULL, 0);
-	while (!e) {
+	int e = wire_send(conn, ask, NULL, 0, 0, NULL, 0);
+	if (e)
+		return engine_fail(e, err, errlen, "cannot ask process %d to %s: %s", (int)pid, what, strerror(-e));
+	for (;;) {
 		wire_header h;
 		int fds[WIRE_MAX_FDS], nfds = 0;
-		e = readable(conn, PARK_TIMEOUT_MS);
-		if (!e)
-			e = wire_recv(conn, &h, buf, WIRE_MAX_PAYLOAD, fds, &nfds);
+		e = engine_recv(pid, conn, what, &h, buf, sizeof(buf), fds, &nfds, err, errlen);
 		if (e)
 			break;
-		if (h.type == WIRE_PARKED)
+		if (h.type == done && !nfds)
 			return 0;
 		if (h.type == WIRE_OBJECTS && h.count == (uint32_t)nfds && h.length == h.count * sizeof(wire_object)) {
 			e = engine_parked_add(out, (const wire_object *)buf, fds, pid, nfds);
 			if (!e)
 				continue;
+			engine_fail(e, err, errlen, "out of memory");
 		} else if (h.type == WIRE_DEVICES && !nfds && h.length == h.count * sizeof(wire_device)) {
 			for (uint32_t i = 0; i < h.count; i++) {
 				wire_device d; /* (buf is not aligned for it) */
@@ -131,19 +152,20 @@ int engine_park(pid_t pid, int conn, engine_parked *out, char *err, size_t errle
 					out->ndev = d.ordinal + 1;
 			}
 			continue;
-		} else if (h.type == WIRE_ERROR) {
-			buf[h.length < WIRE_MAX_PAYLOAD ? h.length : WIRE_MAX_PAYLOAD] = 0;
-			e = engine_fail(-EIO, err, errlen, "process %d did not park: %s", (int)pid, (char *)buf);
 		} else {
-			e = engine_fail(-EPROTO, err, errlen, "the tracer answered PARK with message %u", h.type);
+			e = engine_fail(-EPROTO, err, errlen, "the tracer answered %s with message %u", what, h.type);
 		}
 		for (int i = 0; i < nfds; i++)
 			close(fds[i]);
+		break;
 	}
 	engine_parked_free(out);
-	if (err && !*err)
-		engine_fail(e, err, errlen, "parking process %d failed: %s", (int)pid, strerror(-e));
 	return e;
+}
+
+int engine_park(pid_t pid, int conn, engine_parked *out, char *err, size_t errlen)
+{
+	return engine_collect(pid, conn, WIRE_PARK, WIRE_PARKED, "park", out, err, errlen);
 }
 
 int engine_unpark(pid_t pid, pid_t tid, const engine_tracer *t, const engine_parked *objs,

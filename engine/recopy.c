@@ -19,7 +19,6 @@
 
 #include "mapping.h"
 
-#define TRACK_TIMEOUT_MS 60000 /* quiesce waits for the device to finish */
 #define COPIERS 4
 /* Staging left free for the final stall's copy: an eighth (what phosfs
  * sizes staging above the bytes), so that it runs at the bus's speed. */
@@ -32,64 +31,10 @@ static uint64_t now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-static int readable(int sock, int ms)
-{
-	struct pollfd pf = { sock, POLLIN, 0 };
-	int n;
-	while ((n = poll(&pf, 1, ms)) < 0 && errno == EINTR)
-		;
-	return n > 0 ? 0 : n == 0 ? -ETIMEDOUT : -errno;
-}
-
-/* Receives one message, failing on ERROR with the tracer's words. */
-static int recv_msg(pid_t pid, int conn, wire_header *h, void *buf, size_t cap, int *fds, int *nfds, char *err,
-		    size_t errlen)
-{
-	int e = readable(conn, TRACK_TIMEOUT_MS);
-	if (!e)
-		e = wire_recv(conn, h, buf, (uint32_t)cap - 1, fds, nfds);
-	if (e)
-		return engine_fail(e, err, errlen, "process %d did not answer TRACK: %s", (int)pid, strerror(-e));
-	if (h->type == WIRE_ERROR) {
-		((char *)buf)[h->length < cap - 1 ? h->length : cap - 1] = 0;
-		for (int i = 0; i < *nfds; i++)
-			close(fds[i]);
-		*nfds = 0;
-		return engine_fail(-EIO, err, errlen, "process %d: %s", (int)pid, (char *)buf);
-	}
-	return 0;
-}
-
 /* TRACK: the objects of pid, still mapped in the process. */
 static int collect(pid_t pid, int conn, engine_parked *out, char *err, size_t errlen)
 {
-	static _Thread_local uint8_t buf[WIRE_MAX_PAYLOAD + 1];
-	memset(out, 0, sizeof(*out));
-	int e = wire_send(conn, WIRE_TRACK, NULL, 0, 0, NULL, 0);
-	if (e)
-		return engine_fail(e, err, errlen, "cannot ask process %d to track: %s", (int)pid, strerror(-e));
-	for (;;) {
-		wire_header h;
-		int fds[WIRE_MAX_FDS], nfds = 0;
-		e = recv_msg(pid, conn, &h, buf, sizeof(buf), fds, &nfds, err, errlen);
-		if (e)
-			break;
-		if (h.type == WIRE_TRACKED && !nfds)
-			return 0;
-		if (h.type == WIRE_OBJECTS && h.count == (uint32_t)nfds && h.length == h.count * sizeof(wire_object)) {
-			e = engine_parked_add(out, (const wire_object *)buf, fds, pid, nfds);
-			if (!e)
-				continue;
-			engine_fail(e, err, errlen, "out of memory");
-		} else {
-			e = engine_fail(-EPROTO, err, errlen, "the tracer answered TRACK with message %u", h.type);
-		}
-		for (int i = 0; i < nfds; i++)
-			close(fds[i]);
-		break;
-	}
-	engine_parked_free(out);
-	return e;
+	return engine_collect(pid, conn, WIRE_TRACK, WIRE_TRACKED, "track", out, err, errlen);
 }
 
 /* Sends pid its table; the process runs on, tracking. */
@@ -107,7 +52,7 @@ static int start(pid_t pid, int conn, const engine_cow_member *m, char *err, siz
 	char buf[512];
 	wire_header h;
 	int rfds[WIRE_MAX_FDS], nfds = 0;
-	e = recv_msg(pid, conn, &h, buf, sizeof(buf), rfds, &nfds, err, errlen);
+	e = engine_recv(pid, conn, "take its table", &h, buf, sizeof(buf), rfds, &nfds, err, errlen);
 	for (int i = 0; i < nfds; i++)
 		close(rfds[i]);
 	if (!e && h.type != WIRE_UNPARKED)
@@ -123,7 +68,7 @@ static void release(pid_t pid, int conn)
 	wire_header h;
 	int fds[WIRE_MAX_FDS], nfds = 0;
 	if (wire_send(conn, WIRE_END, NULL, 0, 0, NULL, 0) == 0)
-		recv_msg(pid, conn, &h, buf, sizeof(buf), fds, &nfds, err, sizeof(err));
+		engine_recv(pid, conn, "end tracking", &h, buf, sizeof(buf), fds, &nfds, err, sizeof(err));
 	for (int i = 0; i < nfds; i++)
 		close(fds[i]);
 }
