@@ -274,8 +274,8 @@ static void *copier(void *arg)
 {
 	outjob *j = arg;
 	char err[ENGINE_ERR_MAX] = "";
-	CUstream streams[PHOSIMG_DEVICES_MAX] = { 0 };
-	int dev = -1, e = 0;
+	mapping_streams ss = { .dev = -1 };
+	int e = 0;
 	while (!e && !atomic_load(&j->error)) {
 		if (j->prog && atomic_load(&j->prog->cancel)) {
 			e = engine_fail(-ECANCELED, err, sizeof(err), "cancelled");
@@ -306,20 +306,8 @@ static void *copier(void *arg)
 		const mapping *m = &j->maps[k];
 		uint64_t off = (g - j->first[k]) * j->chunk;
 		uint32_t len = m->len - off < j->chunk ? (uint32_t)(m->len - off) : j->chunk;
-		if (m->device != dev) {
-			dev = m->device;
-			e = driver_use(dev, err, sizeof(err));
-			CUresult r = e || streams[dev] ? CUDA_SUCCESS : cu.cuStreamCreate(&streams[dev], CU_STREAM_NON_BLOCKING);
-			if (!e && r)
-				e = driver_fail(r, err, sizeof(err), "making a stream");
-		}
 		pause_for_app(j);
-		uint8_t *buf = j->pool + (uint64_t)slot * j->chunk;
-		CUresult r = e ? CUDA_SUCCESS : cu.cuMemcpyDtoHAsync(buf, src, len, streams[dev]);
-		if (!e && !r)
-			r = cu.cuStreamSynchronize(streams[dev]);
-		if (!e && r)
-			e = driver_fail(r, err, sizeof(err), "copying device memory to the host");
+		e = mapping_copy_out(&ss, m->device, j->pool + (uint64_t)slot * j->chunk, src, len, err, sizeof(err));
 		if (e) {
 			if (st) /* give the chunk back: the copy has failed anyway */
 				atomic_store(st, shadow == COW_NO_SLOT ? COW_PENDING
@@ -333,11 +321,7 @@ static void *copier(void *arg)
 		pthread_cond_broadcast(&j->moved);
 		pthread_mutex_unlock(&j->lock);
 	}
-	for (int d = 0; d < PHOSIMG_DEVICES_MAX; d++)
-		if (streams[d]) {
-			driver_use(d, NULL, 0);
-			cu.cuStreamDestroy(streams[d]);
-		}
+	mapping_streams_free(&ss);
 	if (e)
 		fail(j, e, err);
 	pthread_mutex_lock(&j->lock);

@@ -1,6 +1,7 @@
 /*
  * Device memory mapped in the job's own context (mapping.h).
  */
+#include <errno.h>
 #include <string.h>
 
 #include "mapping.h"
@@ -71,4 +72,34 @@ int mapping_owner(const uint64_t *first, int n, uint64_t g)
 			hi = mid - 1;
 	}
 	return lo;
+}
+
+int mapping_copy_out(mapping_streams *ss, int dev, void *dst, CUdeviceptr src, size_t len, char *err, size_t errlen)
+{
+	if (dev < 0 || dev >= PHOSIMG_DEVICES_MAX)
+		return engine_fail(-EINVAL, err, errlen, "device %d is out of range", dev);
+	if (dev != ss->dev) {
+		int e = driver_use(dev, err, errlen);
+		if (e)
+			return e;
+		ss->dev = dev;
+	}
+	CUresult r = ss->s[dev] ? CUDA_SUCCESS : cu.cuStreamCreate(&ss->s[dev], CU_STREAM_NON_BLOCKING);
+	if (r)
+		return driver_fail(r, err, errlen, "making a stream");
+	r = cu.cuMemcpyDtoHAsync(dst, src, len, ss->s[dev]);
+	if (!r)
+		r = cu.cuStreamSynchronize(ss->s[dev]);
+	return r ? driver_fail(r, err, errlen, "copying device memory to the host") : 0;
+}
+
+void mapping_streams_free(mapping_streams *ss)
+{
+	for (int d = 0; d < PHOSIMG_DEVICES_MAX; d++)
+		if (ss->s[d]) {
+			driver_use(d, NULL, 0);
+			cu.cuStreamDestroy(ss->s[d]);
+			ss->s[d] = NULL;
+		}
+	ss->dev = -1;
 }

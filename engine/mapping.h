@@ -33,4 +33,19 @@ int mapping_owner(const uint64_t *first, int n, uint64_t g);
  * current, and releases the handles. */
 void mapping_unmap_all(mapping *maps, int n);
 
+/* A copy thread's streams, one per device, made at first use. Start with
+ * { .dev = -1 }; one thread only. */
+typedef struct mapping_streams {
+	CUstream s[PHOSIMG_DEVICES_MAX];
+	int dev; /* whose context is current on this thread */
+} mapping_streams;
+
+/* Copies len bytes at src, device memory of dev, into host memory dst,
+ * on this thread's stream of dev, and waits for it. Errors: -EINVAL, -EIO
+ * (err names the call). */
+int mapping_copy_out(mapping_streams *ss, int dev, void *dst, CUdeviceptr src, size_t len, char *err, size_t errlen);
+
+/* Destroys the streams, each in its device's context. */
+void mapping_streams_free(mapping_streams *ss);
+
 #endif

@@ -155,9 +155,9 @@ static void *precopier(void *arg)
 {
 	precopy *p = arg;
 	engine_recopy *r = p->r;
-	CUstream streams[PHOSIMG_DEVICES_MAX] = { 0 };
+	mapping_streams ss = { .dev = -1 };
 	char err[ENGINE_ERR_MAX] = "";
-	int dev = -1, e = 0;
+	int e = 0;
 	for (;;) {
 		uint64_t g = atomic_fetch_add(&p->cursor, 1);
 		if (g >= r->nchunks || atomic_load(&p->error) || (p->prog && atomic_load(&p->prog->cancel)))
@@ -178,19 +178,8 @@ static void *precopier(void *arg)
 		const mapping *m = &p->maps[k];
 		uint64_t off = (g - r->first[k]) * r->chunk;
 		uint32_t len = m->len - off < r->chunk ? (uint32_t)(m->len - off) : r->chunk;
-		if (m->device != dev) {
-			dev = m->device;
-			e = driver_use(dev, err, sizeof(err));
-			CUresult cr = e || streams[dev] ? CUDA_SUCCESS : cu.cuStreamCreate(&streams[dev], CU_STREAM_NON_BLOCKING);
-			if (!e && cr)
-				e = driver_fail(cr, err, sizeof(err), "making a stream");
-		}
-		CUresult cr = e ? CUDA_SUCCESS : cu.cuMemcpyDtoHAsync(p->staging + (uint64_t)slot * r->chunk, m->va + off,
-								     len, streams[dev]);
-		if (!e && !cr)
-			cr = cu.cuStreamSynchronize(streams[dev]);
-		if (!e && cr)
-			e = driver_fail(cr, err, sizeof(err), "copying device memory to the host");
+		e = mapping_copy_out(&ss, m->device, p->staging + (uint64_t)slot * r->chunk, m->va + off, len, err,
+				     sizeof(err));
 		if (e)
 			break;
 		r->slot[g] = slot;
@@ -199,11 +188,7 @@ static void *precopier(void *arg)
 		atomic_compare_exchange_strong(st, &was, COW_OFF);
 		atomic_fetch_add(&r->copied, len);
 	}
-	for (int d = 0; d < PHOSIMG_DEVICES_MAX; d++)
-		if (streams[d]) {
-			driver_use(d, NULL, 0);
-			cu.cuStreamDestroy(streams[d]);
-		}
+	mapping_streams_free(&ss);
 	if (e) {
 		int none = 0;
 		pthread_mutex_lock(&p->lock);
