@@ -29,8 +29,8 @@
 #define LOCK_TIMEOUT_MS 10000
 
 /* Makes devs (n, by ordinal) the GPUs process p sees: each of its ordinals
- * becomes the description of the GPU with its UUID. Returns true. */
-static bool see_as(phosimg_device *devs, uint32_t n, const engine_parked *p)
+ * becomes the description of the GPU with its UUID. */
+static void see_as(phosimg_device *devs, uint32_t n, const engine_parked *p)
 {
 	phosimg_device here[PHOSIMG_DEVICES_MAX];
 	memcpy(here, devs, n * sizeof(*devs));
@@ -41,12 +41,11 @@ static bool see_as(phosimg_device *devs, uint32_t n, const engine_parked *p)
 		devs[d].ordinal = d;
 		memcpy(devs[d].uuid, p->dev_uuid[d], 16);
 	}
-	return true;
 }
 
 const char *engine_step_name(int step)
 {
-static const char *const names[] = { "idle",   "park",    "driver-checkpoint", "criu-dump",
+	static const char *const names[] = { "idle",   "park",    "driver-checkpoint", "criu-dump",
 					     "copy",   "driver-restore", "unpark", "publish",
 					     "fill",   "criu-restore",   "drain",  "track", "done" };
 	return step >= 0 && step <= STEP_DONE ? names[step] : "?";
@@ -294,8 +293,10 @@ int engine_stop(const engine_stop_args *a, char *err, size_t errlen)
 		/* The image records the GPUs the first process that says sees:
 		 * after a restore onto another GPU, their UUIDs are not the
 		 * ones phosfs's ordinals have. */
-		if (!e && !view && mine.ndev)
-			view = see_as(devs, meta.device_count, &mine);
+		if (!e && !view && mine.ndev) {
+			see_as(devs, meta.device_count, &mine);
+			view = true;
+		}
 		if (!e) {
 			e = engine_parked_move(&parked, &mine);
 			if (e) {

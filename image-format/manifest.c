@@ -3,6 +3,7 @@
  * (FORMAT.md, "Manifest"). Decoding trusts no length it reads.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "format.h"
@@ -637,4 +638,11 @@ void manifest_free(manifest *m)
 	free(m->members);
 	free(m->criu);
 	memset(m, 0, sizeof(*m));
+}
+
+void phosimg_uuid_text(const uint8_t uuid[16], char out[PHOSIMG_UUID_TEXT])
+{
+	char *p = out;
+	for (int i = 0; i < 16; i++)
+		p += sprintf(p, "%02x%s", uuid[i], (i == 3 || i == 5 || i == 7 || i == 9) ? "-" : "");
 }

@@ -58,8 +58,9 @@ static const char *protocol_name(uint32_t p)
 
 static void print_uuid(FILE *f, const uint8_t u[16])
 {
-	for (int i = 0; i < 16; i++)
-		fprintf(f, "%02x%s", u[i], (i == 3 || i == 5 || i == 7 || i == 9) ? "-" : "");
+	char t[PHOSIMG_UUID_TEXT];
+	phosimg_uuid_text(u, t);
+	fputs(t, f);
 }
 
 static void print_time(const char *key, uint64_t ns)

@@ -270,6 +270,11 @@ int phosimg_verify(phosimg *img);
 /* The message for the last error of this thread, or "" if none. */
 const char *phosimg_last_error(void);
 
+/* Writes uuid as 8-4-4-4-12 lowercase hex digits and a NUL into out
+ * (PHOSIMG_UUID_TEXT bytes). */
+#define PHOSIMG_UUID_TEXT 37
+void phosimg_uuid_text(const uint8_t uuid[16], char out[PHOSIMG_UUID_TEXT]);
+
 #ifdef __cplusplus
 }
 #endif

@@ -85,10 +85,11 @@ int restore_devices_check(const char *spec, char *err, size_t errlen)
 	return parse(spec, from, to, PHOSIMG_DEVICES_MAX, &n, err, errlen);
 }
 
+/* "GPU-" and the UUID, as nvidia-smi names a GPU (out: 48 bytes). */
 static void uuid_text(const uint8_t *u, char *out)
 {
-	sprintf(out, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1], u[2],
-		u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
+	memcpy(out, "GPU-", 4);
+	phosimg_uuid_text(u, out + 4);
 }
 
 /* The index in devs (n of them) that ref names, or -1. */
