@@ -30,10 +30,24 @@ typedef struct rig {
 	const char *opts[8]; /* more phosfs options, NULL-terminated */
 } rig;
 
+static inline void rig_cleanup(rig *r);
+
+/* The rig a bail out takes down: it is in main's frame, which is still
+ * there while bail runs. */
+static rig *rig_bailing;
+
+static inline void rig_on_bail(void)
+{
+	if (rig_bailing)
+		rig_cleanup(rig_bailing);
+}
+
 /* Skips the whole test unless root, FUSE, CRIU and the programs are here. */
 static inline void rig_require(rig *r)
 {
 	memset(r, 0, sizeof(*r));
+	rig_bailing = r;
+	tap_on_bail = rig_on_bail;
 	if (geteuid() != 0)
 		skip_all("needs root (FUSE and CRIU)");
 	if (access("/dev/fuse", R_OK | W_OK) != 0)
@@ -125,6 +139,7 @@ static inline void rig_unmount(rig *r, int sig)
 
 static inline void rig_cleanup(rig *r)
 {
+	rig_bailing = NULL;
 	rig_unmount(r, SIGTERM);
 	char cmd[160];
 	snprintf(cmd, sizeof(cmd), "rm -rf %s", r->dir);

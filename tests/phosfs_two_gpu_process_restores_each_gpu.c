@@ -5,8 +5,8 @@
  * (device=0=1,1=0), it runs on with each buffer on the other GPU.
  *
  * simcuda emulates two GPUs. tests/apps/two_gpu_app keeps a buffer on
- * each, with memsets, host copies and peer copies both ways, and a host
- * copy of each; on SIGUSR1 it checks both, and prints the UUIDs behind
+ * each, with memsets, host copies, peer copies both ways and, with peer
+ * access enabled, plain copies between the GPUs, and a host copy of each; on SIGUSR1 it checks both, and prints the UUIDs behind
  * its ordinals.
  */
 #include "phosfs_test.h"
@@ -70,10 +70,16 @@ int main(void)
 	for (int i = 0; i < 100 && up && !(rig_read(status, st, sizeof(st)) && strstr(st, "traced: yes")); i++)
 		usleep(50000);
 	int nverify = 0;
-	up = up && strstr(st, "traced: yes") && verified(pid, out, &nverify, first, sizeof(first));
-	ok(up, "two_gpu_app runs under the tracer on two GPUs and checks (%s)", first);
-	if (!up)
+	/* Peer access on: it also copies between the GPUs with plain copies,
+	 * which reach the tracer's memory only through it. */
+	up = up && strstr(st, "traced: yes") && rig_line(out, "peer access on", 0, NULL, 0) &&
+	     verified(pid, out, &nverify, first, sizeof(first));
+	ok(up, "two_gpu_app runs under the tracer on two GPUs, with peer access, and checks (%s)", first);
+	if (!up) {
+		char said[2048] = "";
+		diag("two_gpu_app said: %s", rig_read(out, said, sizeof(said)) ? said : "nothing");
 		bail("two_gpu_app did not start (%s)", out);
+	}
 
 	static const char *const protos[] = { "stop", "cow", "recopy" };
 	for (int i = 0; i < 3; i++) {

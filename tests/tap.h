@@ -3,7 +3,8 @@
  *
  *   plan(n); ok(cond, "what"); ... return done();
  *   skip_all("no FUSE");    exits 0 with "1..0 # SKIP no FUSE"
- *   bail("reason");         "Bail out!", exits 255
+ *   bail("reason");         "Bail out!", runs tap_on_bail (a test's
+ *                           clean-up, if it set one), exits 255
  */
 #ifndef PHOS_TAP_H
 #define PHOS_TAP_H
@@ -13,6 +14,9 @@
 #include <stdlib.h>
 
 static int tap_planned, tap_run, tap_failed;
+/* What bail runs before it exits: takes down what the test set up (a
+ * mount, a daemon) so that nothing outlives it. */
+static void (*tap_on_bail)(void);
 
 static inline void plan(int n)
 {
@@ -70,6 +74,8 @@ __attribute__((noreturn, format(printf, 1, 2))) static inline void bail(const ch
 	va_end(ap);
 	printf("\n");
 	fflush(stdout);
+	if (tap_on_bail)
+		tap_on_bail();
 	exit(255);
 }
 

@@ -57,7 +57,7 @@ typedef struct buffer {
 #define MAX_BLOCKS 4096
 
 /* Guarded by lock (writers; readers of the launch path use `seq`): objs,
- * the buffer blocks, by_va, parked, stop_only. */
+ * the buffer blocks, by_va, parked, stop_only, slab_hint, peers. */
 static pthread_rwlock_t lock = PTHREAD_RWLOCK_INITIALIZER;
 static object *objs;
 static uint32_t nobjs, objs_cap;
@@ -73,10 +73,14 @@ static uint32_t *retired[40];
 static int nretired;
 static bool parked;
 static char stop_only[96];
+/* Bit d of peers[o]: device d may access device o's memory, because the
+ * application enabled peer access from d's context to o's (cuMemAlloc
+ * memory follows peer access; our objects need cuMemSetAccess for it). */
+#define MAX_DEVICES 16
+static uint64_t peers[MAX_DEVICES];
 /* Per block size (256 B << class) and device: a slab that last had room. */
 #define SLAB_CLASSES 14
-#define HINT_DEVICES 16
-static uint32_t slab_hint[HINT_DEVICES][SLAB_CLASSES];
+static uint32_t slab_hint[MAX_DEVICES][SLAB_CLASSES];
 
 static buffer *buf(uint32_t id)
 {
@@ -114,7 +118,8 @@ static uint64_t granularity(CUdevice dev)
 	return g;
 }
 
-/* Maps handle h at va for size bytes, readable and writable by dev. */
+/* Maps handle h at va for size bytes, readable and writable by dev and by
+ * the devices that enabled peer access to it; lock held. */
 static CUresult map_at(uint64_t va, uint64_t size, CUmemGenericAllocationHandle h, CUdevice dev)
 {
 	REAL(CUresult, cuMemMap, (CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long));
@@ -123,12 +128,45 @@ static CUresult map_at(uint64_t va, uint64_t size, CUmemGenericAllocationHandle 
 	CUresult r = real_cuMemMap(va, size, 0, h, 0);
 	if (r)
 		return r;
-	CUmemAccessDesc acc = { .location = { .type = CU_MEM_LOCATION_TYPE_DEVICE, .id = dev },
-				.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
-	r = real_cuMemSetAccess(va, size, &acc, 1);
+	CUmemAccessDesc acc[1 + MAX_DEVICES];
+	size_t n = 0;
+	acc[n++] = (CUmemAccessDesc){ .location = { .type = CU_MEM_LOCATION_TYPE_DEVICE, .id = dev },
+				      .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
+	uint64_t mask = dev >= 0 && dev < MAX_DEVICES ? peers[dev] : 0;
+	for (int d = 0; d < MAX_DEVICES; d++)
+		if (d != dev && (mask & (1ull << d)))
+			acc[n++] = (CUmemAccessDesc){ .location = { .type = CU_MEM_LOCATION_TYPE_DEVICE, .id = d },
+						      .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
+	r = real_cuMemSetAccess(va, size, acc, n);
 	if (r)
 		real_cuMemUnmap(va, size);
 	return r;
+}
+
+CUresult alloc_peer_access(CUdevice from, CUdevice owner, bool on)
+{
+	REAL(CUresult, cuMemSetAccess, (CUdeviceptr, size_t, const CUmemAccessDesc *, size_t));
+	if (from < 0 || from >= MAX_DEVICES || owner < 0 || owner >= MAX_DEVICES || from == owner)
+		return CUDA_ERROR_INVALID_DEVICE;
+	CUmemAccessDesc acc = { .location = { .type = CU_MEM_LOCATION_TYPE_DEVICE, .id = from },
+				.flags = on ? CU_MEM_ACCESS_FLAGS_PROT_READWRITE : CU_MEM_ACCESS_FLAGS_PROT_NONE };
+	CUresult res = CUDA_SUCCESS;
+	pthread_rwlock_wrlock(&lock);
+	if (on)
+		peers[owner] |= 1ull << from;
+	else
+		peers[owner] &= ~(1ull << from);
+	/* Parked objects get it when they are mapped again. */
+	for (uint32_t i = 0; i < nobjs; i++) {
+		const object *o = &objs[i];
+		if (!o->live || !o->h || o->dev != owner)
+			continue;
+		CUresult r = real_cuMemSetAccess(o->va, o->size, &acc, 1);
+		if (r && !res)
+			res = r;
+	}
+	pthread_rwlock_unlock(&lock);
+	return res;
 }
 
 /* Makes a new object of size bytes; lock held for writing. */
@@ -318,7 +356,7 @@ CUresult alloc_device(CUdeviceptr *dptr, size_t bytes)
 		}
 		/* The hinted slab of that block size if it has room, else any,
 		 * else a new one. */
-		uint32_t *hint = dev < HINT_DEVICES && cls < SLAB_CLASSES ? &slab_hint[dev][cls] : NULL;
+		uint32_t *hint = dev < MAX_DEVICES && cls < SLAB_CLASSES ? &slab_hint[dev][cls] : NULL;
 		id = hint ? *hint : 0;
 		bool room = id < nobjs && objs[id].live && objs[id].block == block && objs[id].dev == dev &&
 			    objs[id].used < objs[id].size / block;

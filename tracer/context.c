@@ -1,6 +1,7 @@
 /*
  * Contexts the application used, so that quiesce can synchronise each one;
- * and the wrappers that tell us about them.
+ * and the wrappers that tell us about them. Peer access between contexts
+ * is passed on to alloc.c, whose objects need it as cuMemSetAccess.
  */
 #include "tracer.h"
 
@@ -108,4 +109,50 @@ TR_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx)
 	REAL(CUresult, cuCtxDestroy_v2, (CUcontext));
 	forget(ctx);
 	return real_cuCtxDestroy_v2(ctx);
+}
+
+/* The devices of the current context and of ctx. */
+static CUresult devices_of(CUcontext ctx, CUdevice *me, CUdevice *other)
+{
+	REAL(CUresult, cuCtxGetDevice, (CUdevice *));
+	REAL(CUresult, cuCtxPushCurrent_v2, (CUcontext));
+	REAL(CUresult, cuCtxPopCurrent_v2, (CUcontext *));
+	CUresult r = real_cuCtxGetDevice(me);
+	if (r)
+		return r;
+	r = real_cuCtxPushCurrent_v2(ctx);
+	if (r)
+		return r;
+	r = real_cuCtxGetDevice(other);
+	CUcontext popped;
+	real_cuCtxPopCurrent_v2(&popped);
+	return r;
+}
+
+TR_EXPORT CUresult cuCtxEnablePeerAccess(CUcontext peer, unsigned int flags)
+{
+	REAL(CUresult, cuCtxEnablePeerAccess, (CUcontext, unsigned int));
+	if (!tr_enabled())
+		return real_cuCtxEnablePeerAccess(peer, flags);
+	GATE();
+	CUresult r = real_cuCtxEnablePeerAccess(peer, flags);
+	CUdevice me, other;
+	if (r || devices_of(peer, &me, &other))
+		return r;
+	return alloc_peer_access(me, other, true);
+}
+
+TR_EXPORT CUresult cuCtxDisablePeerAccess(CUcontext peer)
+{
+	REAL(CUresult, cuCtxDisablePeerAccess, (CUcontext));
+	if (!tr_enabled())
+		return real_cuCtxDisablePeerAccess(peer);
+	GATE();
+	CUdevice me, other;
+	/* The devices first: the driver's answer does not change them. */
+	bool known = peer && !devices_of(peer, &me, &other);
+	CUresult r = real_cuCtxDisablePeerAccess(peer);
+	if (r || !known)
+		return r;
+	return alloc_peer_access(me, other, false);
 }

@@ -87,6 +87,12 @@ typedef struct buffer_ref {
 } buffer_ref;
 CUresult alloc_device(CUdeviceptr *dptr, size_t bytes);
 CUresult alloc_free(CUdeviceptr dptr);
+/* Peer access from device `from` to device owner's memory was enabled (on)
+ * or disabled: every object of owner's is opened to from, or closed, now
+ * and whenever it is mapped again (as peer access does for cuMemAlloc
+ * memory). CUDA_ERROR_INVALID_DEVICE for ordinals out of range or equal;
+ * otherwise cuMemSetAccess's first error. */
+CUresult alloc_peer_access(CUdevice from, CUdevice owner, bool on);
 /* Finds the buffer containing addr; false if none. */
 bool alloc_find(uint64_t addr, buffer_ref *out);
 /* Counts a read or a write of buffer id by one call. */

@@ -7,12 +7,15 @@
  * It allocates a buffer on GPU 0 and one on GPU 1 (MIB MiB each; default
  * 8), each in its device's primary context, and keeps a host copy of each.
  * Then, one operation after another, for ever: a memset of a range of
- * one buffer, a copy from the host into one, or a peer copy of a range of
- * one GPU's buffer into the other's (cuMemcpyPeerAsync, both ways);
- * after each it applies the same operation to its host copies.
+ * one buffer, a copy from the host into one, a peer copy of a range of
+ * one GPU's buffer into the other's (cuMemcpyPeerAsync, both ways), or,
+ * where the GPUs can reach each other, a plain cuMemcpyDtoDAsync between
+ * them, run by either GPU, through peer access (cuCtxEnablePeerAccess both
+ * ways at the start, as PyTorch does before copying between GPUs); after
+ * each it applies the same operation to its host copies.
  *
- * It prints "gpus U0 U1" (the UUIDs behind its ordinals 0 and 1) at the
- * start, and "ops N" every 200 operations. On SIGUSR1 it waits for both
+ * It prints "gpus U0 U1" (the UUIDs behind its ordinals 0 and 1) and
+ * "peer access on" (or off) at the start, and "ops N" every 200 operations. On SIGUSR1 it waits for both
  * devices, compares each buffer byte for byte with its host copy, and
  * prints "verify ok ops N gpus U0 U1" (the UUIDs now, which a restore onto
  * other GPUs changes) or "verify FAILED …". It needs two GPUs, and exits
@@ -99,9 +102,19 @@ int main(int argc, char **argv)
 	uuid_of(0, u0);
 	uuid_of(1, u1);
 	printf("gpus %s %s\n", u0, u1);
+	int can01 = 0, can10 = 0;
+	check(cuDeviceCanAccessPeer(&can01, 0, 1), "cuDeviceCanAccessPeer");
+	check(cuDeviceCanAccessPeer(&can10, 1, 0), "cuDeviceCanAccessPeer");
+	int peer = can01 && can10;
+	for (int d = 0; d < 2 && peer; d++) {
+		check(cuCtxSetCurrent(ctx[d]), "cuCtxSetCurrent");
+		check(cuCtxEnablePeerAccess(ctx[1 - d], 0), "cuCtxEnablePeerAccess");
+	}
+	printf("peer access %s\n", peer ? "on" : "off");
 	signal(SIGUSR1, on_usr1);
 	for (uint64_t op = 1;; op++) {
-		int d = (int)(next(&seed) % 2), kind = (int)(next(&seed) % 3);
+		int d = (int)(next(&seed) % 2), kind = (int)(next(&seed) % (peer ? 4 : 3));
+		int by = d; /* the GPU whose stream runs it */
 		size_t at = next(&seed) % bytes, len = 1 + next(&seed) % (bytes / 4);
 		if (at + len > bytes)
 			len = bytes - at;
@@ -115,17 +128,26 @@ int main(int argc, char **argv)
 			for (size_t i = 0; i < len; i++)
 				host[d][at + i] = (uint8_t)(op * 31 + i);
 			check(cuMemcpyHtoD(buf[d] + at, host[d] + at, len), "cuMemcpyHtoD");
-		} else {
+		} else if (kind == 2) {
 			/* From the other GPU's buffer, at another offset. */
 			size_t from = next(&seed) % (bytes - len + 1);
 			check(cuStreamSynchronize(st[1 - d]), "cuStreamSynchronize");
 			check(cuMemcpyPeerAsync(buf[d] + at, ctx[d], buf[1 - d] + from, ctx[1 - d], len, st[d]),
 			      "cuMemcpyPeerAsync");
 			memcpy(host[d] + at, host[1 - d] + from, len);
+		} else {
+			/* The same, as a plain copy that one of the two GPUs
+			 * runs: it reads or writes the other's memory. */
+			size_t from = next(&seed) % (bytes - len + 1);
+			by = (int)(next(&seed) % 2) ? d : 1 - d;
+			check(cuStreamSynchronize(st[1 - d]), "cuStreamSynchronize");
+			check(cuCtxSetCurrent(ctx[by]), "cuCtxSetCurrent");
+			check(cuMemcpyDtoDAsync(buf[d] + at, buf[1 - d] + from, len, st[by]), "cuMemcpyDtoDAsync");
+			memcpy(host[d] + at, host[1 - d] + from, len);
 		}
 		/* The next operation may read this one's bytes on the other
 		 * GPU: keep the two streams in order. */
-		check(cuStreamSynchronize(st[d]), "cuStreamSynchronize");
+		check(cuStreamSynchronize(st[by]), "cuStreamSynchronize");
 		if (op % 200 == 0)
 			printf("ops %llu\n", (unsigned long long)op);
 		if (verify_asked) {

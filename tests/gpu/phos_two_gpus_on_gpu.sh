@@ -82,6 +82,7 @@ echo "$pid" >>"$work/pids"
 out=$store/run/$pid.out
 good=0
 if wait_line "$out" "^ops 200" 300; then
+	echo "# two_gpu_app: $(grep -m1 "^peer access" "$out")"
 	for proto in stop cow recopy; do
 		"$phos" checkpoint "$pid" "$proto" --name "$proto" --wait >/dev/null || break
 		verify "$pid" "$out" || break
@@ -156,6 +157,9 @@ if wait_line "$out" "^step 30 " 180; then
 	echo "# pytorch: restore $(cat "$work/rt") s; $(grep -c '^step' "$out") step lines, $bad differ from the uninterrupted run"
 	[ "$rpid" = "$pid" ] && [ "$bad" = 0 ] && grep -q '^step 119 ' "$out" && ok=1
 	grep -v '^step' "$out" "$store/run/$pid.err" 2>/dev/null | tail -5 | sed 's/^/# /'
+else
+	echo "# pytorch: no step 30 within 180 s; what it said:"
+	tail -5 "$out" "$store/run/$pid.err" 2>/dev/null | sed 's/^/# /'
 fi
 [ $ok = 1 ] && echo "ok 4 - PyTorch split over two GPUs, restored with the GPUs swapped, continues with the losses of an uninterrupted run" ||
 	echo "not ok 4 - the split PyTorch run did not continue exactly"

@@ -302,3 +302,63 @@ SC_LEGACY(sc_cuDevicePrimaryCtxReset_v1, "cuDevicePrimaryCtxReset", (CUdevice de
 {
 	return cuDevicePrimaryCtxReset(dev);
 }
+
+/* ---- Peer access ----------------------------------------------------------
+ * simcuda keeps it per device pair rather than per context pair: bit p of
+ * peers[d] says that device d's contexts may reach device p's cuMemAlloc
+ * memory. (VMM memory is reached through cuMemSetAccess instead, as on a
+ * GPU, whatever peer access says.) */
+static atomic_uint peers[SC_DEVICE_MAX];
+
+bool sc_ctx_peer_enabled(CUdevice from, CUdevice owner)
+{
+	if (from == owner)
+		return true;
+	return from >= 0 && from < SC_DEVICE_MAX && owner >= 0 && owner < SC_DEVICE_MAX &&
+	       (atomic_load(&peers[from]) & (1u << owner));
+}
+
+SC_EXPORT CUresult cuDeviceCanAccessPeer(int *can, CUdevice dev, CUdevice peer)
+{
+	if (!can)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult r = sc_check_device(dev);
+	if (!r)
+		r = sc_check_device(peer);
+	if (r)
+		return r;
+	*can = dev != peer;
+	return CUDA_SUCCESS;
+}
+
+static CUresult peer_access(CUcontext peer, bool on)
+{
+	CUresult r = sc_ctx_require();
+	if (r)
+		return r;
+	if (!peer)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	CUdevice me = ((sc_ctx *)sc_ctx_current())->dev, other = ((sc_ctx *)peer)->dev;
+	if (me == other)
+		return on ? CUDA_ERROR_INVALID_DEVICE : CUDA_ERROR_PEER_ACCESS_NOT_ENABLED;
+	unsigned bit = 1u << other, was = on ? atomic_fetch_or(&peers[me], bit) : atomic_fetch_and(&peers[me], ~bit);
+	if (on && (was & bit))
+		return CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED;
+	if (!on && !(was & bit))
+		return CUDA_ERROR_PEER_ACCESS_NOT_ENABLED;
+	return CUDA_SUCCESS;
+}
+
+SC_EXPORT CUresult cuCtxEnablePeerAccess(CUcontext peer, unsigned int flags)
+{
+	SC_API();
+	if (flags)
+		return CUDA_ERROR_INVALID_VALUE;
+	return peer_access(peer, true);
+}
+
+SC_EXPORT CUresult cuCtxDisablePeerAccess(CUcontext peer)
+{
+	SC_API();
+	return peer_access(peer, false);
+}

@@ -86,6 +86,9 @@ typedef struct sc_ctx {
 } sc_ctx;
 CUresult sc_ctx_require(void);
 CUcontext sc_ctx_current(void);
+/* Whether device from's contexts may reach device owner's cuMemAlloc
+ * memory: the same device, or peer access enabled from one to the other. */
+bool sc_ctx_peer_enabled(CUdevice from, CUdevice owner);
 
 /* stream.c: asynchronous work. A task runs on the stream's worker thread,
  * in FIFO order with the stream's other tasks. */

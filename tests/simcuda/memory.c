@@ -6,6 +6,11 @@
  *  - cuMemMap maps the memfd over the reservation, inaccessible until
  *    cuMemSetAccess, as on a GPU;
  *  - cuMemAlloc memory is anonymous shared memory with no fd to export.
+ *
+ * As on a GPU, a copy or set that is not a peer copy reaches only memory
+ * that the current context's device may access: a mapping that
+ * cuMemSetAccess opened to that device, or cuMemAlloc memory of that
+ * device or of one it enabled peer access to.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -39,8 +44,10 @@ typedef struct range {
 	uintptr_t va;
 	size_t size;
 	range_kind kind;
-	phys *ph;       /* RANGE_MAPPED */
-	bool accessible; /* RANGE_MAPPED after cuMemSetAccess; RANGE_ALLOC always */
+	phys *ph;         /* RANGE_MAPPED */
+	unsigned readers; /* RANGE_MAPPED: devices cuMemSetAccess let read it (bit per ordinal) */
+	unsigned writers; /* ... and write it */
+	CUdevice dev;     /* RANGE_ALLOC: the device it was allocated on */
 } range;
 
 /* Guarded by mem_lock: the three range tables and used_bytes. Each table is
@@ -154,8 +161,12 @@ uint64_t sc_mem_physical_bytes(void)
 	return b;
 }
 
-/* Whether [p, p+n) is accessible device memory; mem_lock held. */
-static bool is_device_locked(uintptr_t p, size_t n)
+/* Whether [p, p+n) is device memory that device `from` may access, or with
+ * from < 0, that some device may. A copy (any_alloc) reaches cuMemAlloc
+ * memory of any device, as the driver copies between devices without peer
+ * access; a kernel or a set reaches it from its own device or one that
+ * enabled peer access to it. mem_lock held. */
+static bool is_device_locked(uintptr_t p, size_t n, CUdevice from, bool any_alloc)
 {
 	if (n == 0)
 		n = 1;
@@ -163,11 +174,12 @@ static bool is_device_locked(uintptr_t p, size_t n)
 		return false;
 	range *a = containing(&allocs, p);
 	if (a)
-		return p + n <= a->va + a->size;
+		return p + n <= a->va + a->size && (from < 0 || any_alloc || sc_ctx_peer_enabled(from, a->dev));
 	/* May span several adjacent mappings. */
+	unsigned need = from < 0 ? ~0u : 1u << from;
 	while (n) {
 		range *m = containing(&mapped, p);
-		if (!m || !m->accessible)
+		if (!m || !(m->readers & need))
 			return false;
 		size_t in = m->va + m->size - p;
 		if (in >= n)
@@ -181,7 +193,20 @@ static bool is_device_locked(uintptr_t p, size_t n)
 bool sc_mem_is_device(uintptr_t p, size_t n)
 {
 	pthread_mutex_lock(&mem_lock);
-	bool ok = is_device_locked(p, n);
+	bool ok = is_device_locked(p, n, -1, true);
+	pthread_mutex_unlock(&mem_lock);
+	return ok;
+}
+
+/* Whether the current context's device may reach [p, p+n) of device
+ * memory, for a copy (copy) or for a set. */
+static bool reachable(uintptr_t p, size_t n, bool copy)
+{
+	CUcontext c = sc_ctx_current();
+	if (!c)
+		return false;
+	pthread_mutex_lock(&mem_lock);
+	bool ok = is_device_locked(p, n, ((sc_ctx *)c)->dev, copy);
 	pthread_mutex_unlock(&mem_lock);
 	return ok;
 }
@@ -410,19 +435,25 @@ SC_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
 	return r;
 }
 
+/* The host protection that lets simcuda's copies and kernels run on m. */
+static int prot_of(const range *m)
+{
+	return m->writers ? PROT_READ | PROT_WRITE : m->readers ? PROT_READ : PROT_NONE;
+}
+
+/* Each descriptor sets one device's access and leaves the others' as they
+ * were, as on a GPU. */
 SC_EXPORT CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count)
 {
 	SC_API();
 	if (!desc || count == 0 || size == 0)
 		return CUDA_ERROR_INVALID_VALUE;
-	int prot = PROT_NONE;
 	for (size_t i = 0; i < count; i++) {
 		if (desc[i].location.type != CU_MEM_LOCATION_TYPE_DEVICE || sc_check_device(desc[i].location.id))
 			return CUDA_ERROR_INVALID_DEVICE;
-		if (desc[i].flags == CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
-			prot = PROT_READ | PROT_WRITE;
-		else if (desc[i].flags == CU_MEM_ACCESS_FLAGS_PROT_READ && prot == PROT_NONE)
-			prot = PROT_READ;
+		if (desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_NONE && desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_READ &&
+		    desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
+			return CUDA_ERROR_INVALID_VALUE;
 	}
 	CUresult r = CUDA_SUCCESS;
 	pthread_mutex_lock(&mem_lock);
@@ -435,14 +466,17 @@ SC_EXPORT CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAcces
 		}
 		p = m->va + m->size;
 	}
-	if (r == CUDA_SUCCESS && mprotect((void *)ptr, size, prot) != 0)
-		r = CUDA_ERROR_INVALID_VALUE;
-	if (r == CUDA_SUCCESS) {
-		for (p = ptr; p < end;) {
-			range *m = containing(&mapped, p);
-			m->accessible = prot & PROT_READ;
-			p = m->va + m->size;
+	for (p = ptr; r == CUDA_SUCCESS && p < end;) {
+		range *m = containing(&mapped, p);
+		for (size_t i = 0; i < count; i++) {
+			unsigned bit = 1u << desc[i].location.id;
+			m->readers = desc[i].flags == CU_MEM_ACCESS_FLAGS_PROT_NONE ? m->readers & ~bit : m->readers | bit;
+			m->writers = desc[i].flags == CU_MEM_ACCESS_FLAGS_PROT_READWRITE ? m->writers | bit
+											  : m->writers & ~bit;
 		}
+		if (mprotect((void *)m->va, m->size, prot_of(m)) != 0)
+			r = CUDA_ERROR_INVALID_VALUE;
+		p = m->va + m->size;
 	}
 	pthread_mutex_unlock(&mem_lock);
 	return r;
@@ -450,13 +484,17 @@ SC_EXPORT CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAcces
 
 SC_EXPORT CUresult cuMemGetAccess(unsigned long long *flags, const CUmemLocation *loc, CUdeviceptr ptr)
 {
-	if (!flags || !loc)
+	if (!flags || !loc || loc->type != CU_MEM_LOCATION_TYPE_DEVICE || sc_check_device(loc->id))
 		return CUDA_ERROR_INVALID_VALUE;
 	pthread_mutex_lock(&mem_lock);
 	range *m = containing(&mapped, ptr);
 	CUresult r = m ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
-	if (m)
-		*flags = m->accessible ? CU_MEM_ACCESS_FLAGS_PROT_READWRITE : CU_MEM_ACCESS_FLAGS_PROT_NONE;
+	if (m) {
+		unsigned bit = 1u << loc->id;
+		*flags = (m->writers & bit)   ? CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+			 : (m->readers & bit) ? CU_MEM_ACCESS_FLAGS_PROT_READ
+					      : CU_MEM_ACCESS_FLAGS_PROT_NONE;
+	}
 	pthread_mutex_unlock(&mem_lock);
 	return r;
 }
@@ -570,6 +608,7 @@ static CUresult alloc_device(CUdeviceptr *dptr, size_t bytes)
 	CUresult r = sc_ctx_require();
 	if (r)
 		return r;
+	CUdevice dev = ((sc_ctx *)sc_ctx_current())->dev;
 	size_t size = round_up(bytes, PAGE);
 	pthread_mutex_lock(&mem_lock);
 	bool room = used_bytes + size <= SC_TOTAL_MEM;
@@ -582,7 +621,7 @@ static CUresult alloc_device(CUdeviceptr *dptr, size_t bytes)
 	pthread_mutex_lock(&mem_lock);
 	int e = p == MAP_FAILED ? -ENOMEM
 				: insert(&allocs, (range){ .va = (uintptr_t)p, .size = size, .kind = RANGE_ALLOC,
-							   .accessible = true });
+							   .dev = dev });
 	if (e)
 		used_bytes -= size;
 	pthread_mutex_unlock(&mem_lock);
@@ -789,26 +828,28 @@ static void set_task(void *arg)
 
 /* Checks the device side(s) of a copy; a side that is not device memory is
  * host memory, which the caller vouches for. */
-static CUresult check_copy(uintptr_t dst, bool dst_dev, uintptr_t src, bool src_dev, size_t n)
+static CUresult check_copy(uintptr_t dst, bool dst_dev, uintptr_t src, bool src_dev, size_t n, bool peer)
 {
 	if (n == 0)
 		return CUDA_SUCCESS;
 	if (!dst || !src)
 		return CUDA_ERROR_INVALID_VALUE;
-	if (dst_dev && !sc_mem_is_device(dst, n))
+	/* A peer copy names each side's context, and the driver stages it
+	 * when it must; any other copy runs on the current device. */
+	if (dst_dev && !(peer ? sc_mem_is_device(dst, n) : reachable(dst, n, true)))
 		return CUDA_ERROR_INVALID_VALUE;
-	if (src_dev && !sc_mem_is_device(src, n))
+	if (src_dev && !(peer ? sc_mem_is_device(src, n) : reachable(src, n, true)))
 		return CUDA_ERROR_INVALID_VALUE;
 	return CUDA_SUCCESS;
 }
 
 static CUresult copy(uintptr_t dst, bool dst_dev, uintptr_t src, bool src_dev, size_t n, CUstream s,
-		     bool async)
+		     bool async, bool peer)
 {
 	CUresult r = sc_ctx_require();
 	if (r)
 		return r;
-	r = check_copy(dst, dst_dev, src, src_dev, n);
+	r = check_copy(dst, dst_dev, src, src_dev, n, peer);
 	if (r || n == 0)
 		return r;
 	copy_args c = { (void *)dst, (const void *)src, n };
@@ -827,7 +868,7 @@ static CUresult set(CUdeviceptr dst, uint32_t value, unsigned width, size_t coun
 		return r;
 	if (count == 0)
 		return CUDA_SUCCESS;
-	if (dst % width || count > SIZE_MAX / width || !sc_mem_is_device(dst, count * width))
+	if (dst % width || count > SIZE_MAX / width || !reachable(dst, count * width, false))
 		return CUDA_ERROR_INVALID_VALUE;
 	set_args a = { (void *)dst, value, width, count };
 	if (async)
@@ -863,7 +904,7 @@ static CUresult set2d(CUdeviceptr dst, size_t pitch, uint32_t value, unsigned el
 	if (!width || !height)
 		return CUDA_SUCCESS;
 	if (dst % elt || pitch < width * elt || height > SIZE_MAX / pitch ||
-	    !sc_mem_is_device(dst, (height - 1) * pitch + width * elt))
+	    !reachable(dst, (height - 1) * pitch + width * elt, false))
 		return CUDA_ERROR_INVALID_VALUE;
 	set2d_args a = { (uint8_t *)dst, pitch, width, height, value, elt };
 	if (async)
@@ -899,7 +940,15 @@ static bool any_device(uintptr_t p)
 	SC_EXPORT CUresult name params                                        \
 	{                                                                     \
 		SC_API();                                                     \
-		return copy((uintptr_t)(dst), dd, (uintptr_t)(src), sd, n, s, async); \
+		return copy((uintptr_t)(dst), dd, (uintptr_t)(src), sd, n, s, async, false); \
+	}
+#define COPY_PEER_API(name, params, s, async)                                 \
+	SC_EXPORT CUresult name params                                        \
+	{                                                                     \
+		SC_API();                                                     \
+		(void)dc;                                                     \
+		(void)sc;                                                     \
+		return copy((uintptr_t)d, true, (uintptr_t)src, true, n, s, async, true); \
 	}
 
 COPY_API(cuMemcpyHtoD_v2, (CUdeviceptr d, const void *h, size_t n), d, true, h, false, n, 0, false)
@@ -912,14 +961,12 @@ COPY_API(cuMemcpyDtoDAsync_v2, (CUdeviceptr d, CUdeviceptr s, size_t n, CUstream
 COPY_API(cuMemcpyAsync, (CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st), d, any_device(d), s,
 	 any_device(s), n, st, true)
 /* Peer copies: simcuda's devices share one address space. */
-COPY_API(cuMemcpyPeer, (CUdeviceptr d, CUcontext dc, CUdeviceptr s, CUcontext sc, size_t n), d,
-	 ((void)dc, true), s, ((void)sc, true), n, 0, false)
-COPY_API(cuMemcpyPeerAsync, (CUdeviceptr d, CUcontext dc, CUdeviceptr s, CUcontext sc, size_t n, CUstream st), d,
-	 ((void)dc, true), s, ((void)sc, true), n, st, true)
-COPY_API(cuMemcpyPeer_ptds, (CUdeviceptr d, CUcontext dc, CUdeviceptr s, CUcontext sc, size_t n), d,
-	 ((void)dc, true), s, ((void)sc, true), n, 0, false)
-COPY_API(cuMemcpyPeerAsync_ptsz, (CUdeviceptr d, CUcontext dc, CUdeviceptr s, CUcontext sc, size_t n, CUstream st),
-	 d, ((void)dc, true), s, ((void)sc, true), n, st, true)
+COPY_PEER_API(cuMemcpyPeer, (CUdeviceptr d, CUcontext dc, CUdeviceptr src, CUcontext sc, size_t n), 0, false)
+COPY_PEER_API(cuMemcpyPeerAsync, (CUdeviceptr d, CUcontext dc, CUdeviceptr src, CUcontext sc, size_t n, CUstream st),
+	      st, true)
+COPY_PEER_API(cuMemcpyPeer_ptds, (CUdeviceptr d, CUcontext dc, CUdeviceptr src, CUcontext sc, size_t n), 0, false)
+COPY_PEER_API(cuMemcpyPeerAsync_ptsz,
+	      (CUdeviceptr d, CUcontext dc, CUdeviceptr src, CUcontext sc, size_t n, CUstream st), st, true)
 /* Per-thread default stream variants: simcuda's default stream already
  * orders against every stream, which is stricter than per-thread. */
 COPY_API(cuMemcpyHtoD_v2_ptds, (CUdeviceptr d, const void *h, size_t n), d, true, h, false, n, 0, false)
@@ -988,7 +1035,7 @@ static CUresult write_value(CUstream s, CUdeviceptr addr, uint64_t value, unsign
 	CUresult r = sc_ctx_require();
 	if (r)
 		return r;
-	if (addr % width || !sc_mem_is_device(addr, width))
+	if (addr % width || !reachable(addr, width, false))
 		return CUDA_ERROR_INVALID_VALUE;
 	write_args w = { (void *)addr, value, width };
 	return sc_stream_submit(s, write_task, &w, sizeof(w));
@@ -1058,7 +1105,7 @@ static CUresult memcpy_batch(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes
 	if (!count || !dsts || !srcs || !sizes || !numAttrs)
 		return CUDA_ERROR_INVALID_VALUE;
 	for (size_t i = 0; i < count; i++) {
-		CUresult r = copy(dsts[i], any_device(dsts[i]), srcs[i], any_device(srcs[i]), sizes[i], s, true);
+		CUresult r = copy(dsts[i], any_device(dsts[i]), srcs[i], any_device(srcs[i]), sizes[i], s, true, false);
 		if (r) {
 			if (failIdx)
 				*failIdx = i;
