@@ -12,7 +12,12 @@
  *
  * The driver is given gpuPairs (every GPU of the image that has a place)
  * when a spec was given, or when any GPU moved; otherwise nothing, as
- * before.
+ * before. Every GPU, not only the moved ones: the r580 driver refuses
+ * (CUDA_ERROR_INVALID_VALUE) pairs that leave out a GPU of the process,
+ * even one it never used (tests/gpu/driver_moves_process_to_other_gpu.c,
+ * on two H200s). Whether it accepts a list without a GPU this machine
+ * lacks (the "nowhere" case) is not known: no machine here had fewer
+ * GPUs than an image.
  */
 #include <ctype.h>
 #include <errno.h>
