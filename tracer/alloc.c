@@ -419,6 +419,26 @@ CUresult alloc_free(CUdeviceptr dptr)
 	return CUDA_SUCCESS;
 }
 
+bool alloc_cross(uint64_t dst, uint64_t src, size_t n, CUdevice *dst_dev, CUdevice *src_dev)
+{
+	CUdevice cur;
+	buffer_ref d, s;
+	if (!n || current_device(&cur) || !alloc_find(dst, &d) || !alloc_find(src, &s))
+		return false;
+	pthread_rwlock_rdlock(&lock);
+	const buffer *bd = buf(d.id), *bs = buf(s.id);
+	bool ours = bd->obj != NO_OBJECT && bs->obj != NO_OBJECT;
+	CUdevice dd = (CUdevice)bd->device, sd = (CUdevice)bs->device;
+	/* Whether cur may access device x's objects. */
+#define REACHES(x) ((x) == cur || ((x) < MAX_DEVICES && cur >= 0 && cur < MAX_DEVICES && (peers[x] >> cur & 1)))
+	bool cross = ours && dd != sd && !(REACHES(dd) && REACHES(sd));
+#undef REACHES
+	pthread_rwlock_unlock(&lock);
+	*dst_dev = dd;
+	*src_dev = sd;
+	return cross;
+}
+
 bool alloc_find(uint64_t addr, buffer_ref *out)
 {
 	for (;;) {

@@ -210,18 +210,49 @@ TR_EXPORT CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp *p
 #define RD(a, n, st) spec_range((uint64_t)(a), (n), true, false, (st))
 #define WR(a, n, st) spec_range((uint64_t)(a), (n), false, true, (st))
 
+/* A copy between two devices' memory that the current device cannot reach
+ * (alloc_cross), made the peer copy the driver would have made of
+ * cuMemAlloc memory. kind: 0 cuMemcpyPeer, 1 cuMemcpyPeerAsync, 2 and 3
+ * their per-thread-stream variants. */
+static CUresult peer_copy(int kind, CUdeviceptr d, CUdevice dd, CUdeviceptr s, CUdevice sd, size_t n, CUstream st)
+{
+	REAL(CUresult, cuMemcpyPeer, (CUdeviceptr, CUcontext, CUdeviceptr, CUcontext, size_t));
+	REAL(CUresult, cuMemcpyPeerAsync, (CUdeviceptr, CUcontext, CUdeviceptr, CUcontext, size_t, CUstream));
+	REAL(CUresult, cuMemcpyPeer_ptds, (CUdeviceptr, CUcontext, CUdeviceptr, CUcontext, size_t));
+	REAL(CUresult, cuMemcpyPeerAsync_ptsz, (CUdeviceptr, CUcontext, CUdeviceptr, CUcontext, size_t, CUstream));
+	CUcontext dc = ctx_primary(dd), sc = ctx_primary(sd);
+	if (!dc || !sc)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	switch (kind) {
+	case 0:
+		return real_cuMemcpyPeer(d, dc, s, sc, n);
+	case 1:
+		return real_cuMemcpyPeerAsync(d, dc, s, sc, n, st);
+	case 2:
+		return real_cuMemcpyPeer_ptds ? real_cuMemcpyPeer_ptds(d, dc, s, sc, n) : real_cuMemcpyPeer(d, dc, s, sc, n);
+	default:
+		return real_cuMemcpyPeerAsync_ptsz ? real_cuMemcpyPeerAsync_ptsz(d, dc, s, sc, n, st)
+						   : real_cuMemcpyPeerAsync(d, dc, s, sc, n, st);
+	}
+}
+
 /* host: the copy crosses PCIe and runs before the call returns, so it
- * counts in the state table's pcie_pending while it runs. */
-#define COPY_(name, params, args, dst, src, n, host, st)                        \
+ * counts in the state table's pcie_pending while it runs. peer: for a copy
+ * that may go between devices, the peer_copy kind that stands in for it
+ * when the current device cannot reach both sides; -1 for the others. */
+#define COPY_(name, params, args, dst, src, n, host, st, peer)                  \
 	TR_EXPORT CUresult name params                                          \
 	{                                                                       \
 		REAL(CUresult, name, params);                                   \
 		if (!tr_enabled())                                              \
 			return real_##name args;                                \
 		GATE();                                                         \
-		CUstream s_ = tr_stream_of(#name, st);                             \
+		CUstream s_ = tr_stream_of(#name, st);                          \
 		RD(src, n, s_);                                                 \
 		WR(dst, n, s_);                                                 \
+		CUdevice dd_, sd_;                                              \
+		if ((peer) >= 0 && alloc_cross((uint64_t)(dst), (uint64_t)(src), (n), &dd_, &sd_)) \
+			return peer_copy((peer), (CUdeviceptr)(dst), dd_, (CUdeviceptr)(src), sd_, (n), (st)); \
 		if (host)                                                       \
 			state_transfer(1);                                      \
 		CUresult r_ = real_##name args;                                 \
@@ -229,26 +260,26 @@ TR_EXPORT CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp *p
 			state_transfer(-1);                                     \
 		return r_;                                                      \
 	}
-#define COPY(name, params, args, dst, src, n) COPY_(name, params, args, dst, src, n, 0, NULL)
-#define COPY_ON(name, params, args, dst, src, n) COPY_(name, params, args, dst, src, n, 0, st)
-#define HOST_COPY(name, params, args, dst, src, n) COPY_(name, params, args, dst, src, n, 1, NULL)
+#define COPY(name, params, args, dst, src, n, peer) COPY_(name, params, args, dst, src, n, 0, NULL, peer)
+#define COPY_ON(name, params, args, dst, src, n, peer) COPY_(name, params, args, dst, src, n, 0, st, peer)
+#define HOST_COPY(name, params, args, dst, src, n, peer) COPY_(name, params, args, dst, src, n, 1, NULL, peer)
 
-HOST_COPY(cuMemcpyHtoD_v2, (CUdeviceptr d, const void *h, size_t n), (d, h, n), d, 0, n)
-HOST_COPY(cuMemcpyDtoH_v2, (void *h, CUdeviceptr d, size_t n), (h, d, n), 0, d, n)
-COPY(cuMemcpyDtoD_v2, (CUdeviceptr d, CUdeviceptr s, size_t n), (d, s, n), d, s, n)
-HOST_COPY(cuMemcpy, (CUdeviceptr d, CUdeviceptr s, size_t n), (d, s, n), d, s, n)
-COPY_ON(cuMemcpyHtoDAsync_v2, (CUdeviceptr d, const void *h, size_t n, CUstream st), (d, h, n, st), d, 0, n)
-COPY_ON(cuMemcpyDtoHAsync_v2, (void *h, CUdeviceptr d, size_t n, CUstream st), (h, d, n, st), 0, d, n)
-COPY_ON(cuMemcpyDtoDAsync_v2, (CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st), (d, s, n, st), d, s, n)
-COPY_ON(cuMemcpyAsync, (CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st), (d, s, n, st), d, s, n)
-HOST_COPY(cuMemcpyHtoD_v2_ptds, (CUdeviceptr d, const void *h, size_t n), (d, h, n), d, 0, n)
-HOST_COPY(cuMemcpyDtoH_v2_ptds, (void *h, CUdeviceptr d, size_t n), (h, d, n), 0, d, n)
-COPY(cuMemcpyDtoD_v2_ptds, (CUdeviceptr d, CUdeviceptr s, size_t n), (d, s, n), d, s, n)
-HOST_COPY(cuMemcpy_ptds, (CUdeviceptr d, CUdeviceptr s, size_t n), (d, s, n), d, s, n)
-COPY_ON(cuMemcpyHtoDAsync_v2_ptsz, (CUdeviceptr d, const void *h, size_t n, CUstream st), (d, h, n, st), d, 0, n)
-COPY_ON(cuMemcpyDtoHAsync_v2_ptsz, (void *h, CUdeviceptr d, size_t n, CUstream st), (h, d, n, st), 0, d, n)
-COPY_ON(cuMemcpyDtoDAsync_v2_ptsz, (CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st), (d, s, n, st), d, s, n)
-COPY_ON(cuMemcpyAsync_ptsz, (CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st), (d, s, n, st), d, s, n)
+HOST_COPY(cuMemcpyHtoD_v2, (CUdeviceptr d, const void *h, size_t n), (d, h, n), d, 0, n, -1)
+HOST_COPY(cuMemcpyDtoH_v2, (void *h, CUdeviceptr d, size_t n), (h, d, n), 0, d, n, -1)
+COPY(cuMemcpyDtoD_v2, (CUdeviceptr d, CUdeviceptr s, size_t n), (d, s, n), d, s, n, 0)
+HOST_COPY(cuMemcpy, (CUdeviceptr d, CUdeviceptr s, size_t n), (d, s, n), d, s, n, 0)
+COPY_ON(cuMemcpyHtoDAsync_v2, (CUdeviceptr d, const void *h, size_t n, CUstream st), (d, h, n, st), d, 0, n, -1)
+COPY_ON(cuMemcpyDtoHAsync_v2, (void *h, CUdeviceptr d, size_t n, CUstream st), (h, d, n, st), 0, d, n, -1)
+COPY_ON(cuMemcpyDtoDAsync_v2, (CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st), (d, s, n, st), d, s, n, 1)
+COPY_ON(cuMemcpyAsync, (CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st), (d, s, n, st), d, s, n, 1)
+HOST_COPY(cuMemcpyHtoD_v2_ptds, (CUdeviceptr d, const void *h, size_t n), (d, h, n), d, 0, n, -1)
+HOST_COPY(cuMemcpyDtoH_v2_ptds, (void *h, CUdeviceptr d, size_t n), (h, d, n), 0, d, n, -1)
+COPY(cuMemcpyDtoD_v2_ptds, (CUdeviceptr d, CUdeviceptr s, size_t n), (d, s, n), d, s, n, 2)
+HOST_COPY(cuMemcpy_ptds, (CUdeviceptr d, CUdeviceptr s, size_t n), (d, s, n), d, s, n, 2)
+COPY_ON(cuMemcpyHtoDAsync_v2_ptsz, (CUdeviceptr d, const void *h, size_t n, CUstream st), (d, h, n, st), d, 0, n, -1)
+COPY_ON(cuMemcpyDtoHAsync_v2_ptsz, (void *h, CUdeviceptr d, size_t n, CUstream st), (h, d, n, st), 0, d, n, -1)
+COPY_ON(cuMemcpyDtoDAsync_v2_ptsz, (CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st), (d, s, n, st), d, s, n, 3)
+COPY_ON(cuMemcpyAsync_ptsz, (CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st), (d, s, n, st), d, s, n, 3)
 
 #define SET(name, vtype, width, params, args, st) TR_WRAP(name, params, args, WR(d, n *width, tr_stream_of(#name, st)))
 

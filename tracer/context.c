@@ -111,6 +111,21 @@ TR_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx)
 	return real_cuCtxDestroy_v2(ctx);
 }
 
+CUcontext ctx_primary(CUdevice dev)
+{
+	REAL(CUresult, cuDevicePrimaryCtxRetain, (CUcontext *, CUdevice));
+	static CUcontext primary[MAX_CTX]; /* guarded by lock */
+	if (dev < 0 || dev >= MAX_CTX)
+		return NULL;
+	pthread_mutex_lock(&lock);
+	CUcontext c = primary[dev];
+	if (!c && real_cuDevicePrimaryCtxRetain(&c, dev) != CUDA_SUCCESS)
+		c = NULL;
+	primary[dev] = c;
+	pthread_mutex_unlock(&lock);
+	return c;
+}
+
 /* The devices of the current context and of ctx. */
 static CUresult devices_of(CUcontext ctx, CUdevice *me, CUdevice *other)
 {

@@ -77,6 +77,9 @@ uint64_t gate_passed(void);
 /* context.c: contexts the process made current or created, to synchronise. */
 void ctx_note(CUcontext ctx);
 CUresult ctx_synchronize_all(void);
+/* Device dev's primary context, retained once for the life of the process
+ * (for peer copies the tracer makes); NULL if the driver refuses it. */
+CUcontext ctx_primary(CUdevice dev);
 
 /* alloc.c: device memory. Every allocation the application asks for is a
  * VMM allocation the tracer made with a POSIX fd handle type (an "object"),
@@ -95,6 +98,12 @@ CUresult alloc_free(CUdeviceptr dptr);
 CUresult alloc_peer_access(CUdevice from, CUdevice owner, bool on);
 /* Finds the buffer containing addr; false if none. */
 bool alloc_find(uint64_t addr, buffer_ref *out);
+/* Whether a copy of n bytes from src to dst, both ours, goes between two
+ * devices of which the current one cannot access both: the driver copies
+ * cuMemAlloc memory across devices without peer access, but a plain copy
+ * cannot reach VMM memory not opened to its device, so such a copy must be
+ * made a peer copy. Their devices in *dst_dev and *src_dev. */
+bool alloc_cross(uint64_t dst, uint64_t src, size_t n, CUdevice *dst_dev, CUdevice *src_dev);
 /* Counts a read or a write of buffer id by one call. */
 void alloc_count(uint32_t id, bool read, bool write);
 /* Copies out the buffer table; the caller frees *out. */

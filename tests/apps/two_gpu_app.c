@@ -2,17 +2,19 @@
  * two_gpu_app: one process using two GPUs, for checking that a checkpoint
  * brings each GPU's memory back to its own GPU.
  *
- *   two_gpu_app [MIB] [SEED]
+ *   two_gpu_app [MIB] [SEED] [nopeer]
  *
  * It allocates a buffer on GPU 0 and one on GPU 1 (MIB MiB each; default
  * 8), each in its device's primary context, and keeps a host copy of each.
  * Then, one operation after another, for ever: a memset of a range of
  * one buffer, a copy from the host into one, a peer copy of a range of
- * one GPU's buffer into the other's (cuMemcpyPeerAsync, both ways), or,
- * where the GPUs can reach each other, a plain cuMemcpyDtoDAsync between
- * them, run by either GPU, through peer access (cuCtxEnablePeerAccess both
- * ways at the start, as PyTorch does before copying between GPUs); after
- * each it applies the same operation to its host copies.
+ * one GPU's buffer into the other's (cuMemcpyPeerAsync, both ways), or a
+ * plain cuMemcpyDtoDAsync between them, run by either GPU. Where the GPUs
+ * can reach each other it enables peer access both ways at the start
+ * (cuCtxEnablePeerAccess, as PyTorch does before copying between GPUs),
+ * so that the plain copies go directly; with "nopeer", or without, the
+ * driver makes them peer copies. After each operation it applies the same
+ * one to its host copies.
  *
  * It prints "gpus U0 U1" (the UUIDs behind its ordinals 0 and 1) and
  * "peer access on" (or off) at the start, and "ops N" every 200 operations. On SIGUSR1 it waits for both
@@ -105,7 +107,7 @@ int main(int argc, char **argv)
 	int can01 = 0, can10 = 0;
 	check(cuDeviceCanAccessPeer(&can01, 0, 1), "cuDeviceCanAccessPeer");
 	check(cuDeviceCanAccessPeer(&can10, 1, 0), "cuDeviceCanAccessPeer");
-	int peer = can01 && can10;
+	int peer = can01 && can10 && !(argc > 3 && !strcmp(argv[3], "nopeer"));
 	for (int d = 0; d < 2 && peer; d++) {
 		check(cuCtxSetCurrent(ctx[d]), "cuCtxSetCurrent");
 		check(cuCtxEnablePeerAccess(ctx[1 - d], 0), "cuCtxEnablePeerAccess");
@@ -113,7 +115,7 @@ int main(int argc, char **argv)
 	printf("peer access %s\n", peer ? "on" : "off");
 	signal(SIGUSR1, on_usr1);
 	for (uint64_t op = 1;; op++) {
-		int d = (int)(next(&seed) % 2), kind = (int)(next(&seed) % (peer ? 4 : 3));
+		int d = (int)(next(&seed) % 2), kind = (int)(next(&seed) % 4);
 		int by = d; /* the GPU whose stream runs it */
 		size_t at = next(&seed) % bytes, len = 1 + next(&seed) % (bytes / 4);
 		if (at + len > bytes)
@@ -137,7 +139,8 @@ int main(int argc, char **argv)
 			memcpy(host[d] + at, host[1 - d] + from, len);
 		} else {
 			/* The same, as a plain copy that one of the two GPUs
-			 * runs: it reads or writes the other's memory. */
+			 * runs: it reads or writes the other's memory (through
+			 * peer access, or as the driver's peer copy). */
 			size_t from = next(&seed) % (bytes - len + 1);
 			by = (int)(next(&seed) % 2) ? d : 1 - d;
 			check(cuStreamSynchronize(st[1 - d]), "cuStreamSynchronize");

@@ -9,7 +9,10 @@
 #   3. examples/counter on GPU 0, checkpointed with stop kill and restored
 #      on GPU 1 (--device 0=1): it checks, and nvidia-smi shows its memory
 #      on GPU 1;
-#   4. PyTorch with the model split over the two GPUs
+#   4. two_gpu_app without peer access ("nopeer"), whose plain copies
+#      between the GPUs the tracer makes peer copies: it checks, and again
+#      after a stop kill and a restore;
+#   5. PyTorch with the model split over the two GPUs
 #      (examples/pytorch/train_mlp.py --split), checkpointed with stop
 #      kill and restored with the GPUs swapped: every step line is the
 #      uninterrupted run's.
@@ -19,8 +22,8 @@
 b=${PHOS_BUNDLE:-gpu-bundle}
 src=${PHOS_SRCDIR:-$b/..}
 mib=${PHOS_TWO_GPU_MIB:-1024}
-echo "1..4"
-skip() { for i in 1 2 3 4; do echo "ok $i # skip $1"; done; exit 0; }
+echo "1..5"
+skip() { for i in 1 2 3 4 5; do echo "ok $i # skip $1"; done; exit 0; }
 [ "$(id -u)" = 0 ] && [ -e /dev/fuse ] || skip "needs root and FUSE"
 ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
 [ "$ngpu" -ge 2 ] || skip "needs two GPUs (this machine has ${ngpu:-0})"
@@ -137,13 +140,30 @@ fi
 	echo "not ok 3 - the program did not come back intact on GPU 1"
 kill -9 "$pid" 2>/dev/null; gone "$pid"
 
-# 4. PyTorch, the model split over both GPUs, restored swapped.
+# 4. Without peer access: plain copies between the GPUs still work.
+pid=$(start "$work/pid4" "$b/apps/two_gpu_app" "$mib" "$(date +%s)" nopeer)
+echo "$pid" >>"$work/pids"
+out=$store/run/$pid.out
+ok=0
+if wait_line "$out" "^ops 200" 300 && grep -q '^peer access off' "$out" && verify "$pid" "$out"; then
+	"$phos" checkpoint "$pid" stop --name nopeer --kill --wait >/dev/null
+	gone "$pid"
+	rpid=$(restore "$mnt/$pid/checkpoints/nopeer")
+	[ "$rpid" = "$pid" ] && verify "$pid" "$out" && ok=1
+	echo "# nopeer: $(grep '^verify ok' "$out" | tail -1)"
+fi
+[ $ok = 1 ] && echo "ok 4 - without peer access, plain copies between the GPUs check, before and after a restore" ||
+	echo "not ok 4 - without peer access, the two-GPU process failed"
+grep -E 'FAILED|failed' "$out" | head -3 | sed 's/^/# /'
+kill -9 "$pid" 2>/dev/null; gone "$pid"
+
+# 5. PyTorch, the model split over both GPUs, restored swapped.
 if ! python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.device_count() >= 2 else 1)' 2>/dev/null; then
-	echo "ok 4 # skip no PyTorch with two GPUs"
+	echo "ok 5 # skip no PyTorch with two GPUs"
 	exit 0
 fi
 plain=$(python3 "$src/examples/pytorch/train_mlp.py" --split --steps 120 2>&1)
-pid=$(start "$work/pid4" python3 "$src/examples/pytorch/train_mlp.py" --split --steps 120 --sleep 0.05)
+pid=$(start "$work/pid5" python3 "$src/examples/pytorch/train_mlp.py" --split --steps 120 --sleep 0.05)
 echo "$pid" >>"$work/pids"
 out=$store/run/$pid.out
 ok=0
@@ -161,6 +181,6 @@ else
 	echo "# pytorch: no step 30 within 180 s; what it said:"
 	tail -5 "$out" "$store/run/$pid.err" 2>/dev/null | sed 's/^/# /'
 fi
-[ $ok = 1 ] && echo "ok 4 - PyTorch split over two GPUs, restored with the GPUs swapped, continues with the losses of an uninterrupted run" ||
-	echo "not ok 4 - the split PyTorch run did not continue exactly"
+[ $ok = 1 ] && echo "ok 5 - PyTorch split over two GPUs, restored with the GPUs swapped, continues with the losses of an uninterrupted run" ||
+	echo "not ok 5 - the split PyTorch run did not continue exactly"
 sed 's/^/# /' "$work/restore.err" | tail -5
