@@ -284,7 +284,8 @@ install: all
 # built here. check-gpu builds nothing.
 
 GPU_CU  := $(wildcard tests/gpu/*.cu)
-GPU_SH  := $(wildcard tests/gpu/*.sh) tests/criu_check_looks_good.sh
+# rig.sh is not a test: the tests source it (share/gpu-rig.sh in the bundle).
+GPU_SH  := $(filter-out tests/gpu/rig.sh,$(wildcard tests/gpu/*.sh)) tests/criu_check_looks_good.sh
 GPU_BIN := $(GPU_CU:tests/gpu/%.cu=$(BUNDLE)/progs/%)
 
 GPU_C   := $(wildcard tests/gpu/*.c)
@@ -353,7 +354,7 @@ gpu-bundle: $(GPU_BIN) $(GPU_KERNELS) $(GPU_BENCH) $(PHOS_IMAGE) $(BUILD)/bench/
 	@test "$(HAVE_NVCC)" = 1 || { echo "no nvcc under $(CUDA_HOME): the GPU programs need it" >&2; exit 1; }
 	mk/gpu-bundle.sh $(BUNDLE) bin:$(CRIU) bin:$(PHOS_IMAGE) bin:$(BUILD)/bench/image-bench bin:$(BUILD)/bench/store-bw lib:$(LIBPHOS) \
 		bin:$(PHOSFS) bin:$(PHOS_CLI) \
-		$(addprefix test:,$(GPU_SH))
+		$(addprefix test:,$(GPU_SH)) share:tests/gpu/rig.sh:gpu-rig.sh
 	install -d $(BUNDLE)/criu-plugins
 	install -m 0644 $(CRIU_PLUGIN) $(BUNDLE)/criu-plugins/
 	@du -sh $(BUNDLE)

@@ -4,7 +4,9 @@
 # beyond glibc, and the GPU tests with the programs they run.
 #
 #   mk/gpu-bundle.sh BUNDLE bin:PROGRAM... lib:LIBRARY... test:TEST_SCRIPT...
-# (the GPU test programs are already built into BUNDLE/progs by make)
+#                    share:FILE:NAME...
+# (the GPU test programs are already built into BUNDLE/progs by make;
+# share: files are what the tests source, in BUNDLE/share/NAME)
 #
 # Each PROGRAM goes to libexec/, with the shared libraries it needs beyond
 # glibc in lib/ and a wrapper in bin/ that points the loader there.
@@ -12,8 +14,8 @@ set -euo pipefail
 bundle=$1
 shift
 
-rm -rf "$bundle/bin" "$bundle/lib" "$bundle/libexec" "$bundle/tests"
-mkdir -p "$bundle/bin" "$bundle/lib" "$bundle/libexec" "$bundle/tests"
+rm -rf "$bundle/bin" "$bundle/lib" "$bundle/libexec" "$bundle/tests" "$bundle/share"
+mkdir -p "$bundle/bin" "$bundle/lib" "$bundle/libexec" "$bundle/tests" "$bundle/share"
 
 for item in "$@"; do
 	kind=${item%%:*} path=${item#*:}
@@ -41,6 +43,9 @@ WRAP
 		;;
 	test)
 		install -m 0755 "$path" "$bundle/tests/$(basename "${path%.sh}")"
+		;;
+	share)
+		install -m 0644 "${path%%:*}" "$bundle/share/${path#*:}"
 		;;
 	*)
 		echo "gpu-bundle: unknown item $item" >&2

@@ -21,41 +21,13 @@ if [ "$(id -u)" != 0 ] || [ ! -e /dev/fuse ]; then
 	for i in 1 2 3 4; do echo "ok $i # skip needs root and FUSE"; done
 	exit 0
 fi
-work=$(mktemp -d /dev/shm/phos-gpu.XXXXXX)
-mnt=$work/mnt store=$work/store
-mkdir -p "$mnt"
-export PHOS_MOUNT=$mnt PHOS_SOCKET=$work/sock PHOS_LIBPHOS=$b/lib/libphos.so
-"$b/bin/phosfs" --socket "$PHOS_SOCKET" --store "$store" --criu "$b/bin/criu" -f "$mnt" 2>"$work/phosfs.log" &
-fs=$!
-cleanup() {
-	for p in $(cat "$work"/pids 2>/dev/null); do kill -9 "$p" 2>/dev/null; done
-	kill "$fs" 2>/dev/null
-	wait "$fs" 2>/dev/null
-	sed 's/^/# phosfs: /' "$work/phosfs.log" | tail -20
-	rm -rf "$work"
-}
-trap cleanup EXIT
-for _ in $(seq 50); do [ -e "$mnt/version" ] && break; sleep 0.1; done
-phos="$b/bin/phos"
-
-wait_line() { # FILE PATTERN SECONDS
-	for _ in $(seq $(($3 * 10))); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.1; done
-	return 1
-}
-gone() { for _ in $(seq 100); do kill -0 "$1" 2>/dev/null || return 0; sleep 0.1; done; return 1; }
-now() { date +%s.%N; }
+. "$b/share/gpu-rig.sh"
+rig_mount gpu ||
+	{ for i in 1 2 3 4; do echo "not ok $i - phosfs did not mount (bundle $b)"; done; exit 1; }
 
 # 1. CUDA C, 16 GiB.
 # `phos run` stays the parent, so a killed process is reaped at once.
-start() { # FILE CMD...: runs CMD under phos, its pid in FILE
-	local f=$1
-	shift
-	"$phos" run -- "$@" >"$f" 2>/dev/null &
-	for _ in $(seq 50); do [ -s "$f" ] && break; sleep 0.1; done
-	cat "$f"
-}
 pid=$(start "$work/pid1" "$b/examples/counter" $((gib * 1024)))
-echo "$pid" >>"$work/pids"
 out=$store/run/$pid.out
 ok=0
 if wait_line "$out" "count 10" 300; then
@@ -86,8 +58,7 @@ if ! python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else
 else
 	plain=$(python3 "$src/examples/pytorch/train_mlp.py" --steps 120 2>&1)
 	pid=$(start "$work/pid2" python3 "$src/examples/pytorch/train_mlp.py" --steps 120 --sleep 0.05)
-	echo "$pid" >>"$work/pids"
-	out=$store/run/$pid.out
+		out=$store/run/$pid.out
 	ok=0
 	if wait_line "$out" "^step 30 " 120; then
 		"$phos" checkpoint "$pid" stop --wait | sed 's/^/# /'
@@ -128,7 +99,6 @@ kill -9 "$pid" 2>/dev/null
 
 # 4. Explicit gpuPairs: every GPU onto itself.
 pid=$(start "$work/pid4" "$b/examples/counter" 1024)
-echo "$pid" >>"$work/pids"
 out=$store/run/$pid.out
 ok=0
 if wait_line "$out" "count 10" 120; then

@@ -28,44 +28,9 @@ echo "1..2"
 skip() { for i in 1 2; do echo "ok $i # skip $1"; done; exit 0; }
 [ "$(id -u)" = 0 ] && [ -e /dev/fuse ] || skip "needs root and FUSE"
 nvidia-smi -L >/dev/null 2>&1 || skip "no GPU"
-work=$(mktemp -d /dev/shm/phos-cow.XXXXXX)
-mnt=$work/mnt store=$work/store
-mkdir -p "$mnt"
-export PHOS_MOUNT=$mnt PHOS_SOCKET=$work/sock PHOS_LIBPHOS=$b/lib/libphos.so
-"$b/bin/phosfs" --socket "$PHOS_SOCKET" --store "$store" --criu "$b/bin/criu" \
-	--criu-plugins "$b/criu-plugins" -f "$mnt" 2>"$work/phosfs.log" &
-fs=$!
-cleanup() {
-	for p in $(cat "$work"/pids 2>/dev/null); do pkill -9 -s "$p" 2>/dev/null; done
-	kill "$fs" 2>/dev/null
-	wait "$fs" 2>/dev/null
-	sed 's/^/# phosfs: /' "$work/phosfs.log" | tail -20
-	[ -d "${PHOS_KEEP_LOGS:-}" ] && cp "$work/phosfs.log" "$PHOS_KEEP_LOGS/cow-phosfs.log"
-	rm -rf "$work"
-}
-trap cleanup EXIT
-for _ in $(seq 50); do [ -e "$mnt/version" ] && break; sleep 0.1; done
-if ! [ -e "$mnt/version" ]; then
-	for i in 1 2; do echo "not ok $i - phosfs did not mount (bundle $b)"; done
-	exit 1
-fi
-phos="$b/bin/phos"
-wait_line() { # FILE PATTERN SECONDS
-	for _ in $(seq $(($3 * 10))); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.1; done
-	return 1
-}
-kill_job() {
-	pkill -9 -s "$1"
-	for _ in $(seq 100); do pgrep -s "$1" >/dev/null || return 0; sleep 0.1; done
-	return 1
-}
-start() { # FILE CMD...: runs CMD under phos, its pid in FILE
-	local f=$1
-	shift
-	"$phos" run -- "$@" >"$f" 2>/dev/null &
-	for _ in $(seq 50); do [ -s "$f" ] && break; sleep 0.1; done
-	cat "$f"
-}
+. "$b/share/gpu-rig.sh"
+rig_mount "$proto" --criu-plugins "$b/criu-plugins" ||
+	{ for i in 1 2; do echo "not ok $i - phosfs did not mount (bundle $b)"; done; exit 1; }
 # Sends SIGUSR1 and waits for the count of "verify ok" lines to pass $2.
 verify() { # PID COUNT OUT
 	kill -USR1 "$1"
@@ -79,7 +44,6 @@ verify() { # PID COUNT OUT
 
 # 1. cow_app
 pid=$(start "$work/pid1" "$b/apps/cow_app" "$b/apps/cow.cubin" "$mib" "$RANDOM")
-echo "$pid" >>"$work/pids"
 out=$store/run/$pid.out good=0
 if wait_line "$out" "^ops 200" 120; then
 	for i in $(seq "$iters"); do
@@ -118,7 +82,6 @@ fi
 steps=1500
 plain=$(python3 "$src/examples/pytorch/train_loader.py" --steps $steps --workers 0 2>&1)
 pid=$(start "$work/pid2" python3 "$src/examples/pytorch/train_loader.py" --steps $steps --workers 0 --sleep 0.03)
-echo "$pid" >>"$work/pids"
 out=$store/run/$pid.out ok=0 taken=0
 if [ "$proto" = recopy ] && wait_line "$out" "^step 20 " 180; then
 	sleep 30

@@ -15,40 +15,9 @@ skip() { for i in 1 2; do echo "ok $i # skip $1"; done; exit 0; }
 [ "$(id -u)" = 0 ] && [ -e /dev/fuse ] || skip "needs root and FUSE"
 python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null ||
 	skip "no PyTorch with CUDA"
-work=$(mktemp -d /dev/shm/phos-trees.XXXXXX)
-mnt=$work/mnt store=$work/store
-mkdir -p "$mnt"
-export PHOS_MOUNT=$mnt PHOS_SOCKET=$work/sock PHOS_LIBPHOS=$b/lib/libphos.so
-"$b/bin/phosfs" --socket "$PHOS_SOCKET" --store "$store" --criu "$b/bin/criu" \
-	--criu-plugins "$b/criu-plugins" -f "$mnt" 2>"$work/phosfs.log" &
-fs=$!
-cleanup() {
-	for p in $(cat "$work"/pids 2>/dev/null); do pkill -9 -s "$p" 2>/dev/null; done
-	kill "$fs" 2>/dev/null
-	wait "$fs" 2>/dev/null
-	sed 's/^/# phosfs: /' "$work/phosfs.log" | tail -20
-	rm -rf "$work"
-}
-trap cleanup EXIT
-for _ in $(seq 50); do [ -e "$mnt/version" ] && break; sleep 0.1; done
-phos="$b/bin/phos"
-wait_line() { # FILE PATTERN SECONDS
-	for _ in $(seq $(($3 * 10))); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.1; done
-	return 1
-}
-# Kills a job's whole session and waits until none of it is left.
-kill_job() {
-	pkill -9 -s "$1"
-	for _ in $(seq 100); do pgrep -s "$1" >/dev/null || return 0; sleep 0.1; done
-	return 1
-}
-start() { # FILE CMD...: runs CMD under phos, its pid in FILE
-	local f=$1
-	shift
-	"$phos" run -- "$@" >"$f" 2>/dev/null &
-	for _ in $(seq 50); do [ -s "$f" ] && break; sleep 0.1; done
-	cat "$f"
-}
+. "$b/share/gpu-rig.sh"
+rig_mount trees --criu-plugins "$b/criu-plugins" ||
+	{ for i in 1 2; do echo "not ok $i - phosfs did not mount (bundle $b)"; done; exit 1; }
 # JOB-NAME PLAIN-ARGS -- CMD...: run, checkpoint at step 30, kill, restore,
 # compare with the uninterrupted run.
 tree_case() {
@@ -58,8 +27,7 @@ tree_case() {
 	plain=$(python3 "$src/examples/pytorch/train_loader.py" --steps $steps "$@" 2>&1)
 	local pid
 	pid=$(start "$work/pid$n" "${runner[@]}" --steps $steps --sleep 0.05 "$@")
-	echo "$pid" >>"$work/pids"
-	local out=$store/run/$pid.out ok=0
+		local out=$store/run/$pid.out ok=0
 	if wait_line "$out" "^step 30 " 180; then
 		sed -n '/^members/,/^job:/p' "$mnt/$pid/status" | sed 's/^/# /'
 		"$phos" checkpoint "$pid" stop --wait | sed 's/^/# /'

@@ -27,37 +27,9 @@ skip() { for i in 1 2 3 4 5; do echo "ok $i # skip $1"; done; exit 0; }
 [ "$(id -u)" = 0 ] && [ -e /dev/fuse ] || skip "needs root and FUSE"
 ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
 [ "$ngpu" -ge 2 ] || skip "needs two GPUs (this machine has ${ngpu:-0})"
-work=$(mktemp -d /dev/shm/phos-two.XXXXXX)
-mnt=$work/mnt store=$work/store
-mkdir -p "$mnt"
-export PHOS_MOUNT=$mnt PHOS_SOCKET=$work/sock PHOS_LIBPHOS=$b/lib/libphos.so
-"$b/bin/phosfs" --socket "$PHOS_SOCKET" --store "$store" --criu "$b/bin/criu" \
-	--criu-plugins "$b/criu-plugins" -f "$mnt" >"$work/phosfs.log" 2>&1 &
-fs=$!
-cleanup() {
-	for p in $(cat "$work"/pids 2>/dev/null); do kill -9 "$p" 2>/dev/null; done
-	kill "$fs" 2>/dev/null
-	wait "$fs" 2>/dev/null
-	sed 's/^/# phosfs: /' "$work/phosfs.log" | tail -20
-	[ -d "${PHOS_KEEP_LOGS:-}" ] && cp "$work/phosfs.log" "$PHOS_KEEP_LOGS/two-gpus-phosfs.log"
-	rm -rf "$work"
-}
-trap cleanup EXIT
-for _ in $(seq 50); do [ -e "$mnt/version" ] && break; sleep 0.1; done
-phos="$b/bin/phos"
-wait_line() { # FILE PATTERN SECONDS
-	for _ in $(seq $(($3 * 10))); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.1; done
-	return 1
-}
-gone() { for _ in $(seq 100); do kill -0 "$1" 2>/dev/null || return 0; sleep 0.1; done; return 1; }
-now() { date +%s.%N; }
-start() { # FILE CMD...: runs CMD under phos, its pid in FILE
-	local f=$1
-	shift
-	"$phos" run -- "$@" >"$f" 2>/dev/null &
-	for _ in $(seq 50); do [ -s "$f" ] && break; sleep 0.1; done
-	cat "$f"
-}
+. "$b/share/gpu-rig.sh"
+rig_mount two-gpus --criu-plugins "$b/criu-plugins" ||
+	{ for i in 1 2 3 4 5; do echo "not ok $i - phosfs did not mount (bundle $b)"; done; exit 1; }
 verify() { # PID OUT: asks for a check; 0 when one more "verify ok" came
 	local n
 	n=$(grep -c '^verify ok' "$2")
@@ -69,7 +41,6 @@ verify() { # PID OUT: asks for a check; 0 when one more "verify ok" came
 	done
 	return 1
 }
-stall() { awk -F': ' '/^stall ms/ {print $2}' "$mnt/$1/status"; }
 restore() { # DIR [--device LIST]: prints the pid; the time goes to $work/rt
 	local t0 t1 p
 	t0=$(now)
@@ -81,7 +52,6 @@ restore() { # DIR [--device LIST]: prints the pid; the time goes to $work/rt
 
 # 1. Every protocol, each GPU's memory back to its own GPU.
 pid=$(start "$work/pid1" "$b/apps/two_gpu_app" "$mib" "$(date +%s)")
-echo "$pid" >>"$work/pids"
 out=$store/run/$pid.out
 good=0
 if wait_line "$out" "^ops 200" 300; then
@@ -123,7 +93,6 @@ kill -9 "$pid" 2>/dev/null; gone "$pid"
 
 # 3. A one-GPU program, from GPU 0 to GPU 1.
 pid=$(start "$work/pid3" "$b/examples/counter" "$mib")
-echo "$pid" >>"$work/pids"
 out=$store/run/$pid.out
 ok=0
 if wait_line "$out" "count 10" 120; then
@@ -142,7 +111,6 @@ kill -9 "$pid" 2>/dev/null; gone "$pid"
 
 # 4. Without peer access: plain copies between the GPUs still work.
 pid=$(start "$work/pid4" "$b/apps/two_gpu_app" "$mib" "$(date +%s)" nopeer)
-echo "$pid" >>"$work/pids"
 out=$store/run/$pid.out
 ok=0
 if wait_line "$out" "^ops 200" 300 && grep -q '^peer access off' "$out" && verify "$pid" "$out"; then
@@ -164,7 +132,6 @@ if ! python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.device_count() >= 2
 fi
 plain=$(python3 "$src/examples/pytorch/train_mlp.py" --split --steps 120 2>&1)
 pid=$(start "$work/pid5" python3 "$src/examples/pytorch/train_mlp.py" --split --steps 120 --sleep 0.05)
-echo "$pid" >>"$work/pids"
 out=$store/run/$pid.out
 ok=0
 if wait_line "$out" "^step 30 " 180; then
