@@ -78,6 +78,9 @@ static char stop_only[96];
  * memory follows peer access; our objects need cuMemSetAccess for it). */
 #define MAX_DEVICES 16
 static uint64_t peers[MAX_DEVICES];
+/* The devices objects were ever made on (bit per ordinal; written under
+ * lock, read without): one bit means no copy can go between devices. */
+static atomic_uint_fast64_t obj_devices;
 /* Per block size (256 B << class) and device: a slab that last had room. */
 #define SLAB_CLASSES 14
 static uint32_t slab_hint[MAX_DEVICES][SLAB_CLASSES];
@@ -204,6 +207,8 @@ static CUresult object_new(CUdevice dev, uint64_t size, uint32_t block, uint32_t
 	}
 	object *o = &objs[nobjs];
 	*o = (object){ .va = va, .size = size, .dev = dev, .h = h, .block = block, .live = true };
+	if (dev >= 0 && dev < 64)
+		atomic_fetch_or(&obj_devices, (uint_fast64_t)1 << dev);
 	if (block) {
 		o->bitmap = calloc((size / block + 63) / 64, sizeof(uint64_t));
 		if (!o->bitmap) {
@@ -423,6 +428,9 @@ bool alloc_cross(uint64_t dst, uint64_t src, size_t n, CUdevice *dst_dev, CUdevi
 {
 	CUdevice cur;
 	buffer_ref d, s;
+	uint_fast64_t devs = atomic_load_explicit(&obj_devices, memory_order_relaxed);
+	if (!(devs & (devs - 1))) /* objects on one device at most */
+		return false;
 	if (!n || current_device(&cur) || !alloc_find(dst, &d) || !alloc_find(src, &s))
 		return false;
 	pthread_rwlock_rdlock(&lock);
