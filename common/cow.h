@@ -25,6 +25,19 @@
  * (PENDING -> COPYING -> OFF) and, at the final stall, copies again those
  * that are dirty by then. Tracking ends when the process parks.
  *
+ * A table in LAZY mode serves a lazy restore: it is sent (WIRE_LAZY)
+ * before the restored process runs, has no pool, and holds one state word
+ * per object (its `first` is its own index, and `chunk` is unused):
+ *
+ *   LAZY_ABSENT -> LAZY_FILLING -> LAZY_SENT -> LAZY_PRESENT
+ *        (the job makes and fills new memory, sends its fd on the
+ *         connection; the tracer maps it at the old VA)
+ *
+ * A call whose read or write set touches an object that is not PRESENT
+ * sets its COW_URGENT bit, which the job fills next, and waits; a call
+ * whose set cannot be bounded waits until `off` (objects PRESENT, or freed
+ * and skipped) reaches nobjs. The job ends the fill with WIRE_END.
+ *
  * Every move is a compare-and-swap, so exactly one side owns each step.
  * The slot of a shadowed chunk is in bits 8-31 of its state. The job
  * bumps `progress` (a futex word) after every move it makes and wakes
@@ -33,8 +46,13 @@
 #ifndef PHOS_COW_H
 #define PHOS_COW_H
 
+#include <limits.h>
+#include <linux/futex.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
 
 #define COW_MAGIC 0x57434850u /* "PHCW" */
 #define COW_VERSION 2
@@ -55,6 +73,15 @@ enum cow_chunk_state {
 enum cow_mode {
 	COW_MODE_COW = 0,   /* protect the t1 bytes of a copy-on-write checkpoint */
 	COW_MODE_TRACK = 1, /* mark the chunks written, for a recopy checkpoint */
+	COW_MODE_LAZY = 2,  /* objects come back while the restored process runs */
+};
+
+/* LAZY: the state of an object (its state word, with COW_URGENT). */
+enum lazy_object_state {
+	LAZY_ABSENT = 0,  /* not back: a call that touches it waits */
+	LAZY_FILLING = 1, /* the job is filling new memory from the image */
+	LAZY_SENT = 2,    /* its fd is on the way to the tracer */
+	LAZY_PRESENT = 3, /* mapped at its VA again (or freed, and skipped) */
 };
 #define COW_NO_SLOT 0xffffffu
 
@@ -111,6 +138,19 @@ static inline _Atomic uint64_t *cow_slots(cow_header *h)
 {
 	uintptr_t p = (uintptr_t)(cow_chunks(h) + h->nchunks);
 	return (_Atomic uint64_t *)((p + 7) & ~(uintptr_t)7);
+}
+
+/* The futex word w: wake every waiter, or wait while it holds seen (at
+ * most ns nanoseconds). */
+static inline void cow_futex_wake(_Atomic uint32_t *w)
+{
+	syscall(SYS_futex, (uint32_t *)w, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+}
+
+static inline void cow_futex_wait(_Atomic uint32_t *w, uint32_t seen, long ns)
+{
+	struct timespec ts = { ns / 1000000000L, ns % 1000000000L };
+	syscall(SYS_futex, (uint32_t *)w, FUTEX_WAIT, seen, &ts, NULL, 0);
 }
 
 static inline uint64_t cow_chunks_of(uint64_t size, uint32_t chunk)

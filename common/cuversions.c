@@ -49,6 +49,8 @@ static const version_map versions[] = {
 	{ "cuMemcpy3DBatchAsync", 13000, "_v2" },
 	{ "cuStreamWriteValue32", 11070, "_v2" },
 	{ "cuStreamWriteValue64", 11070, "_v2" },
+	{ "cuStreamWaitValue32", 11070, "_v2" },
+	{ "cuStreamWaitValue64", 11070, "_v2" },
 	{ "cuStreamBatchMemOp", 11070, "_v2" },
 	{ "cuStreamDestroy", 4000, "_v2" },
 	{ "cuEventDestroy", 4000, "_v2" },

@@ -23,6 +23,12 @@
  *   tracer -> phosfs  OBJECTS    records + fds (batches), then TRACKED
  *   phosfs -> tracer  COW        the TRACK table (common/cow.h)
  *   tracer -> phosfs  UNPARKED   tracking; the process runs
+ *   phosfs -> tracer  LAZY       (lazy restore, before UNPARK) the table of
+ *                                the objects still to come (common/cow.h)
+ *   phosfs -> tracer  OBJECTS    (lazy restore, after UNPARKED) each object
+ *                                as it is filled, record + fd
+ *   phosfs -> tracer  END        every object was sent and mapped: the fill
+ *                                ended, and the job closes the connection
  *   either            ERROR      a message a person can read
  *
  * While parked, the tracer keeps nothing open that phosfs holds the other
@@ -62,6 +68,7 @@ enum wire_type {
 	WIRE_TRACK,
 	WIRE_TRACKED,
 	WIRE_DEVICES,
+	WIRE_LAZY,
 };
 
 typedef struct wire_header {
@@ -127,7 +134,7 @@ typedef struct wire_kernel {
 	uint32_t name_len;      /* name bytes after the record, then padding to 8 */
 } wire_kernel;
 
-/* WIRE_COW: the table (fd 0), a pidfd of the copying job (fd 1: it
+/* WIRE_COW and WIRE_LAZY: the table (fd 0), a pidfd of the copying job (fd 1: it
  * becomes readable when the job ends, whatever pid namespace the process
  * is in) and, if pool_bytes, the shadow pool's device memory (fd 2),
  * exported by phosfs. */

@@ -1,11 +1,13 @@
 /*
  * Images back to device memory (the fill of a restore). The job makes
- * new allocations in its own context. Then, one device at a time,
- * COPY_WORKERS threads take chunks from a shared cursor; each moves its
- * chunks through NBUF pinned buffers of its own, a stream each, so that
- * one chunk is on the bus while the next is read from the image. The
- * reader is safe from several threads, so reading and checking run on
- * every worker at once. (The copy out is copy-out.c.)
+ * new allocations in its own context and fills them with a filler:
+ * COPY_WORKERS threads that live as long as it, each with NBUF pinned
+ * buffers and a stream per device, so that one chunk is on the bus while
+ * the next is read from the image. A pass is one device's objects (all of
+ * them for an eager restore, one at a time for a lazy one); its workers
+ * take chunks from a shared cursor. The reader is safe from several
+ * threads, so reading and checking run on every worker at once. (The copy
+ * out is copy-out.c.)
  */
 #include <errno.h>
 #include <pthread.h>
@@ -19,21 +21,32 @@
 #define COPY_WORKERS 4
 #define NBUF 2
 
-/* One device's share of a copy, which its workers take chunks from. */
+/* One device's share of a fill, which the workers take chunks from. */
 typedef struct pass {
 	int device;
-	phosimg *img; /* the image read */
 	const mapping *maps;
 	const uint32_t *ids; /* the image's object id of each mapping */
 	int *objs;           /* this device's objects: indices into maps */
 	uint64_t *first;     /* first[i]: chunks before objs[i]; first[n]: all */
 	int n;
-	engine_progress *prog;
 	_Atomic uint64_t next; /* the next chunk to take */
 	_Atomic int error;     /* the first error; the workers stop at it */
 	pthread_mutex_t lock;  /* guards err */
 	char err[ENGINE_ERR_MAX];
 } pass;
+
+struct engine_filler {
+	phosimg *img; /* the image read */
+	engine_progress *prog;
+	pthread_mutex_t lock; /* guards the fields below */
+	pthread_cond_t go, idle;
+	pass *pass;   /* the pass under way */
+	uint64_t gen; /* passes started */
+	int busy;     /* workers still in the pass */
+	bool stop;
+	pthread_t th[COPY_WORKERS];
+	int nth;
+};
 
 /* A pinned buffer, its stream and the chunk it holds. */
 typedef struct slot {
@@ -71,9 +84,9 @@ static int settle(slot *s, const char *what, char *err, size_t errlen)
 }
 
 /* Copy in: reads the chunk from the image and queues it to the device. */
-static int fill(pass *p, slot *s, const mapping *m, char *err, size_t errlen)
+static int fill(engine_filler *f, slot *s, const mapping *m, char *err, size_t errlen)
 {
-	int e = phosimg_read(p->img, s->obj, s->off, s->buf, s->len);
+	int e = phosimg_read(f->img, s->obj, s->off, s->buf, s->len);
 	if (e)
 		return engine_fail(e, err, errlen, "reading the image: %s",
 				   *phosimg_last_error() ? phosimg_last_error() : strerror(-e));
@@ -81,19 +94,18 @@ static int fill(pass *p, slot *s, const mapping *m, char *err, size_t errlen)
 	if (r)
 		return driver_fail(r, err, errlen, "copying the image to the device");
 	s->busy = true;
-	if (p->prog)
-		atomic_fetch_add(&p->prog->done, s->len);
+	if (f->prog)
+		atomic_fetch_add(&f->prog->done, s->len);
 	return 0;
 }
 
-/* Takes chunks until none are left or the pass failed. */
-static void *worker(void *arg)
+/* Takes chunks of pass p until none are left or it failed, through the
+ * slots of p's device (made at first use). */
+static void run(engine_filler *f, pass *p, slot *s)
 {
-	pass *p = arg;
 	char err[ENGINE_ERR_MAX] = "";
-	slot s[NBUF] = { 0 };
 	int e = driver_use(p->device, err, sizeof(err));
-	for (int i = 0; i < NBUF && !e; i++) {
+	for (int i = 0; i < NBUF && !e && !s[i].buf; i++) {
 		CUresult r = cu.cuMemAllocHost(&s[i].buf, ENGINE_CHUNK);
 		if (!r)
 			r = cu.cuStreamCreate(&s[i].stream, CU_STREAM_NON_BLOCKING);
@@ -106,7 +118,7 @@ static void *worker(void *arg)
 		e = settle(sl, "copying the image to the device", err, sizeof(err));
 		if (e)
 			break;
-		if (p->prog && atomic_load(&p->prog->cancel)) {
+		if (f->prog && atomic_load(&f->prog->cancel)) {
 			e = engine_fail(-ECANCELED, err, sizeof(err), "cancelled");
 			break;
 		}
@@ -118,27 +130,113 @@ static void *worker(void *arg)
 		sl->obj = p->ids[p->objs[i]];
 		sl->off = (g - p->first[i]) * ENGINE_CHUNK;
 		sl->len = m->len - sl->off < ENGINE_CHUNK ? (size_t)(m->len - sl->off) : ENGINE_CHUNK;
-		e = fill(p, sl, m, err, sizeof(err));
+		e = fill(f, sl, m, err, sizeof(err));
 	}
 	for (int i = 0; i < NBUF; i++) {
 		int de = settle(&s[i], "copying the image to the device", e ? NULL : err, sizeof(err));
 		e = e ? e : de;
 	}
-	for (int i = 0; i < NBUF; i++) {
-		if (s[i].stream)
-			cu.cuStreamDestroy(s[i].stream);
-		if (s[i].buf)
-			cu.cuMemFreeHost(s[i].buf);
-	}
 	if (e)
 		pass_fail(p, e, err);
+}
+
+/* A worker: runs each pass the filler starts, until it stops. */
+static void *worker(void *arg)
+{
+	engine_filler *f = arg;
+	slot s[PHOSIMG_DEVICES_MAX][NBUF];
+	memset(s, 0, sizeof(s));
+	uint64_t seen = 0;
+	for (;;) {
+		pthread_mutex_lock(&f->lock);
+		while (!f->stop && f->gen == seen)
+			pthread_cond_wait(&f->go, &f->lock);
+		pass *p = f->stop ? NULL : f->pass;
+		seen = f->gen;
+		pthread_mutex_unlock(&f->lock);
+		if (!p)
+			break;
+		if (p->device >= 0 && p->device < PHOSIMG_DEVICES_MAX)
+			run(f, p, s[p->device]);
+		else
+			pass_fail(p, -EINVAL, "a device out of range");
+		pthread_mutex_lock(&f->lock);
+		if (--f->busy == 0)
+			pthread_cond_broadcast(&f->idle);
+		pthread_mutex_unlock(&f->lock);
+	}
+	for (int d = 0; d < PHOSIMG_DEVICES_MAX; d++) {
+		if (!s[d][0].buf && !s[d][1].buf)
+			continue;
+		driver_use(d, NULL, 0);
+		for (int i = 0; i < NBUF; i++) {
+			if (s[d][i].stream)
+				cu.cuStreamDestroy(s[d][i].stream);
+			if (s[d][i].buf)
+				cu.cuMemFreeHost(s[d][i].buf);
+		}
+	}
 	return NULL;
 }
 
-/* Fills every mapping (all of them already made) from img, one device at
- * a time, with the workers. */
-static int run_passes(const mapping *maps, const uint32_t *ids, int n, phosimg *img, engine_progress *prog,
-		      char *err, size_t errlen)
+int engine_filler_start(phosimg *img, engine_progress *prog, engine_filler **out, char *err, size_t errlen)
+{
+	engine_filler *f = calloc(1, sizeof(*f));
+	if (!f)
+		return engine_fail(-ENOMEM, err, errlen, "out of memory");
+	f->img = img;
+	f->prog = prog;
+	pthread_mutex_init(&f->lock, NULL);
+	pthread_cond_init(&f->go, NULL);
+	pthread_cond_init(&f->idle, NULL);
+	for (; f->nth < COPY_WORKERS; f->nth++) {
+		int pe = pthread_create(&f->th[f->nth], NULL, worker, f);
+		if (pe) {
+			engine_filler_stop(f);
+			return engine_fail(-pe, err, errlen, "cannot start a copy thread: %s", strerror(pe));
+		}
+	}
+	*out = f;
+	return 0;
+}
+
+void engine_filler_stop(engine_filler *f)
+{
+	if (!f)
+		return;
+	pthread_mutex_lock(&f->lock);
+	f->stop = true;
+	pthread_cond_broadcast(&f->go);
+	pthread_mutex_unlock(&f->lock);
+	for (int i = 0; i < f->nth; i++)
+		pthread_join(f->th[i], NULL);
+	pthread_mutex_destroy(&f->lock);
+	pthread_cond_destroy(&f->go);
+	pthread_cond_destroy(&f->idle);
+	free(f);
+}
+
+/* Runs pass p on every worker and waits for its end; its error. */
+static int run_pass(engine_filler *f, pass *p, char *err, size_t errlen)
+{
+	pthread_mutex_init(&p->lock, NULL);
+	pthread_mutex_lock(&f->lock);
+	f->pass = p;
+	f->gen++;
+	f->busy = f->nth;
+	pthread_cond_broadcast(&f->go);
+	while (f->busy)
+		pthread_cond_wait(&f->idle, &f->lock);
+	f->pass = NULL;
+	pthread_mutex_unlock(&f->lock);
+	pthread_mutex_destroy(&p->lock);
+	int e = atomic_load(&p->error);
+	return e ? engine_fail(e, err, errlen, "%s", p->err) : 0;
+}
+
+/* Fills every mapping (all of them already made) from the image, one
+ * device at a time. */
+static int run_passes(engine_filler *f, const mapping *maps, const uint32_t *ids, int n, char *err, size_t errlen)
 {
 	int *objs = calloc(n ? (size_t)n : 1, sizeof(*objs));
 	uint64_t *first = calloc((size_t)n + 1, sizeof(*first));
@@ -147,8 +245,7 @@ static int run_passes(const mapping *maps, const uint32_t *ids, int n, phosimg *
 	for (int k = 0; k < n && !e; k++) {
 		if (done[k])
 			continue;
-		pass p = { .device = maps[k].device, .img = img, .maps = maps, .ids = ids,
-			   .objs = objs, .first = first, .prog = prog };
+		pass p = { .device = maps[k].device, .maps = maps, .ids = ids, .objs = objs, .first = first };
 		for (int j = k; j < n; j++) {
 			if (done[j] || maps[j].device != p.device)
 				continue;
@@ -157,23 +254,7 @@ static int run_passes(const mapping *maps, const uint32_t *ids, int n, phosimg *
 			first[p.n + 1] = first[p.n] + chunks_of(maps[j].len);
 			p.n++;
 		}
-		pthread_mutex_init(&p.lock, NULL);
-		pthread_t th[COPY_WORKERS];
-		int started = 0;
-		uint64_t want = first[p.n] < COPY_WORKERS ? first[p.n] : COPY_WORKERS;
-		for (; started < (int)want; started++) {
-			int pe = pthread_create(&th[started], NULL, worker, &p);
-			if (pe) {
-				pass_fail(&p, -pe, "cannot start a copy thread");
-				break;
-			}
-		}
-		for (int i = 0; i < started; i++)
-			pthread_join(th[i], NULL);
-		pthread_mutex_destroy(&p.lock);
-		e = atomic_load(&p.error);
-		if (e)
-			engine_fail(e, err, errlen, "%s", p.err);
+		e = run_pass(f, &p, err, errlen);
 	}
 	free(objs);
 	free(first);
@@ -199,48 +280,68 @@ static int create(mapping *m, uint64_t size, int dev, char *err, size_t errlen)
 	return mapping_map(m, h, bytes, dev, err, errlen);
 }
 
-int engine_copy_in(phosimg *img, const engine_devmap *map, engine_parked *out, engine_progress *prog, char *err,
-		   size_t errlen)
+/* The record of image object o, as its tracer knows it. */
+static wire_object record_of(const phosimg_object *o)
+{
+	bool app = o->flags & PHOSIMG_OBJ_APP_VMM;
+	return (wire_object){ .key = app ? o->key : o->va, .va = o->va, .size = o->size, .device = o->device,
+			      .flags = app ? WIRE_OBJ_APP : 0 };
+}
+
+/* Exports m's memory as an fd (its device's context current). */
+static int export(const mapping *m, int *fd, char *err, size_t errlen)
+{
+	*fd = -1;
+	int e = driver_use(m->device, err, errlen);
+	CUresult r = e ? CUDA_SUCCESS : cu.cuMemExportToShareableHandle(fd, m->h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+	return e ? e : r ? driver_fail(r, err, errlen, "exporting device memory") : 0;
+}
+
+int engine_copy_in(phosimg *img, const engine_devmap *map, const bool *sel, engine_parked *out, engine_progress *prog,
+		   char *err, size_t errlen)
 {
 	const phosimg_info *in = phosimg_get_info(img);
 	memset(out, 0, sizeof(*out));
-	int n = (int)in->object_count;
+	int all = (int)in->object_count, n = 0;
+	for (int k = 0; k < all; k++)
+		n += !sel || sel[k];
 	out->objs = calloc(n ? (size_t)n : 1, sizeof(*out->objs));
 	out->fds = calloc(n ? (size_t)n : 1, sizeof(*out->fds));
 	out->pids = calloc(n ? (size_t)n : 1, sizeof(*out->pids));
 	mapping *maps = calloc(n ? (size_t)n : 1, sizeof(*maps));
 	uint32_t *ids = calloc(n ? (size_t)n : 1, sizeof(*ids));
 	int e = out->objs && out->fds && out->pids && maps && ids ? 0 : -ENOMEM;
+	if (e)
+		engine_fail(e, err, errlen, "out of memory");
 	out->cap = n;
-	for (int k = 0; k < n && !e; k++) {
+	for (int k = 0, i = 0; k < all && !e; k++) {
+		if (sel && !sel[k])
+			continue;
 		const phosimg_object *o = &in->objects[k];
-		ids[k] = (uint32_t)k;
+		ids[i] = (uint32_t)k;
 		int dev = engine_devmap_to(map, o->device);
 		e = driver_use(dev, err, errlen);
 		if (!e)
-			e = create(&maps[k], o->size, dev, err, errlen);
+			e = create(&maps[i], o->size, dev, err, errlen);
 		/* The object's bytes, not the rounded-up allocation's. */
-		maps[k].len = o->size;
+		maps[i++].len = o->size;
 	}
-	if (!e)
-		e = run_passes(maps, ids, n, img, prog, err, errlen);
-	for (int k = 0; k < n && !e; k++) {
-		const phosimg_object *o = &in->objects[k];
-		int fd = -1;
-		e = driver_use(engine_devmap_to(map, o->device), err, errlen);
-		CUresult r = e ? CUDA_SUCCESS
-			       : cu.cuMemExportToShareableHandle(&fd, maps[k].h,
-								 CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
-		if (r)
-			e = driver_fail(r, err, errlen, "exporting device memory");
+	engine_filler *f = NULL;
+	if (!e && n)
+		e = engine_filler_start(img, prog, &f, err, errlen);
+	if (!e && n)
+		e = run_passes(f, maps, ids, n, err, errlen);
+	engine_filler_stop(f);
+	for (int i = 0; i < n && !e; i++) {
+		const phosimg_object *o = &in->objects[ids[i]];
+		int fd;
+		e = export(&maps[i], &fd, err, errlen);
 		if (e)
 			break;
-		bool app = o->flags & PHOSIMG_OBJ_APP_VMM;
-		out->objs[k] = (wire_object){ .key = app ? o->key : o->va, .va = o->va, .size = o->size,
-					      .device = o->device, .flags = app ? WIRE_OBJ_APP : 0 };
-		out->fds[k] = fd;
-		out->pids[k] = o->pid;
-		out->n = k + 1;
+		out->objs[i] = record_of(o);
+		out->fds[i] = fd;
+		out->pids[i] = o->pid;
+		out->n = i + 1;
 	}
 	/* The fds keep the memory; phosfs's mappings and handles go. */
 	if (maps)
@@ -249,5 +350,30 @@ int engine_copy_in(phosimg *img, const engine_devmap *map, engine_parked *out, e
 	free(ids);
 	if (e)
 		engine_parked_free(out);
+	return e;
+}
+
+int engine_fill_object(engine_filler *f, uint32_t k, int dev, wire_object *rec, int *fd, char *err, size_t errlen)
+{
+	const phosimg_info *in = phosimg_get_info(f->img);
+	*fd = -1;
+	if (k >= in->object_count)
+		return engine_fail(-EINVAL, err, errlen, "no object %u in the image", k);
+	const phosimg_object *o = &in->objects[k];
+	mapping m = { 0 };
+	int e = driver_use(dev, err, errlen);
+	if (!e)
+		e = create(&m, o->size, dev, err, errlen);
+	m.len = o->size;
+	int idx = 0;
+	uint64_t first[2] = { 0, chunks_of(o->size) };
+	pass p = { .device = dev, .maps = &m, .ids = &k, .objs = &idx, .first = first, .n = 1 };
+	if (!e)
+		e = run_pass(f, &p, err, errlen);
+	if (!e)
+		e = export(&m, fd, err, errlen);
+	if (!e)
+		*rec = record_of(o);
+	mapping_unmap_all(&m, 1);
 	return e;
 }

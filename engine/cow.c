@@ -6,7 +6,6 @@
  */
 #include <errno.h>
 #include <limits.h>
-#include <linux/futex.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -78,7 +77,7 @@ static int make_table(engine_cow *c, engine_cow_member *m, const engine_parked *
 	for (int i = 0; i < n; i++) {
 		const wire_object *o = &all->objs[from + i];
 		idx[i] = from + i;
-		nchunks += cow_chunks_of(o->size, chunk);
+		nchunks += mode == COW_MODE_LAZY ? 1 : cow_chunks_of(o->size, chunk);
 		bytes += o->size;
 		if (o->device < PHOSIMG_DEVICES_MAX)
 			dev_bytes[o->device] += o->size;
@@ -121,7 +120,7 @@ static int make_table(engine_cow *c, engine_cow_member *m, const engine_parked *
 			atomic_store(&co->freed, 1);
 		c->table_of[idx[i]] = (int)(m - c->m);
 		c->first_of[idx[i]] = first;
-		first += cow_chunks_of(o->size, chunk);
+		first += mode == COW_MODE_LAZY ? 1 : cow_chunks_of(o->size, chunk);
 	}
 	free(idx);
 	return 0;
@@ -172,7 +171,7 @@ void engine_cow_wake(cow_header *t)
 {
 	atomic_fetch_add(&t->progress, 1);
 	if (atomic_load(&t->waiters))
-		syscall(SYS_futex, (uint32_t *)&t->progress, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+		cow_futex_wake(&t->progress);
 }
 
 void engine_cow_end(engine_cow *c)

@@ -45,6 +45,7 @@ enum engine_step {
 	STEP_RESTORE, /* restore: criu restore */
 	STEP_DRAIN,   /* stop: staged memory written into the image, the process running */
 	STEP_TRACK,   /* recopy: memory copied while the process runs, its writes tracked */
+	STEP_LAZY,    /* lazy restore: device memory filled while the process runs */
 	STEP_DONE,
 };
 
@@ -86,6 +87,14 @@ typedef struct engine_progress {
 	/* Restore: the moves of GPUs it made ("" for none), set before the
 	 * driver restore. */
 	char devices[512];
+	/* Restore: lazy (the tree ran before its device memory was back);
+	 * nanoseconds from the start until the tree ran, and until all its
+	 * memory was back (0 until then); objects filled because a call
+	 * waited for them. A lazy restore's waits are counted in waits and
+	 * wait_ns (calls that waited for their buffers), net_waits and
+	 * net_wait_ns (calls that waited for everything). */
+	_Atomic bool lazy;
+	_Atomic uint64_t resume_ns, full_ns, on_demand;
 } engine_progress;
 
 /* Moves p to step, adding the time since the last move to the step it
@@ -224,7 +233,8 @@ typedef struct engine_cow {
 
 /* Makes a table (enum cow_mode) for each process of all, and a shadow
  * pool of up to pool bytes (0: none) on the device where it has most
- * memory. Errors:
+ * memory. A LAZY table has one state word per object (chunk unused).
+ * Errors:
  * -ENOMEM, errno of memfd_create, -EIO (the driver; err says which call). */
 int engine_cow_prepare(engine_cow *c, const engine_parked *all, uint32_t chunk, uint64_t pool, uint32_t mode,
 		       char *err, size_t errlen);
@@ -248,6 +258,14 @@ void engine_cow_free(engine_cow *c);
  * it runs. Errors: -ETIMEDOUT, -EPROTO, -EIO (err says why). */
 int engine_unpark(pid_t pid, pid_t tid, const engine_tracer *t, const engine_parked *objs,
 		  const engine_cow_member *cow, char *err, size_t errlen);
+
+/* The same for a lazy restore: the objects sent before the process runs
+ * are objs, the rest are listed in the LAZY table lazy, and the
+ * connection stays open for them: *conn is the caller's to send the
+ * objects on as they are filled, then WIRE_END, and to close. Errors: as
+ * engine_unpark. */
+int engine_unpark_lazy(pid_t pid, pid_t tid, const engine_tracer *t, const engine_parked *objs,
+		       const engine_cow_member *lazy, int *conn, char *err, size_t errlen);
 
 /* The tid of pid's tracer control thread ("phos-control"), or -ESRCH. */
 pid_t engine_find_control_thread(pid_t pid);
@@ -421,12 +439,27 @@ int engine_staging_alloc(engine_staging *s, int fd, uint64_t want, uint32_t chun
 /* Unpins and unmaps it (s is emptied). */
 void engine_staging_free(engine_staging *s);
 
-/* Makes a new allocation for every object of img, on the device map
- * sends its device to (NULL: the same ordinal), fills it from the image,
- * and returns the records, fds and pids in *out, ready for unpark; the
- * records keep the process's own device ordinals. */
-int engine_copy_in(phosimg *img, const engine_devmap *map, engine_parked *out, engine_progress *prog, char *err,
-		   size_t errlen);
+/* Makes a new allocation for every object of img (those with sel[k]
+ * set; sel NULL: all), on the device map sends its device to (NULL: the
+ * same ordinal), fills it from the image, and returns the records, fds
+ * and pids in *out, ready for unpark; the records keep the process's own
+ * device ordinals. Errors: -ENOMEM, -EIO (the driver), -ECANCELED, the
+ * reader's (a chunk that does not check: -EBADMSG); err says which. */
+int engine_copy_in(phosimg *img, const engine_devmap *map, const bool *sel, engine_parked *out, engine_progress *prog,
+		   char *err, size_t errlen);
+
+/* Threads that fill device memory from an image, one object or device at
+ * a time; they count the bytes in prog->done. */
+typedef struct engine_filler engine_filler;
+/* Starts them (driver_open first); img must outlive them. Errors:
+ * -ENOMEM, errno of pthread_create. */
+int engine_filler_start(phosimg *img, engine_progress *prog, engine_filler **out, char *err, size_t errlen);
+/* Makes new memory for image object k on device dev, fills it, and
+ * returns its record (as the tracer knows it) and an fd that holds it.
+ * Errors: as engine_copy_in. */
+int engine_fill_object(engine_filler *f, uint32_t k, int dev, wire_object *rec, int *fd, char *err, size_t errlen);
+/* Stops the threads and frees f (NULL: nothing). */
+void engine_filler_stop(engine_filler *f);
 
 /* ---- a job runs in a process of its own (phosfs/job-process.c) ------------- */
 
@@ -438,6 +471,7 @@ typedef struct engine_shared {
 	_Atomic int finished; /* result and err are final */
 	int32_t result;       /* 0 or a negative errno */
 	_Atomic int32_t pid;  /* restore: the restored pid, once known */
+	_Atomic int32_t resumed; /* restore: the root's pid, once the tree runs (a lazy one's memory may still come) */
 	char err[ENGINE_ERR_MAX];
 } engine_shared;
 

@@ -4,6 +4,7 @@
  */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -168,8 +169,10 @@ int engine_park(pid_t pid, int conn, engine_parked *out, char *err, size_t errle
 	return engine_collect(pid, conn, WIRE_PARK, WIRE_PARKED, "park", out, err, errlen);
 }
 
-int engine_unpark(pid_t pid, pid_t tid, const engine_tracer *t, const engine_parked *objs,
-		  const engine_cow_member *cow, char *err, size_t errlen)
+/* engine_unpark, and engine_unpark_lazy when keep is not NULL: cow is
+ * then the LAZY table, and *keep the connection, kept open. */
+static int unpark(pid_t pid, pid_t tid, const engine_tracer *t, const engine_parked *objs,
+		  const engine_cow_member *cow, int *keep, char *err, size_t errlen)
 {
 	int e = t->expect(t->arg, pid);
 	if (e)
@@ -195,7 +198,8 @@ int engine_unpark(pid_t pid, pid_t tid, const engine_tracer *t, const engine_par
 		wire_cow wc = { .table_bytes = cow->bytes, .pool_bytes = cow->pool_bytes, .pool_device = cow->pool_device };
 		int self = (int)syscall(SYS_pidfd_open, getpid(), 0);
 		int fds[3] = { cow->fd, self, cow->pool_fd };
-		e = self < 0 ? -errno : wire_send(conn, WIRE_COW, &wc, sizeof(wc), 1, fds, cow->pool_bytes ? 3 : 2);
+		e = self < 0 ? -errno
+			     : wire_send(conn, keep ? WIRE_LAZY : WIRE_COW, &wc, sizeof(wc), 1, fds, cow->pool_bytes ? 3 : 2);
 		if (self >= 0)
 			close(self);
 	}
@@ -218,11 +222,30 @@ int engine_unpark(pid_t pid, pid_t tid, const engine_tracer *t, const engine_par
 	} else if (e) {
 		engine_fail(e, err, errlen, "unparking failed: %s", strerror(-e));
 	}
+	if (!e && keep) {
+		*keep = fcntl(conn, F_DUPFD_CLOEXEC, 3);
+		if (*keep < 0)
+			e = engine_fail(-errno, err, errlen, "cannot keep process %d's connection: %s", (int)pid,
+					strerror(errno));
+	}
 	if (e)
 		t->drop(t->arg, pid);
 	else
 		t->adopt(t->arg, pid);
 	return e;
+}
+
+int engine_unpark(pid_t pid, pid_t tid, const engine_tracer *t, const engine_parked *objs,
+		  const engine_cow_member *cow, char *err, size_t errlen)
+{
+	return unpark(pid, tid, t, objs, cow, NULL, err, errlen);
+}
+
+int engine_unpark_lazy(pid_t pid, pid_t tid, const engine_tracer *t, const engine_parked *objs,
+		       const engine_cow_member *lazy, int *conn, char *err, size_t errlen)
+{
+	*conn = -1;
+	return unpark(pid, tid, t, objs, lazy, conn, err, errlen);
 }
 
 pid_t engine_find_control_thread(pid_t pid)

@@ -62,6 +62,7 @@ int ctl_parse(const char *buf, size_t len, bool root, ctl_cmd *out, char *err, s
 		if (words[1][0] != '/')
 			return bad(err, errlen, "restore needs an absolute path, not '%.200s'", words[1]);
 		bool mode = false;
+		out->lazy = true; /* the default */
 		for (int i = 2; i < n; i++) {
 			const char *w = words[i];
 			if (!strcmp(w, "eager") || !strcmp(w, "lazy")) {

@@ -27,7 +27,7 @@ typedef struct ctl_cmd {
 	enum ctl_proto proto; /* checkpoint */
 	bool kill;            /* checkpoint: end the process after it */
 	char name[CTL_NAME_MAX + 1]; /* checkpoint: "" = the next number */
-	bool lazy;            /* restore */
+	bool lazy;            /* restore: lazy (the default) or eager */
 	char dir[CTL_MAX];    /* restore */
 	char devices[CTL_MAX]; /* restore: the moves of GPUs, "" for none */
 } ctl_cmd;

@@ -444,6 +444,24 @@ static void copy_status(const engine_progress *p, text *out)
 		    ms(atomic_load(&p->wait_ns)), atomic_load(&p->net_waits), ms(atomic_load(&p->net_wait_ns)));
 }
 
+/* What a restore showed: how long until the tree ran and until all its
+ * memory was back, and the calls that waited for memory meanwhile. */
+static void restore_status(engine_progress *p, text *out)
+{
+	bool lazy = atomic_load(&p->lazy);
+	add(out, "restore: %s\n", lazy ? "lazy" : "eager");
+	if (atomic_load(&p->resume_ns))
+		add(out, "resumed ms: %.1f\n", ms(atomic_load(&p->resume_ns)));
+	if (atomic_load(&p->full_ns))
+		add(out, "fully restored ms: %.1f\n", ms(atomic_load(&p->full_ns)));
+	if (lazy)
+		add(out,
+		    "on-demand waits: %" PRIu64 " (%.1f ms)\nsafety-net waits: %" PRIu64 " (%.1f ms)\n"
+		    "filled on demand: %" PRIu64 " objects\n",
+		    atomic_load(&p->waits), ms(atomic_load(&p->wait_ns)), atomic_load(&p->net_waits),
+		    ms(atomic_load(&p->net_wait_ns)), atomic_load(&p->on_demand));
+}
+
 /* The job part of status, for a process or for the root. */
 static void job_status(target *t, text *out)
 {
@@ -466,6 +484,8 @@ static void job_status(target *t, text *out)
 					add(out, " %s %.1f", engine_step_name(st), ms(atomic_load(&p->step_ns[st])));
 			add(out, "\n");
 			copy_status(p, out);
+		} else if (t->kind == CTL_RESTORE) {
+			restore_status(p, out);
 		}
 	} else {
 		add(out, "job: none\n");
@@ -477,7 +497,7 @@ static void job_status(target *t, text *out)
 			/* In the order the job goes through them. */
 			static const int ckpt[] = { STEP_PARK,   STEP_LOCK,   STEP_DUMP,  STEP_COPY,
 						    STEP_UNLOCK, STEP_UNPARK, STEP_DRAIN, STEP_PUBLISH };
-			static const int rest[] = { STEP_FILL, STEP_RESTORE, STEP_UNLOCK, STEP_UNPARK };
+			static const int rest[] = { STEP_FILL, STEP_RESTORE, STEP_UNLOCK, STEP_UNPARK, STEP_LAZY };
 			bool r = t->kind == CTL_RESTORE;
 			size_t n = r ? sizeof(rest) / sizeof(*rest) : sizeof(ckpt) / sizeof(*ckpt);
 			add(out, "steps ms:");
@@ -490,6 +510,8 @@ static void job_status(target *t, text *out)
 		}
 		if (*t->job && t->kind == CTL_CHECKPOINT)
 			copy_status(&t->last_prog, out);
+		if (*t->job && t->kind == CTL_RESTORE && !t->pid)
+			restore_status(&t->last_prog, out);
 	}
 	if (*t->last)
 		add(out, "last checkpoint: %s\n", t->last);

@@ -530,16 +530,44 @@ int job_cancel(target *t, char *err, size_t errlen)
 	return e;
 }
 
+/* A restore job that runs on after its tree does (lazy): waits for it. */
+typedef struct restore_watch {
+	target *t;
+	spawn s;
+} restore_watch;
+
+static void *restore_watch_main(void *arg)
+{
+	restore_watch *w = arg;
+	finish_job(w->t, &w->s, false);
+	free(w);
+	return NULL;
+}
+
+/* Waits until the restore job's tree runs or the job ends; the root pid
+ * that runs, or 0. */
+static pid_t await_resume(spawn *s)
+{
+	for (;;) {
+		pid_t pid = atomic_load(&s->sh->resumed);
+		if (pid > 0 || atomic_load(&s->sh->finished))
+			return pid;
+		siginfo_t si = { 0 };
+		if (waitid(P_PID, (id_t)s->child, &si, WEXITED | WNOHANG | WNOWAIT) == 0 && si.si_pid == s->child)
+			return atomic_load(&s->sh->resumed);
+		struct timespec ts = { 0, 2000000 };
+		nanosleep(&ts, NULL);
+	}
+}
+
 int job_restore(const ctl_cmd *c, pid_t *pid, char *err, size_t errlen)
 {
-	if (c->lazy)
-		return engine_fail(-EOPNOTSUPP, err, errlen, "lazy restore is not available in this version; use eager");
 	target *r = target_root();
 	char logdir[PATH_MAX], log[PATH_MAX + 64];
 	snprintf(logdir, sizeof(logdir), "%s/.logs", phosfs_store);
 	mkdir(logdir, 0700);
 	snprintf(log, sizeof(log), "%s/restore-%lld-%d.log", logdir, (long long)time(NULL), (int)gettid());
-	char *args[12] = { "restore", "--image", (char *)c->dir, "--criu", (char *)phosfs_criu, "--log", log };
+	char *args[13] = { "restore", "--image", (char *)c->dir, "--criu", (char *)phosfs_criu, "--log", log };
 	int k = 7;
 	if (*c->devices) {
 		args[k++] = "--devices";
@@ -549,30 +577,57 @@ int job_restore(const ctl_cmd *c, pid_t *pid, char *err, size_t errlen)
 		args[k++] = "--plugins";
 		args[k++] = (char *)phosfs_criu_plugins;
 	}
+	if (c->lazy)
+		args[k++] = "--lazy";
 	args[k] = NULL;
-	/* One restore at a time: the root target holds its outcome. */
-	static pthread_mutex_t one = PTHREAD_MUTEX_INITIALIZER;
-	pthread_mutex_lock(&one);
+	/* One restore at a time: the root target holds its outcome. A lazy
+	 * one is busy until all its memory is back. */
+	pthread_mutex_lock(&r->lock);
+	while (r->busy)
+		pthread_cond_wait(&r->done, &r->lock);
+	r->busy = true;
+	pthread_mutex_unlock(&r->lock);
 	spawn s;
 	int e = spawn_job(args, NULL, 0, &s, err, errlen);
+	pthread_mutex_lock(&r->lock);
 	if (e) {
-		pthread_mutex_unlock(&one);
+		r->busy = false;
+		pthread_cond_broadcast(&r->done);
+		pthread_mutex_unlock(&r->lock);
 		return e;
 	}
-	pthread_mutex_lock(&r->lock);
-	snprintf(r->job, sizeof(r->job), "restore %.80s", c->dir);
+	snprintf(r->job, sizeof(r->job), "restore %.80s%s", c->dir, c->lazy ? " lazy" : " eager");
 	r->error[0] = 0;
 	r->restored = 0;
+	r->result = 0;
 	r->kind = CTL_RESTORE;
+	r->sh = s.sh;
 	pthread_mutex_unlock(&r->lock);
-	finish_job(r, &s, false);
-	pthread_mutex_lock(&r->lock);
-	e = r->result;
-	*pid = r->restored;
-	if (e)
-		snprintf(err, errlen, "%s", r->error);
-	pthread_mutex_unlock(&r->lock);
-	pthread_mutex_unlock(&one);
+	pid_t runs = await_resume(&s);
+	restore_watch *w = runs > 0 && !atomic_load(&s.sh->finished) ? malloc(sizeof(*w)) : NULL;
+	pthread_t th;
+	if (w) {
+		*w = (restore_watch){ .t = r, .s = s };
+		pthread_mutex_lock(&r->lock);
+		r->restored = runs;
+		pthread_mutex_unlock(&r->lock);
+		if (pthread_create(&th, NULL, restore_watch_main, w) == 0) {
+			pthread_detach(th);
+			*pid = runs;
+		} else {
+			free(w);
+			w = NULL;
+		}
+	}
+	if (!w) {
+		finish_job(r, &s, false);
+		pthread_mutex_lock(&r->lock);
+		e = r->result;
+		*pid = r->restored;
+		if (e)
+			snprintf(err, errlen, "%s", r->error);
+		pthread_mutex_unlock(&r->lock);
+	}
 	target *t = !e && *pid > 0 ? target_get(*pid, true) : NULL;
 	if (t) {
 		pthread_mutex_lock(&t->lock);

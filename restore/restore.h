@@ -21,6 +21,7 @@ typedef struct restore_args {
 	const engine_tracer *tracer;
 	engine_progress *prog;
 	pid_t *pid; /* the restored tree's root, once known */
+	_Atomic int32_t *resumed; /* set to the root's pid once the tree runs (NULL: not told) */
 } restore_args;
 
 /* Checks the syntax of a --device list: "OLD=NEW[,OLD=NEW…]", each side an
@@ -44,5 +45,17 @@ int restore_devices(const phosimg_info *in, const char *spec, engine_devmap *map
  * pid of the tree is taken), restore_devices' errors (nothing was
  * started), -EIO (CRIU or the driver failed; err says which). */
 int restore_eager(const restore_args *a, char *err, size_t errlen);
+
+/* Lazy restore: as eager, but the tree runs right after CRIU and driver
+ * restore, with only the application's own VMM objects back; the rest
+ * comes back while it runs. A call that touches an object not yet back
+ * waits until it is filled (first), and the others follow in the order
+ * the image records (its objects' order: the tracer's guess at first
+ * use). *a->resumed is set (to its root's pid) once the tree runs; returns when all its
+ * memory is back. prog says how long each took, and how often and how
+ * long calls waited. Errors: as restore_eager; an error after the tree
+ * ran (a chunk that does not check, the driver) kills the tree, and err
+ * says so. */
+int restore_lazy(const restore_args *a, char *err, size_t errlen);
 
 #endif

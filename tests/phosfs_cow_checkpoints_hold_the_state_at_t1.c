@@ -17,6 +17,11 @@
  * copies come back as they were at t1, and it runs on from there, so a
  * byte of the image that is not the t1 byte fails the check.
  *
+ * The restores alternate between eager and lazy. A lazily restored
+ * process runs on at once, its buffers coming back while it runs, and
+ * checks every buffer while they do; the next checkpoint waits for the
+ * fill to end.
+ *
  * PHOS_COW_ITERATIONS sets the number of iterations (default 100).
  */
 #include "phosfs_test.h"
@@ -32,7 +37,7 @@ int main(void)
 	rig r;
 	rig_require(&r);
 	int iters = getenv("PHOS_COW_ITERATIONS") ? atoi(getenv("PHOS_COW_ITERATIONS")) : 100;
-	plan(iters + 5);
+	plan(iters + 6);
 	r.opts[0] = "--chunk";
 	r.opts[1] = "256K";
 	r.opts[2] = "--shadow-pool";
@@ -40,9 +45,11 @@ int main(void)
 	char out[PATH_MAX], ctl[160], status[160], st[4096], prev[PATH_MAX] = "";
 	pid_t pid = rig_cow_start(&r, out, ctl, status);
 
-	long shadows = 0, net = 0, waits = 0;
-	int nverify = 0, good = 0;
+	long shadows = 0, net = 0, waits = 0, lazy_waits = 0;
+	int nverify = 0, good = 0, lazy_good = 0;
 	for (int it = 0; it < iters; it++) {
+		bool lazy = it % 2;
+		r.restore_mode = lazy ? "lazy" : "eager";
 		usleep((useconds_t)(rand() % 150000));
 		char c[64], last[256] = "", image[PATH_MAX];
 		int n = snprintf(c, sizeof(c), "checkpoint name=c%d\n", it);
@@ -57,10 +64,19 @@ int main(void)
 		int live = done && rig_cow_verified(pid, out, &nverify, 5000);
 		int back = rig_kill_restore(&r, pid, img, image, st, sizeof(st));
 		int restored = back && rig_cow_verified(pid, out, &nverify, 5000);
-		char line[128] = "";
+		int filled = back && rig_restore_done(&r, 30000, st, sizeof(st));
+		restored = restored && filled;
+		long lw = stat_of(st, "on-demand waits: ");
+		if (lazy && restored) {
+			lazy_good++;
+			lazy_waits += lw > 0 ? lw : 0;
+		}
+		char line[128] = "", more[64] = "";
 		rig_line(out, "verify ok", 0, line, sizeof(line));
-		ok(done && cow && img && live && restored, "iteration %d: cow image verifies, the live process and its restore match t1 (%s; shadows %ld, waits %ld, net %ld)",
-		   it, line, sh, w, nw);
+		if (lazy)
+			snprintf(more, sizeof(more), "; on-demand waits %ld", lw);
+		ok(done && cow && img && live && restored, "iteration %d: cow image verifies, the live process and its %s restore match t1 (%s; shadows %ld, waits %ld, net %ld%s)",
+		   it, r.restore_mode, line, sh, w, nw, more);
 		if (!(done && cow && img && live && restored))
 			diag("e=%s done=%d cow=%d image=%d live=%d restored=%d: %s", e ? strerror(e) : "0", done, cow, img,
 			     live, restored, last);
@@ -73,6 +89,9 @@ int main(void)
 	}
 	ok(shadows > 0, "writes during the copies were shadowed (%ld shadows in %d iterations)", shadows, good);
 	ok(net > 0, "T** launches during the copies were held by the safety net (%ld; %ld other waits)", net, waits);
+	ok(lazy_good > 0 && lazy_waits > 0,
+	   "lazily restored processes ran before their memory was back: %ld calls waited for a buffer in %d lazy restores",
+	   lazy_waits, lazy_good);
 
 	/* cancel during a CoW checkpoint: nothing is published, the process
 	 * runs on intact, and the next checkpoint works. */

@@ -17,6 +17,8 @@
  * is a `recopy kill`, as a migration takes it: the checkpoint ends the
  * process, and the restore runs on.
  *
+ * The restores alternate between eager and lazy, as in the CoW test.
+ *
  * PHOS_RECOPY_ITERATIONS sets the number of iterations (default 40).
  */
 #include "phosfs_test.h"
@@ -43,7 +45,8 @@ int main(void)
 	long clean = 0, dirty = 0;
 	int nverify = 0;
 	for (int it = 0; it < iters; it++) {
-		bool last_one = it == iters - 1;
+		bool last_one = it == iters - 1, lazy = it % 2;
+		r.restore_mode = lazy ? "lazy" : "eager";
 		usleep((useconds_t)(rand() % 150000));
 		char c[64], last[256] = "", image[PATH_MAX];
 		int n = snprintf(c, sizeof(c), "checkpoint recopy name=r%d%s\n", it, last_one ? " kill" : "");
@@ -64,12 +67,13 @@ int main(void)
 					     : rig_cow_verified(pid, out, &nverify, 5000));
 		int back = rig_kill_restore(&r, pid, img, image, st, sizeof(st));
 		int restored = back && rig_cow_verified(pid, out, &nverify, 5000);
+		restored = restored && rig_restore_done(&r, 30000, st, sizeof(st));
 		char line[128] = "";
 		rig_line(out, "verify ok", 0, line, sizeof(line));
 		ok(done && recopy && img && live && restored,
-		   "iteration %d: %s image verifies, %s, its restore matches t2 (%s; %ld bytes from the running copy, %ld dirty)",
-		   it, last_one ? "recopy kill" : "recopy", last_one ? "the process ended" : "the live process matches", line,
-		   cl, dr);
+		   "iteration %d: %s image verifies, %s, its %s restore matches t2 (%s; %ld bytes from the running copy, %ld dirty)",
+		   it, last_one ? "recopy kill" : "recopy", last_one ? "the process ended" : "the live process matches",
+		   r.restore_mode, line, cl, dr);
 		if (!(done && recopy && img && live && restored))
 			diag("e=%s done=%d recopy=%d image=%d live=%d restored=%d: %s", e ? strerror(e) : "0", done, recopy,
 			     img, live, restored, last);

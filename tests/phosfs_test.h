@@ -28,6 +28,7 @@ typedef struct rig {
 		criu[PATH_MAX];
 	pid_t fs;
 	const char *opts[8]; /* more phosfs options, NULL-terminated */
+	const char *restore_mode; /* "eager" or "lazy" for rig_restore; NULL: the default (lazy) */
 } rig;
 
 static inline void rig_cleanup(rig *r);
@@ -286,12 +287,15 @@ static inline int rig_job_done(rig *r, pid_t pid, int ms, char *last, size_t len
 	return 0;
 }
 
-/* Restores the image at dir through /ctl; 0 when status then names pid
- * as restored, else an errno (the status is left in st). */
+/* Restores the image at dir through /ctl (in r->restore_mode); 0 when
+ * status then names pid as restored, else an errno (the status is left in
+ * st). A lazy restore returns once the process runs; its memory may
+ * still be coming back. */
 static inline int rig_restore(rig *r, const char *dir, pid_t pid, char *st, size_t len)
 {
 	char cmd[PATH_MAX + 16], ctl[160], status[160], want[64];
-	snprintf(cmd, sizeof(cmd), "restore %s\n", dir);
+	snprintf(cmd, sizeof(cmd), "restore %s%s%s\n", dir, r->restore_mode ? " " : "",
+		 r->restore_mode ? r->restore_mode : "");
 	snprintf(ctl, sizeof(ctl), "%s/ctl", r->mnt);
 	snprintf(status, sizeof(status), "%s/status", r->mnt);
 	snprintf(want, sizeof(want), "restored pid: %d\n", (int)pid);
@@ -330,6 +334,20 @@ static inline int rig_next_iteration(char *prev, const char *image, int back, co
 	diag("the process could not be restored: %s", st);
 	for (int k = it + 1; k < iters; k++)
 		ok(0, "iteration %d: not run (no process to checkpoint)", k);
+	return 0;
+}
+
+/* Waits up to ms for the restore in progress to end (status says
+ * "fully restored ms"); its status is left in st. 1 when it did. */
+static inline int rig_restore_done(rig *r, int ms, char *st, size_t len)
+{
+	char status[160];
+	snprintf(status, sizeof(status), "%s/status", r->mnt);
+	for (int t = 0; t < ms; t += 20) {
+		if (rig_read(status, st, len) && strstr(st, "job: none") && strstr(st, "fully restored ms: "))
+			return 1;
+		usleep(20000);
+	}
 	return 0;
 }
 

@@ -44,6 +44,7 @@ typedef struct buffer {
 	int slot; /* in the state table, or -1 */
 	bool live;
 	atomic_uint_fast64_t reads, writes;
+	atomic_uint_fast64_t last; /* the use count at its last read or write; 0: none */
 } buffer;
 
 /*
@@ -67,6 +68,7 @@ static _Atomic(uint32_t *) by_va; /* live buffer ids sorted by va */
 static atomic_uint nby_va;
 static uint32_t by_va_cap;
 static atomic_uint seq;
+static atomic_uint_fast64_t uses; /* reads and writes counted so far */
 /* Index arrays the index outgrew: a racing reader may still be in one, so
  * they are kept for the life of the process. Each is half the next. */
 static uint32_t *retired[40];
@@ -230,6 +232,7 @@ static void object_drop(uint32_t id)
 	REAL(CUresult, cuMemAddressFree, (CUdeviceptr, size_t));
 	object *o = &objs[id];
 	cow_freed(o->va, o->size);
+	lazy_freed(o->va, o->size);
 	if (o->h) {
 		real_cuMemUnmap(o->va, o->size);
 		real_cuMemRelease(o->h);
@@ -474,6 +477,8 @@ void alloc_count(uint32_t id, bool read, bool write)
 	if (id >= atomic_load_explicit(&nbufs, memory_order_acquire))
 		return;
 	buffer *b = buf(id);
+	atomic_store_explicit(&b->last, atomic_fetch_add_explicit(&uses, 1, memory_order_relaxed) + 1,
+			      memory_order_relaxed);
 	if (read)
 		atomic_fetch_add_explicit(&b->reads, 1, memory_order_relaxed);
 	if (write)
@@ -584,8 +589,22 @@ bool alloc_parked(void)
 	return parked;
 }
 
-/* Hands every object to emit; with release, then unmaps and releases
- * them all (park), else they stay mapped (a recopy's tracking). */
+/* Per object, its last use, while hand_over sorts; guarded by lock. */
+static uint64_t *last_use;
+
+/* Objects by their last use, least recent first, and those never used
+ * after all: the order in which a restored process is likely to need them
+ * (what it used last before the checkpoint it will use again last in its
+ * next round), which a lazy restore prefetches in. */
+static int by_last_use(const void *a, const void *b)
+{
+	uint64_t x = last_use[*(const uint32_t *)a] - 1, y = last_use[*(const uint32_t *)b] - 1;
+	return x < y ? -1 : x > y ? 1 : (*(const uint32_t *)a > *(const uint32_t *)b) - (*(const uint32_t *)a < *(const uint32_t *)b);
+}
+
+/* Hands every object to emit, in the order by_last_use gives; with
+ * release, then unmaps and releases them all (park), else they stay
+ * mapped (a recopy's tracking). */
 static int hand_over(alloc_emit_fn emit, void *arg, bool release)
 {
 	REAL(CUresult, cuMemExportToShareableHandle,
@@ -596,18 +615,35 @@ static int hand_over(alloc_emit_fn emit, void *arg, bool release)
 	int e = parked ? -EALREADY : 0;
 	obj_batch batch;
 	batch_init(&batch, emit, arg);
-	/* Each object's write history: the writes of its buffers. */
+	/* Each object's write history (the writes of its buffers), and its
+	 * last use (the latest of its buffers'). */
 	uint64_t *writes = calloc(nobjs ? nobjs : 1, sizeof(*writes));
+	uint32_t *order = calloc(nobjs ? nobjs : 1, sizeof(*order));
+	last_use = calloc(nobjs ? nobjs : 1, sizeof(*last_use));
+	if (!last_use) {
+		free(order);
+		order = NULL;
+	}
 	uint32_t nb = atomic_load(&nby_va);
 	const uint32_t *ids = atomic_load(&by_va);
-	for (uint32_t i = 0; writes && i < nb; i++) {
+	for (uint32_t i = 0; writes && last_use && i < nb; i++) {
 		const buffer *b = buf(ids[i]);
-		if (b->obj != NO_OBJECT && b->obj < nobjs)
+		if (b->obj != NO_OBJECT && b->obj < nobjs) {
 			writes[b->obj] += atomic_load(&b->writes);
+			uint64_t l = atomic_load(&b->last);
+			last_use[b->obj] = l > last_use[b->obj] ? l : last_use[b->obj];
+		}
 	}
+	for (uint32_t i = 0; order && i < nobjs; i++)
+		order[i] = i;
+	if (order)
+		qsort(order, nobjs, sizeof(*order), by_last_use);
+	free(last_use);
+	last_use = NULL;
 	/* Hand over every object first: nothing is released until phosfs
 	 * holds all of them. */
-	for (uint32_t i = 0; i < nobjs && !e && !batch.err; i++) {
+	for (uint32_t k = 0; k < nobjs && !e && !batch.err; k++) {
+		uint32_t i = order ? order[k] : k;
 		object *o = &objs[i];
 		if (!o->live)
 			continue;
@@ -630,6 +666,7 @@ static int hand_over(alloc_emit_fn emit, void *arg, bool release)
 		batch_add(&batch, &rec, fd);
 	}
 	free(writes);
+	free(order);
 	int be = batch_finish(&batch);
 	e = e ? e : be;
 	if (!e && release) {
@@ -657,34 +694,38 @@ int alloc_export(alloc_emit_fn emit, void *arg)
 	return hand_over(emit, arg, false);
 }
 
-int alloc_unpark(const wire_object *recs, const int *fds, int n)
+/* Maps the objects of recs again from their fds; lock held for writing.
+ * Strict (an unpark): every record must name a parked object. Lenient (a
+ * lazy restore's arrivals): one that names no parked object was freed
+ * meanwhile, and is skipped. */
+static int map_objects(const wire_object *recs, const int *fds, int n, bool lenient)
 {
 	REAL(CUresult, cuMemImportFromShareableHandle,
 	     (CUmemGenericAllocationHandle *, void *, CUmemAllocationHandleType));
 	REAL(CUresult, cuMemRelease, (CUmemGenericAllocationHandle));
-	pthread_rwlock_wrlock(&lock);
 	int e = 0;
-	for (int k = 0; k < n && !e; k++) {
+	for (int k = 0; k < n && (!e || lenient); k++) {
 		if (recs[k].flags & WIRE_OBJ_APP)
 			continue; /* vmm.c's */
 		uint32_t i = 0;
 		while (i < nobjs && !(objs[i].live && objs[i].va == recs[k].key && objs[i].size == recs[k].size))
 			i++;
 		if (i == nobjs || objs[i].h) {
-			e = -ENOENT;
-			break;
+			if (!lenient)
+				e = -ENOENT;
+			continue;
 		}
 		object *o = &objs[i];
 		CUmemGenericAllocationHandle h;
 		if (real_cuMemImportFromShareableHandle(&h, (void *)(intptr_t)fds[k],
 							CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)) {
 			e = -EIO;
-			break;
+			continue;
 		}
 		if (map_at(o->va, o->size, h, o->dev)) {
 			real_cuMemRelease(h);
 			e = -EIO;
-			break;
+			continue;
 		}
 		o->h = h;
 		int kept = fcntl(fds[k], F_DUPFD_CLOEXEC, 3);
@@ -696,13 +737,28 @@ int alloc_unpark(const wire_object *recs, const int *fds, int n)
 		all &= !objs[i].live || objs[i].h != 0;
 	if (all && parked) {
 		parked = false;
-		uint32_t n = atomic_load(&nby_va);
+		uint32_t nb = atomic_load(&nby_va);
 		const uint32_t *ids = atomic_load(&by_va);
-		for (uint32_t i = 0; i < n; i++)
+		for (uint32_t i = 0; i < nb; i++)
 			state_set(buf(ids[i])->slot, WIRE_PRESENT);
 	}
-	pthread_rwlock_unlock(&lock);
 	return e ? e : (all ? 0 : -EAGAIN);
+}
+
+int alloc_unpark(const wire_object *recs, const int *fds, int n)
+{
+	pthread_rwlock_wrlock(&lock);
+	int e = map_objects(recs, fds, n, false);
+	pthread_rwlock_unlock(&lock);
+	return e;
+}
+
+int alloc_arrive(const wire_object *recs, const int *fds, int n)
+{
+	pthread_rwlock_wrlock(&lock);
+	int e = map_objects(recs, fds, n, true);
+	pthread_rwlock_unlock(&lock);
+	return e == -EAGAIN ? 0 : e;
 }
 
 void alloc_forget_fds(void)

@@ -3,32 +3,43 @@
  * another context's memory: 2D and 3D copies, peer copies and 2D sets.
  * They pass the gate, and while a CoW copy runs the bytes they write are
  * protected: the exact span from the first byte to the last for 2D, peer
- * and set calls; 3D copies go through the safety net.
+ * and set calls; while a lazy restore runs, the spans they read and write
+ * must be back first. 3D copies go through the safety net.
  */
 #include "tracer.h"
 
-/* The device span a 2D copy writes, or 0 if it writes host memory. */
-static uint64_t span2d(const CUDA_MEMCPY2D *c, uint64_t *at)
+static bool on_device(CUmemorytype t)
 {
-	if (!c || (c->dstMemoryType != CU_MEMORYTYPE_DEVICE && c->dstMemoryType != CU_MEMORYTYPE_UNIFIED) ||
-	    !c->Height || !c->WidthInBytes)
-		return 0;
-	*at = c->dstDevice + c->dstY * c->dstPitch + c->dstXInBytes;
-	return (c->Height - 1) * c->dstPitch + c->WidthInBytes;
+	return t == CU_MEMORYTYPE_DEVICE || t == CU_MEMORYTYPE_UNIFIED;
 }
 
+/* The reads and writes of a 2D copy: the span from its first byte to its
+ * last on each side that is device memory. */
 static void protect2d(const CUDA_MEMCPY2D *c, CUstream s)
 {
-	uint64_t at = 0, n = span2d(c, &at);
-	if (n)
-		cow_before_write(at, n, s);
+	if (!c || !c->Height || !c->WidthInBytes)
+		return;
+	uint64_t rows = (c->Height - 1);
+	if (on_device(c->srcMemoryType))
+		spec_range(c->srcDevice + c->srcY * c->srcPitch + c->srcXInBytes, rows * c->srcPitch + c->WidthInBytes,
+			   true, false, s);
+	if (on_device(c->dstMemoryType))
+		spec_range(c->dstDevice + c->dstY * c->dstPitch + c->dstXInBytes, rows * c->dstPitch + c->WidthInBytes,
+			   false, true, s);
 }
 
 static void protect3d(const CUDA_MEMCPY3D *c)
 {
-	if (c && (c->dstMemoryType == CU_MEMORYTYPE_DEVICE || c->dstMemoryType == CU_MEMORYTYPE_UNIFIED ||
-		  c->dstMemoryType == CU_MEMORYTYPE_ARRAY))
-		cow_net(NULL);
+	if (c && (on_device(c->dstMemoryType) || c->dstMemoryType == CU_MEMORYTYPE_ARRAY ||
+		  on_device(c->srcMemoryType)))
+		spec_net(NULL);
+}
+
+/* A peer copy reads n bytes at src and writes n at d. */
+static void peer(CUdeviceptr d, CUdeviceptr src, size_t n, CUstream s)
+{
+	spec_range(src, n, true, false, s);
+	spec_range(d, n, false, true, s);
 }
 
 #define WRAP TR_WRAP
@@ -46,26 +57,26 @@ WRAP(cuMemcpy3DAsync_v2, (const CUDA_MEMCPY3D *c, CUstream s), (c, s), protect3d
 WRAP(cuMemcpy3DAsync_v2_ptsz, (const CUDA_MEMCPY3D *c, CUstream s), (c, s), protect3d(c))
 
 WRAP(cuMemcpyPeer, (CUdeviceptr d, CUcontext dc, CUdeviceptr src, CUcontext sc, size_t n), (d, dc, src, sc, n),
-     cow_before_write(d, n, NULL))
+     peer(d, src, n, NULL))
 WRAP(cuMemcpyPeer_ptds, (CUdeviceptr d, CUcontext dc, CUdeviceptr src, CUcontext sc, size_t n), (d, dc, src, sc, n),
-     cow_before_write(d, n, CU_STREAM_PER_THREAD))
+     peer(d, src, n, CU_STREAM_PER_THREAD))
 WRAP(cuMemcpyPeerAsync, (CUdeviceptr d, CUcontext dc, CUdeviceptr src, CUcontext sc, size_t n, CUstream s),
-     (d, dc, src, sc, n, s), cow_before_write(d, n, s))
+     (d, dc, src, sc, n, s), peer(d, src, n, s))
 WRAP(cuMemcpyPeerAsync_ptsz, (CUdeviceptr d, CUcontext dc, CUdeviceptr src, CUcontext sc, size_t n, CUstream s),
-     (d, dc, src, sc, n, s), cow_before_write(d, n, s ? s : CU_STREAM_PER_THREAD))
+     (d, dc, src, sc, n, s), peer(d, src, n, s ? s : CU_STREAM_PER_THREAD))
 
 /* The span of a 2D set: height rows of pitch, the last one width elements. */
 #define SPAN(p, w, h, elt) ((h) ? ((uint64_t)(h) - 1) * (p) + (uint64_t)(w) * (elt) : 0)
 
 #define SET2D(name, T, elt)                                                                                   \
 	WRAP(name##_v2, (CUdeviceptr d, size_t p, T v, size_t w, size_t h), (d, p, v, w, h),                  \
-	     cow_before_write(d, SPAN(p, w, h, elt), NULL))                                                   \
+	     spec_range(d, SPAN(p, w, h, elt), false, true, NULL))                                                   \
 	WRAP(name##_v2_ptds, (CUdeviceptr d, size_t p, T v, size_t w, size_t h), (d, p, v, w, h),             \
-	     cow_before_write(d, SPAN(p, w, h, elt), CU_STREAM_PER_THREAD))                                   \
+	     spec_range(d, SPAN(p, w, h, elt), false, true, CU_STREAM_PER_THREAD))                                   \
 	WRAP(name##Async, (CUdeviceptr d, size_t p, T v, size_t w, size_t h, CUstream s), (d, p, v, w, h, s), \
-	     cow_before_write(d, SPAN(p, w, h, elt), s))                                                      \
+	     spec_range(d, SPAN(p, w, h, elt), false, true, s))                                                      \
 	WRAP(name##Async_ptsz, (CUdeviceptr d, size_t p, T v, size_t w, size_t h, CUstream s),                \
-	     (d, p, v, w, h, s), cow_before_write(d, SPAN(p, w, h, elt), s ? s : CU_STREAM_PER_THREAD))
+	     (d, p, v, w, h, s), spec_range(d, SPAN(p, w, h, elt), false, true, s ? s : CU_STREAM_PER_THREAD))
 
 SET2D(cuMemsetD2D8, unsigned char, 1)
 SET2D(cuMemsetD2D16, unsigned short, 2)

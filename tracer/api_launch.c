@@ -148,7 +148,7 @@ static void speculate(CUfunction f, void **params, void **extra, CUstream s)
 	if (k)
 		spec_launch(k, params, extra, s);
 	else
-		cow_net(NULL); /* a function never seen: nothing is known of it */
+		spec_net(NULL); /* a function never seen: nothing is known of it */
 }
 
 #define LAUNCH(name)                                                                                     \
@@ -197,8 +197,8 @@ LAUNCH_EX(cuLaunchKernelEx_ptsz)
 LAUNCH_COOP(cuLaunchCooperativeKernel)
 LAUNCH_COOP(cuLaunchCooperativeKernel_ptsz)
 
-/* A graph's nodes are not speculated: while a CoW copy runs, a graph
- * launch goes through the safety net. */
+/* A graph's nodes are not speculated: while a CoW copy or a lazy
+ * restore runs, a graph launch goes through the safety net. */
 #define GRAPH_LAUNCH(name)                                             \
 	TR_EXPORT CUresult name(CUgraphExec g, CUstream s)             \
 	{                                                              \
@@ -206,7 +206,7 @@ LAUNCH_COOP(cuLaunchCooperativeKernel_ptsz)
 		if (!tr_enabled())                                     \
 			return real_##name(g, s);                      \
 		GATE();                                                \
-		cow_net(NULL);                                         \
+		spec_net(NULL);                                         \
 		return real_##name(g, s);                              \
 	}
 

@@ -11,12 +11,15 @@
 #include "tracer.h"
 
 #define WR(a, n, st) spec_range((uint64_t)(a), (n), false, true, (st))
+#define RD(a, n, st) spec_range((uint64_t)(a), (n), true, false, (st))
 
 #define WRAP TR_WRAP
 
 /* cuda.h gives the newest version these names; each is wrapped here. */
 #undef cuStreamWriteValue32
 #undef cuStreamWriteValue64
+#undef cuStreamWaitValue32
+#undef cuStreamWaitValue64
 #undef cuStreamBatchMemOp
 #undef cuMemcpyBatchAsync
 #undef cuMemcpy3DBatchAsync
@@ -38,6 +41,19 @@ WRITE_VALUE(cuStreamWriteValue64_ptsz, cuuint64_t, 8)
 WRITE_VALUE(cuStreamWriteValue64_v2, cuuint64_t, 8)
 WRITE_VALUE(cuStreamWriteValue64_v2_ptsz, cuuint64_t, 8)
 
+/* A wait reads the word it waits on: a lazy restore must have it back. */
+#define WAIT_VALUE(name, vtype, width)                                                              \
+	WRAP(name, (CUstream s, CUdeviceptr a, vtype v, unsigned int f), (s, a, v, f), \
+	     RD(a, width, tr_stream_of(#name, s)))
+WAIT_VALUE(cuStreamWaitValue32, cuuint32_t, 4)
+WAIT_VALUE(cuStreamWaitValue32_ptsz, cuuint32_t, 4)
+WAIT_VALUE(cuStreamWaitValue32_v2, cuuint32_t, 4)
+WAIT_VALUE(cuStreamWaitValue32_v2_ptsz, cuuint32_t, 4)
+WAIT_VALUE(cuStreamWaitValue64, cuuint64_t, 8)
+WAIT_VALUE(cuStreamWaitValue64_ptsz, cuuint64_t, 8)
+WAIT_VALUE(cuStreamWaitValue64_v2, cuuint64_t, 8)
+WAIT_VALUE(cuStreamWaitValue64_v2_ptsz, cuuint64_t, 8)
+
 /* The bytes each write of the batch changes; an operation this version
  * does not know may write anything, so it goes through the safety net. */
 static void protect_memops(unsigned count, const CUstreamBatchMemOpParams *ops, CUstream s)
@@ -51,12 +67,16 @@ static void protect_memops(unsigned count, const CUstreamBatchMemOpParams *ops, 
 			WR(ops[i].writeValue.address, 8, s);
 			break;
 		case CU_STREAM_MEM_OP_WAIT_VALUE_32:
+			RD(ops[i].waitValue.address, 4, s);
+			break;
 		case CU_STREAM_MEM_OP_WAIT_VALUE_64:
+			RD(ops[i].waitValue.address, 8, s);
+			break;
 		case CU_STREAM_MEM_OP_FLUSH_REMOTE_WRITES:
 		case CU_STREAM_MEM_OP_BARRIER:
 			break;
 		default:
-			cow_net(NULL);
+			spec_net(NULL);
 		}
 	}
 }
@@ -79,16 +99,25 @@ static void protect_ranges(const CUdeviceptr *at, const size_t *sizes, size_t co
 		WR(at[i], sizes[i], s);
 }
 
+/* A batch of copies: its sources are read, its destinations written. */
+static void protect_copies(const CUdeviceptr *d, const CUdeviceptr *src, const size_t *sizes, size_t count,
+			   CUstream s)
+{
+	for (size_t i = 0; src && sizes && i < count; i++)
+		RD(src[i], sizes[i], s);
+	protect_ranges(d, sizes, count, s);
+}
+
 #define MEMCPY_BATCH(name)                                                                               \
 	WRAP(name,                                                                                       \
 	     (CUdeviceptr * d, CUdeviceptr * src, size_t * n, size_t c, CUmemcpyAttributes * a, size_t * ai, \
 	      size_t na, CUstream s),                                                                    \
-	     (d, src, n, c, a, ai, na, s), protect_ranges(d, n, c, tr_stream_of(#name, s)))
+	     (d, src, n, c, a, ai, na, s), protect_copies(d, src, n, c, tr_stream_of(#name, s)))
 #define MEMCPY_BATCH_FAIL(name)                                                                          \
 	WRAP(name,                                                                                       \
 	     (CUdeviceptr * d, CUdeviceptr * src, size_t * n, size_t c, CUmemcpyAttributes * a, size_t * ai, \
 	      size_t na, size_t * fail, CUstream s),                                                     \
-	     (d, src, n, c, a, ai, na, fail, s), protect_ranges(d, n, c, tr_stream_of(#name, s)))
+	     (d, src, n, c, a, ai, na, fail, s), protect_copies(d, src, n, c, tr_stream_of(#name, s)))
 MEMCPY_BATCH_FAIL(cuMemcpyBatchAsync)
 MEMCPY_BATCH_FAIL(cuMemcpyBatchAsync_ptsz)
 MEMCPY_BATCH(cuMemcpyBatchAsync_v2)
@@ -96,18 +125,18 @@ MEMCPY_BATCH(cuMemcpyBatchAsync_v2_ptsz)
 
 WRAP(cuMemcpy3DBatchAsync,
      (size_t n, CUDA_MEMCPY3D_BATCH_OP *ops, size_t *fail, unsigned long long f, CUstream s),
-     (n, ops, fail, f, s), cow_net(NULL))
+     (n, ops, fail, f, s), spec_net(NULL))
 WRAP(cuMemcpy3DBatchAsync_ptsz,
      (size_t n, CUDA_MEMCPY3D_BATCH_OP *ops, size_t *fail, unsigned long long f, CUstream s),
-     (n, ops, fail, f, s), cow_net(NULL))
+     (n, ops, fail, f, s), spec_net(NULL))
 WRAP(cuMemcpy3DBatchAsync_v2, (size_t n, CUDA_MEMCPY3D_BATCH_OP *ops, unsigned long long f, CUstream s),
-     (n, ops, f, s), cow_net(NULL))
+     (n, ops, f, s), spec_net(NULL))
 WRAP(cuMemcpy3DBatchAsync_v2_ptsz, (size_t n, CUDA_MEMCPY3D_BATCH_OP *ops, unsigned long long f, CUstream s),
-     (n, ops, f, s), cow_net(NULL))
-WRAP(cuMemcpy3DPeer, (const CUDA_MEMCPY3D_PEER *c), (c), cow_net(NULL))
-WRAP(cuMemcpy3DPeer_ptds, (const CUDA_MEMCPY3D_PEER *c), (c), cow_net(NULL))
-WRAP(cuMemcpy3DPeerAsync, (const CUDA_MEMCPY3D_PEER *c, CUstream s), (c, s), cow_net(NULL))
-WRAP(cuMemcpy3DPeerAsync_ptsz, (const CUDA_MEMCPY3D_PEER *c, CUstream s), (c, s), cow_net(NULL))
+     (n, ops, f, s), spec_net(NULL))
+WRAP(cuMemcpy3DPeer, (const CUDA_MEMCPY3D_PEER *c), (c), spec_net(NULL))
+WRAP(cuMemcpy3DPeer_ptds, (const CUDA_MEMCPY3D_PEER *c), (c), spec_net(NULL))
+WRAP(cuMemcpy3DPeerAsync, (const CUDA_MEMCPY3D_PEER *c, CUstream s), (c, s), spec_net(NULL))
+WRAP(cuMemcpy3DPeerAsync_ptsz, (const CUDA_MEMCPY3D_PEER *c, CUstream s), (c, s), spec_net(NULL))
 
 WRAP(cuMemcpyAtoD_v2, (CUdeviceptr d, CUarray a, size_t off, size_t n), (d, a, off, n), WR(d, n, NULL))
 WRAP(cuMemcpyAtoD_v2_ptds, (CUdeviceptr d, CUarray a, size_t off, size_t n), (d, a, off, n),

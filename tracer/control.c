@@ -10,6 +10,10 @@
  *          it, close the socket, and wait for WIRE_WAKE_SIGNAL; then
  *          connect again, take the fds back, map them, resume.
  *
+ * After a lazy restore the connection is the restore job's until it says
+ * END: it sends each object as it fills it (OBJECTS), and this thread
+ * maps it while the application runs (lazy.c).
+ *
  * While parked nothing phosfs holds the other end of is open here, so CRIU
  * can dump the process; a restored process waits for the same signal.
  */
@@ -153,8 +157,20 @@ static int unpark(void)
 				snprintf(msg, sizeof(msg), "cannot take part in the CoW checkpoint: %s", strerror(-r));
 				send_error(sock, msg);
 			}
+		} else if (h.type == WIRE_LAZY && h.length == sizeof(wire_cow) && nfds >= 2) {
+			int r = lazy_begin((const wire_cow *)recs, fds, nfds);
+			if (r) {
+				char msg[128];
+				snprintf(msg, sizeof(msg), "cannot take the lazy restore's table: %s", strerror(-r));
+				tr_log("%s", msg);
+				send_error(sock, msg);
+			}
 		} else if (h.type == WIRE_UNPARK) {
-			if (alloc_parked() || vmm_parked()) {
+			/* A lazy restore sends the tracer's objects later, and
+			 * perhaps none now: the application's must all be back. */
+			if (lazy_active())
+				vmm_unpark(NULL, NULL, 0);
+			if ((alloc_parked() && !lazy_active()) || vmm_parked()) {
 				send_error(sock, "unpark: some device memory did not come back");
 				e = -ENOENT;
 			} else {
@@ -225,6 +241,27 @@ static int track(int sock)
 	return wire_send(sock, WIRE_UNPARKED, NULL, 0, 0, NULL, 0);
 }
 
+/* A lazy restore's objects arrived (records in buf, their fds): maps
+ * them, lets the calls waiting for them go on, and closes the fds. */
+static void arrive(int sock, const wire_header *h, const void *buf, int *fds, int nfds)
+{
+	int e = -EPROTO;
+	if (h->count == (uint32_t)nfds && h->length == h->count * sizeof(wire_object)) {
+		e = alloc_arrive(buf, fds, nfds);
+		/* Even after a failure: calls waiting then fail in the driver
+		 * rather than wait for ever. */
+		lazy_arrived(buf, nfds);
+	}
+	for (int i = 0; i < nfds; i++)
+		close(fds[i]);
+	if (e) {
+		char msg[160];
+		snprintf(msg, sizeof(msg), "device memory that came back could not be mapped again: %s", strerror(-e));
+		tr_log("%s", msg);
+		send_error(sock, msg);
+	}
+}
+
 /* Serves one connection until it ends; returns the socket to go on with
  * (another one after a park), or -1. */
 static int serve(int sock)
@@ -234,6 +271,10 @@ static int serve(int sock)
 	for (;;) {
 		wire_header h;
 		int e = wire_recv(sock, &h, buf, sizeof(buf), fds, &nfds);
+		if (!e && h.type == WIRE_OBJECTS && lazy_active()) {
+			arrive(sock, &h, buf, fds, nfds);
+			continue;
+		}
 		for (int i = 0; i < nfds; i++)
 			close(fds[i]);
 		if (e == -EPROTO) {
@@ -241,11 +282,21 @@ static int serve(int sock)
 			continue;
 		}
 		if (e) {
+			/* A lazy restore's job that is gone brings nothing more. */
+			lazy_end();
 			atomic_store(&live_sock, -1);
 			close(sock);
 			return -1;
 		}
+		if (lazy_active() && (h.type == WIRE_PARK || h.type == WIRE_TRACK)) {
+			e = send_error(sock, "cannot checkpoint: the restore is still bringing device memory back");
+			continue;
+		}
 		switch (h.type) {
+		case WIRE_END:
+			/* The lazy restore is complete: its job closes the connection. */
+			lazy_end();
+			break;
 		case WIRE_LIST:
 			e = serve_list(sock);
 			break;
@@ -347,6 +398,7 @@ static void forked_child(void)
 		close(s);
 	state_close();
 	cow_forget();
+	lazy_forget();
 	/* The fds of the parent's device memory would keep it alive. */
 	alloc_forget_fds();
 	vmm_forget_fds();

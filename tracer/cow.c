@@ -21,7 +21,6 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
-#include <linux/futex.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -54,22 +53,11 @@ static uint64_t now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-static void futex_wake(_Atomic uint32_t *w)
-{
-	syscall(SYS_futex, (uint32_t *)w, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
-}
-
-static void futex_wait(_Atomic uint32_t *w, uint32_t seen, long ns)
-{
-	struct timespec ts = { 0, ns };
-	syscall(SYS_futex, (uint32_t *)w, FUTEX_WAIT, seen, &ts, NULL, 0);
-}
-
 static void bump(cow_header *t)
 {
 	atomic_fetch_add(&t->progress, 1);
 	if (atomic_load(&t->waiters))
-		futex_wake(&t->progress);
+		cow_futex_wake(&t->progress);
 }
 
 /* Whether the copy still runs. */
@@ -83,7 +71,7 @@ static bool running(cow_header *t)
 static void wait_progress(cow_header *t, uint32_t seen)
 {
 	atomic_fetch_add(&t->waiters, 1);
-	futex_wait(&t->progress, seen, WAIT_SLICE_NS);
+	cow_futex_wait(&t->progress, seen, WAIT_SLICE_NS);
 	atomic_fetch_sub(&t->waiters, 1);
 	struct pollfd pf = { job_fd, POLLIN, 0 };
 	if (atomic_load(&t->progress) == seen && job_fd >= 0 && poll(&pf, 1, 0) == 1 &&

@@ -10,9 +10,11 @@
  * its counters (nparams -1).
  *
  * While a CoW copy runs, every buffer written is protected before the
- * call is queued. A launch with no layout, or with a pointer to pointers
- * (T**: the buffers it reaches are not among its arguments), has an
- * unbounded write set and goes through the safety net instead.
+ * call is queued. While a lazy restore brings memory back, every buffer
+ * read or written must be back before the call is queued. A launch with
+ * no layout, or with a pointer to pointers (T**: the buffers it reaches
+ * are not among its arguments), has an unbounded write set and goes
+ * through the safety net instead (spec_net).
  */
 #include <string.h>
 
@@ -54,7 +56,7 @@ void spec_launch(kernel_info *k, void **params, void **extra, CUstream s)
 		if (e[0] == CU_LAUNCH_PARAM_BUFFER_POINTER)
 			packed = e[1];
 	if (k->nparams < 0 || (!params && !packed)) {
-		cow_net(k);
+		spec_net(k);
 		return;
 	}
 	touched t = { .n = 0 };
@@ -88,6 +90,7 @@ void spec_launch(kernel_info *k, void **params, void **extra, CUstream s)
 	for (int i = 0; i < t.n; i++) {
 		bool w = t.how[i] & 2;
 		alloc_count(t.id[i], true, w);
+		lazy_need(t.va[i], t.size[i]);
 		rd++;
 		if (w) {
 			wr++;
@@ -96,7 +99,7 @@ void spec_launch(kernel_info *k, void **params, void **extra, CUstream s)
 		}
 	}
 	if (unbounded || t.n == MAX_TOUCHED)
-		cow_net(k);
+		spec_net(k);
 	atomic_fetch_add_explicit(&k->reads, rd, memory_order_relaxed);
 	atomic_fetch_add_explicit(&k->writes, wr, memory_order_relaxed);
 	atomic_fetch_add_explicit(&k->bytes_written, bytes, memory_order_relaxed);
@@ -109,6 +112,14 @@ void spec_range(uint64_t addr, size_t len, bool read, bool write, CUstream s)
 	buffer_ref b;
 	if (alloc_find(addr, &b))
 		alloc_count(b.id, read, write);
+	if (read || write)
+		lazy_need(addr, len);
 	if (write)
 		cow_before_write(addr, len, s);
+}
+
+void spec_net(kernel_info *k)
+{
+	lazy_net(k);
+	cow_net(k);
 }

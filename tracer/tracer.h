@@ -141,6 +141,11 @@ void batch_add(obj_batch *b, const wire_object *rec, int fd);
 int batch_finish(obj_batch *b);
 /* Unpark: maps the given fds at their objects' VAs again. */
 int alloc_unpark(const wire_object *objs, const int *fds, int n);
+/* A lazy restore: maps objects that arrive while the process runs at
+ * their VAs; one the application freed meanwhile (or whose VA now holds
+ * another object) is skipped, its fd not kept. Errors: -EIO (the driver
+ * refused an import or a map; the rest are still mapped). */
+int alloc_arrive(const wire_object *objs, const int *fds, int n);
 /* In a forked child: closes the fds kept for the next park (they would
  * keep the parent's device memory alive), without taking the lock. */
 void alloc_forget_fds(void);
@@ -203,6 +208,10 @@ int demangle_params(const char *mangled, param_kind *kinds, int max);
  * layout, or a T** parameter) goes through the safety net. */
 void spec_launch(kernel_info *k, void **params, void **extra, CUstream s);
 void spec_range(uint64_t addr, size_t len, bool read, bool write, CUstream s);
+/* The safety net of a call whose read or write set cannot be bounded
+ * (kernel k, or NULL): it waits until a lazy restore has brought every
+ * object back, and until a CoW copy has every t1 byte off the GPU. */
+void spec_net(kernel_info *k);
 
 /* The stream a call of entry point `name` runs on: s, or for a call given
  * none, the default stream that entry point uses (the per-thread one for
@@ -242,6 +251,29 @@ void cow_transfer(int delta);
 int cow_settle(void);
 /* In a forked child: forgets the parent's copy. */
 void cow_forget(void);
+
+/* lazy.c: a lazy restore's objects, back while the process runs (common/cow.h). */
+/* Maps the LAZY table (fds[0]) of WIRE_LAZY, with the job's pidfd
+ * (fds[1]); called before the gate opens. Errors: -EPROTO (a bad table),
+ * -EBUSY (a fill is still going on), errno of mmap. */
+int lazy_begin(const wire_cow *c, const int *fds, int nfds);
+bool lazy_active(void);
+/* Returns once every object of [addr, addr+len) is back (mapped again),
+ * asking the job for it first; at once when none is missing. */
+void lazy_need(uint64_t addr, uint64_t len);
+/* The safety net: returns once every object is back; counts the wait for
+ * kernel k (NULL: not a kernel). */
+void lazy_net(kernel_info *k);
+/* The objects of recs arrived and were mapped (or were freed meanwhile):
+ * calls waiting for them go on. */
+void lazy_arrived(const wire_object *recs, int n);
+/* The application freed [va, va+size): objects there need not come back. */
+void lazy_freed(uint64_t va, uint64_t size);
+/* The fill ended (END, or the job's connection is gone): drops the table;
+ * calls still waiting go on. */
+void lazy_end(void);
+/* In a forked child: forgets the parent's restore. */
+void lazy_forget(void);
 
 /* state.c: the state table shared with phosfs (common/state.h). */
 /* Makes the table and fills it; returns its fd (owned by state.c) or a

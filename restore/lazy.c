@@ -1,0 +1,320 @@
+/*
+ * Lazy restore: the process runs before its device memory is back.
+ *
+ *   1. open the image; fill the application's own VMM objects (the
+ *      tracer maps those where the application asks, so they come back
+ *      first) and objects that were not mapped;
+ *   2. criu restore; driver restore (gpuPairs when GPUs move) and unlock;
+ *   3. wake each tracer with those objects and a LAZY table of the rest
+ *      (common/cow.h), keeping its connection: the process runs;
+ *   4. fill the rest, one object at a time, each on new memory of its
+ *      (new) GPU: first any a call waits for (COW_URGENT), then in the
+ *      image's object order, which is the tracer's guess at first use;
+ *      each goes to its process on the connection as soon as it is full,
+ *      and the tracer maps it at its old VA;
+ *   5. once every object is mapped (or was freed), END: the tracers drop
+ *      their tables and go back to phosfs.
+ *
+ * A bad image fails at 1, before anything runs. A chunk that does not
+ * check, or a driver error, after 3 kills the tree: a process that would
+ * read memory that never comes back must not run on.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "steps.h"
+
+#define END_TIMEOUT_MS 30000 /* for the tracers to map the last objects */
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Whether image object o comes back before the process runs. */
+static bool eager(const phosimg_object *o)
+{
+	return (o->flags & PHOSIMG_OBJ_APP_VMM) || !o->va;
+}
+
+/* The lazy part of a restore. */
+typedef struct lazy {
+	restore_ctx *c;
+	engine_parked objs; /* records (no fds) of the objects still to come, in image order */
+	uint32_t *ids;      /* their image object ids */
+	int *member;        /* their process: an index into c->m */
+	engine_cow tables;  /* one LAZY table per process */
+	int *conns;         /* per member: the tracer's connection, or -1 */
+	engine_progress *prog;
+} lazy;
+
+/* Object k's state word, and its entry in its table. */
+static _Atomic uint32_t *state_of(const lazy *l, int k, cow_header **t, cow_object **co)
+{
+	_Atomic uint32_t *st = engine_cow_chunk(&l->tables, k, 0, t);
+	*co = &cow_objects(*t)[l->tables.first_of[k]];
+	return st;
+}
+
+/* Object k needs nothing more: freed, or its process gone. */
+static void skip(const lazy *l, int k)
+{
+	cow_header *t;
+	cow_object *co;
+	_Atomic uint32_t *st = state_of(l, k, &t, &co);
+	atomic_store(st, LAZY_PRESENT);
+	atomic_fetch_add(&t->off, 1);
+	engine_cow_wake(t);
+}
+
+/* The next object to fill, taken (FILLING), and whether a call waits for
+ * it; -1 when every object is taken. *cursor walks the image order. */
+static int take(const lazy *l, int *cursor, bool *urgent)
+{
+	for (;;) {
+		int k = -1;
+		*urgent = false;
+		for (int j = 0; j < l->objs.n && k < 0; j++) {
+			cow_header *t;
+			cow_object *co;
+			uint32_t v = atomic_load(state_of(l, j, &t, &co));
+			if ((v & COW_STATE_MASK) == LAZY_ABSENT && (v & COW_URGENT)) {
+				k = j;
+				*urgent = true;
+			}
+		}
+		while (k < 0 && *cursor < l->objs.n) {
+			cow_header *t;
+			cow_object *co;
+			if ((atomic_load(state_of(l, *cursor, &t, &co)) & COW_STATE_MASK) == LAZY_ABSENT)
+				k = *cursor;
+			else
+				(*cursor)++;
+		}
+		if (k < 0)
+			return -1;
+		cow_header *t;
+		cow_object *co;
+		_Atomic uint32_t *st = state_of(l, k, &t, &co);
+		uint32_t v = atomic_load(st);
+		if ((v & COW_STATE_MASK) != LAZY_ABSENT ||
+		    !atomic_compare_exchange_strong(st, &v, (v & ~COW_STATE_MASK) | LAZY_FILLING))
+			continue;
+		if (*urgent)
+			atomic_fetch_sub(&t->urgent, 1);
+		if (atomic_load(&co->freed) || l->conns[l->member[k]] < 0) {
+			skip(l, k);
+			continue;
+		}
+		return k;
+	}
+}
+
+/* Reads what a tracer said meanwhile: an ERROR (it could not map an
+ * object) fails the restore. A connection that ended is closed: its
+ * process is gone. */
+static int heard(lazy *l, uint32_t i, char *err, size_t errlen)
+{
+	int conn = l->conns[i];
+	struct pollfd pf = { conn, POLLIN, 0 };
+	while (conn >= 0 && poll(&pf, 1, 0) == 1) {
+		char buf[512];
+		wire_header h;
+		int fds[WIRE_MAX_FDS], nfds = 0;
+		int e = wire_recv(conn, &h, buf, sizeof(buf) - 1, fds, &nfds);
+		for (int k = 0; k < nfds; k++)
+			close(fds[k]);
+		if (e && e != -EPROTO) {
+			close(conn);
+			l->conns[i] = -1;
+			return 0;
+		}
+		if (!e && h.type == WIRE_ERROR) {
+			buf[h.length < sizeof(buf) - 1 ? h.length : sizeof(buf) - 1] = 0;
+			return engine_fail(-EIO, err, errlen, "process %d: %s", (int)l->c->m[i].pid, buf);
+		}
+	}
+	return 0;
+}
+
+/* Fills every object and sends it to its process. */
+static int fill_all(lazy *l, char *err, size_t errlen)
+{
+	engine_filler *f = NULL;
+	int e = engine_filler_start(l->c->img, l->prog, &f, err, errlen);
+	int cursor = 0;
+	bool urgent;
+	for (int k; !e && (k = take(l, &cursor, &urgent)) >= 0;) {
+		if (atomic_load(&l->prog->cancel)) {
+			e = engine_fail(-ECANCELED, err, errlen, "cancelled");
+			break;
+		}
+		const wire_object *o = &l->objs.objs[k];
+		wire_object rec;
+		int fd = -1;
+		e = engine_fill_object(f, l->ids[k], engine_devmap_to(&l->c->map, o->device), &rec, &fd, err, errlen);
+		if (e)
+			break;
+		cow_header *t;
+		cow_object *co;
+		_Atomic uint32_t *st = state_of(l, k, &t, &co);
+		uint32_t v = atomic_load(st);
+		while (!atomic_compare_exchange_weak(st, &v, (v & ~COW_STATE_MASK) | LAZY_SENT))
+			;
+		if (urgent)
+			atomic_fetch_add(&l->prog->on_demand, 1);
+		int i = l->member[k];
+		int se = wire_send(l->conns[i], WIRE_OBJECTS, &rec, sizeof(rec), 1, &fd, 1);
+		close(fd);
+		if (se) {
+			/* Its process ended: nothing of it needs to come back. */
+			close(l->conns[i]);
+			l->conns[i] = -1;
+			skip(l, k);
+		}
+		e = heard(l, (uint32_t)i, err, errlen);
+		engine_cow_stats(&l->tables, l->prog);
+	}
+	engine_filler_stop(f);
+	return e;
+}
+
+/* Waits until every tracer has mapped what it was sent, then ends the
+ * fill for each. */
+static int finish(lazy *l, char *err, size_t errlen)
+{
+	int e = 0;
+	for (int m = 0; !e && m < l->tables.n; m++) {
+		engine_cow_member *tm = &l->tables.m[m];
+		int i = engine_tree_member(l->c->m, l->c->n, tm->pid);
+		uint64_t from = now_ns();
+		while (!e && i >= 0 && l->conns[i] >= 0 && atomic_load(&tm->t->off) < tm->t->nobjs) {
+			if (now_ns() - from > END_TIMEOUT_MS * 1000000ull)
+				e = engine_fail(-ETIMEDOUT, err, errlen,
+						"process %d did not map its device memory within %d s", (int)tm->pid,
+						END_TIMEOUT_MS / 1000);
+			uint32_t seen = atomic_load(&tm->t->progress);
+			atomic_fetch_add(&tm->t->waiters, 1);
+			if (atomic_load(&tm->t->off) < tm->t->nobjs)
+				cow_futex_wait(&tm->t->progress, seen, 20000000L);
+			atomic_fetch_sub(&tm->t->waiters, 1);
+			if (!e)
+				e = heard(l, (uint32_t)i, err, errlen);
+		}
+		if (!e && i >= 0)
+			e = heard(l, (uint32_t)i, err, errlen);
+	}
+	for (uint32_t i = 0; !e && i < l->c->n; i++)
+		if (l->conns[i] >= 0)
+			wire_send(l->conns[i], WIRE_END, NULL, 0, 0, NULL, 0);
+	return e;
+}
+
+/* Lists the objects still to come, with their ids and processes. */
+static int plan(lazy *l, const bool *sel, char *err, size_t errlen)
+{
+	const phosimg_info *in = l->c->in;
+	uint32_t n = in->object_count;
+	l->ids = calloc(n ? n : 1, sizeof(*l->ids));
+	l->member = calloc(n ? n : 1, sizeof(*l->member));
+	if (!l->ids || !l->member)
+		return engine_fail(-ENOMEM, err, errlen, "out of memory");
+	for (uint32_t k = 0; k < n; k++) {
+		const phosimg_object *o = &in->objects[k];
+		if (sel[k])
+			continue;
+		int i = engine_tree_member(l->c->m, l->c->n, o->pid);
+		if (i < 0)
+			return engine_fail(-EBADMSG, err, errlen, "object %u belongs to process %d, which the image lacks", k,
+					   (int)o->pid);
+		wire_object rec = { .key = o->va, .va = o->va, .size = o->size, .device = o->device };
+		int none = -1;
+		if (engine_parked_add(&l->objs, &rec, &none, o->pid, 1))
+			return engine_fail(-ENOMEM, err, errlen, "out of memory");
+		l->ids[l->objs.n - 1] = k;
+		l->member[l->objs.n - 1] = i;
+	}
+	return 0;
+}
+
+int restore_lazy(const restore_args *a, char *err, size_t errlen)
+{
+	engine_progress *prog = a->prog;
+	atomic_store(&prog->lazy, true);
+	uint64_t t0 = now_ns();
+	restore_ctx c;
+	lazy l = { .c = &c, .prog = prog };
+	engine_parked objs = { 0 };
+	bool *sel = NULL;
+	int e = restore_begin(a, &c, err, errlen);
+	if (!e) {
+		sel = calloc(c.in->object_count ? c.in->object_count : 1, sizeof(*sel));
+		l.conns = malloc(c.n * sizeof(*l.conns));
+		if (!sel || !l.conns)
+			e = engine_fail(-ENOMEM, err, errlen, "out of memory");
+		for (uint32_t i = 0; l.conns && i < c.n; i++)
+			l.conns[i] = -1;
+	}
+	for (uint32_t k = 0; !e && k < c.in->object_count; k++)
+		sel[k] = eager(&c.in->objects[k]);
+	if (!e)
+		e = plan(&l, sel, err, errlen);
+	if (!e) {
+		atomic_store(&prog->total, c.in->raw_bytes);
+		engine_step(prog, STEP_FILL);
+		e = engine_copy_in(c.img, &c.map, sel, &objs, prog, err, errlen);
+	}
+	if (!e)
+		e = restore_tree(a, &c, err, errlen);
+	if (!e)
+		e = engine_cow_prepare(&l.tables, &l.objs, ENGINE_CHUNK, 0, COW_MODE_LAZY, err, errlen);
+	for (uint32_t i = 0; !e && i < c.n; i++) {
+		engine_parked mine = engine_parked_of(&objs, c.m[i].pid);
+		engine_parked later = engine_parked_of(&l.objs, c.m[i].pid);
+		engine_parked any = { .n = mine.n + later.n };
+		pid_t tid = restore_tracer_of(&c, i, &any, err, errlen);
+		if (tid < 0) {
+			e = tid;
+		} else if (tid > 0 && a->tracer) {
+			engine_step(prog, STEP_UNPARK);
+			const engine_cow_member *tm = engine_cow_of(&l.tables, c.m[i].pid);
+			e = tm ? engine_unpark_lazy(c.m[i].pid, tid, a->tracer, &mine, tm, &l.conns[i], err, errlen)
+			       : engine_unpark(c.m[i].pid, tid, a->tracer, &mine, NULL, err, errlen);
+		}
+	}
+	engine_parked_free(&objs);
+	if (!e) {
+		atomic_store(&prog->resume_ns, now_ns() - t0);
+		if (a->resumed)
+			atomic_store(a->resumed, c.in->meta.pid);
+		engine_step(prog, STEP_LAZY);
+		e = fill_all(&l, err, errlen);
+	}
+	if (!e)
+		e = finish(&l, err, errlen);
+	if (!e)
+		atomic_store(&prog->full_ns, now_ns() - t0);
+	if (e && c.restored && atomic_load(&prog->resume_ns)) {
+		size_t len = strlen(err);
+		snprintf(err + len, errlen - len, "; the restored process was killed, its memory incomplete");
+	}
+	engine_cow_stats(&l.tables, prog);
+	for (uint32_t i = 0; l.conns && i < c.n; i++)
+		if (l.conns[i] >= 0)
+			close(l.conns[i]);
+	engine_cow_free(&l.tables);
+	engine_parked_free(&l.objs);
+	free(l.conns);
+	free(l.ids);
+	free(l.member);
+	free(sel);
+	restore_end(&c, e);
+	return e;
+}

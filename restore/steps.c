@@ -1,0 +1,99 @@
+/*
+ * The steps eager and lazy restores share (steps.h).
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../engine/driver.h"
+#include "steps.h"
+
+/* The processes of the image: its members, or (an image of one process
+ * from before format 1.2) the process alone. */
+static int members_of(const phosimg_info *in, phosimg_member **out, uint32_t *n)
+{
+	uint32_t k = in->meta.member_count ? in->meta.member_count : 1;
+	phosimg_member *m = calloc(k, sizeof(*m));
+	if (!m)
+		return -ENOMEM;
+	if (in->meta.member_count)
+		memcpy(m, in->meta.members, k * sizeof(*m));
+	else
+		m[0] = (phosimg_member){ .pid = in->meta.pid, .flags = PHOSIMG_MEMBER_CUDA | PHOSIMG_MEMBER_TRACED };
+	*out = m;
+	*n = k;
+	return 0;
+}
+
+int restore_begin(const restore_args *a, restore_ctx *c, char *err, size_t errlen)
+{
+	memset(c, 0, sizeof(*c));
+	int e = phosimg_open(a->image, &c->img);
+	if (e)
+		return engine_fail(e, err, errlen, "%s", *phosimg_last_error() ? phosimg_last_error() : strerror(-e));
+	c->in = phosimg_get_info(c->img);
+	if (a->pid)
+		*a->pid = c->in->meta.pid;
+	e = members_of(c->in, &c->m, &c->n);
+	if (e)
+		return engine_fail(e, err, errlen, "out of memory");
+	/* CRIU gives every process its old pid. A process just killed may
+	 * be a zombie for a moment: wait for it. */
+	for (uint32_t i = 0; i < c->n; i++) {
+		for (int t = 0; t < 50 && engine_alive(c->m[i].pid); t++)
+			usleep(100000);
+		if (engine_alive(c->m[i].pid))
+			return engine_fail(-EBUSY, err, errlen,
+					   "process %d is running: restoring needs its pid free (end it first)",
+					   (int)c->m[i].pid);
+	}
+	e = driver_open(err, errlen);
+	if (!e)
+		e = restore_devices(c->in, a->devices, &c->map, a->prog->devices, sizeof(a->prog->devices), err,
+				    errlen);
+	return e;
+}
+
+int restore_tree(const restore_args *a, restore_ctx *c, char *err, size_t errlen)
+{
+	engine_step(a->prog, STEP_RESTORE);
+	int e = criu_restore(a->criu, phosimg_criu_dir(c->img), a->log, err, errlen);
+	c->restored = !e;
+	for (uint32_t i = 0; !e && i < c->n; i++) {
+		int state = 0;
+		if (driver_process_state(c->m[i].pid, &state) == 0 && state == CU_PROCESS_STATE_CHECKPOINTED) {
+			engine_step(a->prog, STEP_UNLOCK);
+			e = driver_restore(c->m[i].pid, &c->map, err, errlen);
+			if (!e)
+				e = driver_unlock(c->m[i].pid, err, errlen);
+		}
+	}
+	return e;
+}
+
+pid_t restore_tracer_of(restore_ctx *c, uint32_t i, const engine_parked *mine, char *err, size_t errlen)
+{
+	if (!(c->m[i].flags & PHOSIMG_MEMBER_TRACED) && !mine->n)
+		return 0;
+	pid_t tid = engine_find_control_thread(c->m[i].pid);
+	if (tid > 0)
+		return tid;
+	if (!mine->n)
+		return 0;
+	return engine_fail(-EPROTO, err, errlen,
+			   "the image holds device memory of process %d, but the restored process has no tracer",
+			   (int)c->m[i].pid);
+}
+
+void restore_end(restore_ctx *c, int e)
+{
+	for (uint32_t i = 0; e && c->restored && i < c->n; i++)
+		kill(c->m[i].pid, SIGKILL);
+	if (c->img)
+		phosimg_close(c->img);
+	free(c->m);
+	memset(c, 0, sizeof(*c));
+}
