@@ -47,6 +47,8 @@ all: simcuda image-format tracer phosfs criu-plugins examples tests bench
 
 COMMON_SRC := $(wildcard common/*.c)
 COMMON_OBJ := $(COMMON_SRC:common/%.c=$(BUILD)/common/%.o)
+# The wire protocol, and the pid namespaces its peers may live in.
+WIRE_OBJ := $(BUILD)/common/wire.o $(BUILD)/common/pidns.o
 
 $(BUILD)/common/%.o: common/%.c $(wildcard common/*.h)
 	@mkdir -p $(@D)
@@ -66,12 +68,12 @@ $(BUILD)/tracer/%.o: tracer/%.c tracer/tracer.h $(wildcard common/*.h) include/p
 	$(CC) $(CPPFLAGS) $(XCFLAGS) $(CFLAGS) -fPIC -fvisibility=hidden -c -o $@ $<
 
 # No -lcuda: the real driver is found at run time, whichever it is.
-$(LIBPHOS): $(TRACER_OBJ) $(BUILD)/common/cubin.o $(BUILD)/common/cuversions.o $(BUILD)/common/wire.o
+$(LIBPHOS): $(TRACER_OBJ) $(BUILD)/common/cubin.o $(BUILD)/common/cuversions.o $(WIRE_OBJ)
 	$(CC) $(XLDFLAGS) $(LDFLAGS) -shared -Wl,-soname,libphos.so -Wl,-z,defs -o $@ $^ -lpthread -ldl
 
 # ---- phosfs/: the daemon -------------------------------------------------------------
 
-PHOSFS_SRC := $(filter-out phosfs/phos.c,$(wildcard phosfs/*.c))
+PHOSFS_SRC := $(filter-out phosfs/phos.c phosfs/run.c,$(wildcard phosfs/*.c))
 PHOSFS_OBJ := $(PHOSFS_SRC:phosfs/%.c=$(BUILD)/phosfs/%.o)
 ENGINE_SRC := $(wildcard engine/*.c) $(wildcard restore/*.c)
 ENGINE_OBJ := $(ENGINE_SRC:%.c=$(BUILD)/%.o)
@@ -99,12 +101,12 @@ $(BUILD)/restore/%.o: restore/%.c $(ENGINE_H)
 	$(CC) $(CPPFLAGS) $(XCFLAGS) $(CFLAGS) -c -o $@ $<
 
 # No -lcuda: the driver is loaded at the first job, so phosfs runs without one.
-$(PHOSFS): $(PHOSFS_OBJ) $(ENGINE_OBJ) $(BUILD)/common/wire.o $(LIBPHOSIMG)
+$(PHOSFS): $(PHOSFS_OBJ) $(ENGINE_OBJ) $(WIRE_OBJ) $(LIBPHOSIMG)
 	$(CC) $(XLDFLAGS) $(LDFLAGS) -o $@ $^ $(FUSE_LIBS) $(IMG_LIBS) -ldl -lpthread
 
-$(PHOS_CLI): phosfs/phos.c
+$(PHOS_CLI): phosfs/phos.c phosfs/run.c phosfs/run.h
 	@mkdir -p $(@D)
-	$(CC) $(CPPFLAGS) -DPHOS_LIBDIR='"$(PREFIX)/lib"' $(XCFLAGS) $(CFLAGS) -o $@ $< $(XLDFLAGS) $(LDFLAGS)
+	$(CC) $(CPPFLAGS) -DPHOS_LIBDIR='"$(PREFIX)/lib"' $(XCFLAGS) $(CFLAGS) -o $@ phosfs/phos.c phosfs/run.c $(XLDFLAGS) $(LDFLAGS)
 
 # ---- criu-plugin/: runs inside CRIU -------------------------------------------
 # Built against the criu-plugin.h of the CRIU that make deps builds, and
@@ -228,9 +230,9 @@ ENGINE_TESTS := $(BUILD)/tests/phosfs_criu_errors_name_the_real_cause
 $(ENGINE_TESTS): $(ENGINE_OBJ)
 $(ENGINE_TESTS): TEST_OBJ = $(ENGINE_OBJ)
 
-$(BUILD)/tests/%: tests/%.c $(wildcard tests/*.h) tests/simcuda/simcuda.h $(SIMCUDA_LIB) $(LIBPHOSIMG) $(LIBPHOS) $(BUILD)/common/wire.o | $(PHOSFS)
+$(BUILD)/tests/%: tests/%.c $(wildcard tests/*.h) tests/simcuda/simcuda.h $(SIMCUDA_LIB) $(LIBPHOSIMG) $(LIBPHOS) $(WIRE_OBJ) | $(PHOSFS)
 	@mkdir -p $(@D)
-	$(CC) $(CPPFLAGS) $(XCFLAGS) $(CFLAGS) -Iimage-format -o $@ $< $(TEST_OBJ) $(LIBPHOSIMG) $(BUILD)/common/wire.o $(XLDFLAGS) $(LDFLAGS) \
+	$(CC) $(CPPFLAGS) $(XCFLAGS) $(CFLAGS) -Iimage-format -o $@ $< $(TEST_OBJ) $(LIBPHOSIMG) $(WIRE_OBJ) $(XLDFLAGS) $(LDFLAGS) \
 		-rdynamic -L$(BUILD)/simcuda -lcuda -Wl,-rpath,'$$ORIGIN/../simcuda' $(IMG_LIBS) -ldl
 
 $(BUILD)/tests/%: tests/%.sh
@@ -304,9 +306,9 @@ $(BUNDLE)/progs/cuda_runtime_program_runs_shared: tests/gpu/cuda_runtime_program
 
 # Driver-API programs for the GPU machine: linked against the driver's
 # stub here, they use the real driver there.
-$(BUNDLE)/progs/%: tests/gpu/%.c $(wildcard tests/*.h) $(BUILD)/common/wire.o
+$(BUNDLE)/progs/%: tests/gpu/%.c $(wildcard tests/*.h) $(WIRE_OBJ)
 	@mkdir -p $(@D)
-	$(CC) $(CPPFLAGS) $(XCFLAGS) $(CFLAGS) -o $@ $< $(BUILD)/common/wire.o -L$(CUDA_HOME)/lib64/stubs -lcuda -lpthread
+	$(CC) $(CPPFLAGS) $(XCFLAGS) $(CFLAGS) -o $@ $< $(WIRE_OBJ) -L$(CUDA_HOME)/lib64/stubs -lcuda -lpthread
 
 $(BUNDLE)/progs/%.cubin: tests/gpu/kernels/%.cu
 	@mkdir -p $(@D)

@@ -7,9 +7,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "pidns.h"
 #include "wire.h"
 
 const char *wire_socket_path(void)
@@ -66,6 +68,18 @@ int wire_connect_resume(pid_t pid)
 	return socket_at(&a, len, false);
 }
 
+int wire_wake(pid_t pid, pid_t tid)
+{
+	siginfo_t si;
+	memset(&si, 0, sizeof(si));
+	si.si_signo = WIRE_WAKE_SIGNAL;
+	si.si_code = SI_QUEUE;
+	si.si_pid = getpid();
+	si.si_uid = getuid();
+	si.si_value.sival_int = (int)pid;
+	return syscall(SYS_rt_tgsigqueueinfo, pid, tid, WIRE_WAKE_SIGNAL, &si) == 0 ? 0 : -errno;
+}
+
 int wire_accept_hello(int lfd, int timeout_ms, pid_t *peer, wire_hello *hello, int *state_fd)
 {
 	*state_fd = -1;
@@ -80,7 +94,7 @@ int wire_accept_hello(int lfd, int timeout_ms, pid_t *peer, wire_hello *hello, i
 	struct pollfd pf = { c, POLLIN, 0 };
 	if (getsockopt(c, SOL_SOCKET, SO_PEERCRED, &cred, &cl) != 0 || poll(&pf, 1, timeout_ms) != 1 ||
 	    wire_recv(c, &h, hello, sizeof(*hello), fds, &nfds) != 0 || h.type != WIRE_HELLO ||
-	    h.length != sizeof(*hello) || hello->pid != cred.pid) {
+	    h.length != sizeof(*hello) || (hello->pid != cred.pid && hello->pid != pidns_inner(cred.pid))) {
 		for (int i = 0; i < nfds; i++)
 			close(fds[i]);
 		close(c);
@@ -90,6 +104,12 @@ int wire_accept_hello(int lfd, int timeout_ms, pid_t *peer, wire_hello *hello, i
 		close(fds[i]);
 	if (nfds)
 		*state_fd = fds[0];
+	/* From a pid namespace of its own: the host's pid and tid. */
+	if (hello->pid != cred.pid) {
+		pid_t tid = pidns_host_tid(cred.pid, hello->control_tid);
+		hello->pid = cred.pid;
+		hello->control_tid = tid > 0 ? tid : 0;
+	}
 	*peer = cred.pid;
 	return c;
 }

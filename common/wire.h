@@ -33,8 +33,14 @@
  *
  * While parked, the tracer keeps nothing open that phosfs holds the other
  * end of (CRIU cannot dump such a process); phosfs wakes it with the signal
- * WIRE_WAKE_SIGNAL sent to its control thread, after which it connects
- * again (see wire_listen_resume) and says HELLO with WIRE_HELLO_RESUME.
+ * WIRE_WAKE_SIGNAL sent to its control thread (wire_wake), after which it
+ * connects again (see wire_listen_resume) and says HELLO with
+ * WIRE_HELLO_RESUME.
+ *
+ * A process may live in a pid namespace of its own (`phos run` starts jobs
+ * so): its HELLO then says the pid it sees (getpid), phosfs knows it by
+ * the host's pid (SO_PEERCRED), and the wake-up signal carries the host's
+ * pid, which names the resume rendezvous.
  */
 #ifndef PHOS_WIRE_H
 #define PHOS_WIRE_H
@@ -178,8 +184,15 @@ int wire_connect(const char *path);
  * fd or a negative errno (-EADDRINUSE: another job holds it). */
 int wire_listen_resume(pid_t pid);
 
+/* Wakes the parked tracer of host pid `pid` at its control thread tid,
+ * telling it its host pid (the signal's value). Returns 0 or -errno
+ * (-ESRCH: gone, -EPERM). */
+int wire_wake(pid_t pid, pid_t tid);
+
 /* Accepts a connection on lfd and reads its HELLO (within timeout_ms),
- * checking that the pid it claims is the peer's (SO_PEERCRED). Returns
+ * checking that the pid it claims is the peer's (SO_PEERCRED): the same,
+ * or the peer's pid inside its own pid namespace. *peer, and the HELLO's
+ * pid and control_tid, are then the host's. Returns
  * the connection, with the peer in *peer and the state table's fd (or -1)
  * in *state_fd for the caller to close; -EPROTO (no valid HELLO: the
  * connection is closed) or accept's errno. */

@@ -4,6 +4,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -212,13 +213,28 @@ int criu_dump(const char *criu, pid_t pid, const char *dir, bool kill, const cha
 	return run(criu, argv, log, "dump", pid, err, errlen);
 }
 
-int criu_restore(const char *criu, const char *dir, const char *log, char *err, size_t errlen)
+int criu_restore(const char *criu, const char *dir, const char *log, pid_t *root, char *err, size_t errlen)
 {
+	char pidfile[PATH_MAX];
+	if (snprintf(pidfile, sizeof(pidfile), "%s.pid", log) >= (int)sizeof(pidfile))
+		return engine_fail(-ENAMETOOLONG, err, errlen, "CRIU's log path %s is too long", log);
+	unlink(pidfile);
 	char *argv[] = { (char *)criu, "restore", "-D", (char *)dir, "-o", (char *)log, "-v2", "-d", "--shell-job",
-			 NULL, NULL, NULL };
+			 "--pidfile", pidfile, NULL, NULL, NULL };
 	if (engine_criu_plugins && *engine_criu_plugins) {
-		argv[9] = "-L";
-		argv[10] = (char *)engine_criu_plugins;
+		argv[11] = "-L";
+		argv[12] = (char *)engine_criu_plugins;
 	}
-	return run(criu, argv, log, "restore", 0, err, errlen);
+	int e = run(criu, argv, log, "restore", 0, err, errlen);
+	FILE *f = e ? NULL : fopen(pidfile, "re");
+	int pid = 0;
+	if (f && fscanf(f, "%d", &pid) != 1)
+		pid = 0;
+	if (f)
+		fclose(f);
+	unlink(pidfile);
+	if (!e && pid <= 0)
+		e = engine_fail(-EIO, err, errlen, "criu restore succeeded but wrote no pid to %s", pidfile);
+	*root = pid;
+	return e;
 }

@@ -273,7 +273,9 @@ pid_t engine_find_control_thread(pid_t pid);
 /* ---- tree.c: the processes of a job --------------------------------------- */
 
 /* root and all its descendants, root first and parents before children,
- * as members (pid, ppid, comm; no flags) in a malloc'd *out. Errors:
+ * as members (pid, ppid, comm; no flags but PHOSIMG_MEMBER_NS_INIT, with
+ * each one's ns_pid, when root is the init of a pid namespace) in a
+ * malloc'd *out. Errors:
  * -ESRCH (root is gone), -ENOMEM, errno of opendir(/proc). */
 int engine_tree(pid_t root, phosimg_member **out, uint32_t *n);
 
@@ -296,8 +298,11 @@ extern const char *engine_criu_plugins;
 int criu_dump(const char *criu, pid_t pid, const char *dir, bool kill, const char *log, char *err,
 	      size_t errlen);
 
-/* Runs `criu restore` from dir, detached. Errors as criu_dump. */
-int criu_restore(const char *criu, const char *dir, const char *log, char *err, size_t errlen);
+/* Runs `criu restore` from dir, detached; *root is then the restored
+ * tree's root as this (the host's) pid namespace sees it: its old pid, or
+ * any, for a tree CRIU gave a pid namespace of its own. Errors as
+ * criu_dump, and -EIO when CRIU says no root. */
+int criu_restore(const char *criu, const char *dir, const char *log, pid_t *root, char *err, size_t errlen);
 
 /* Turns CRIU's log into one sentence for people: its first real error
  * line (harmless warnings skipped), with what that line names and advice

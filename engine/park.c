@@ -177,8 +177,8 @@ static int unpark(pid_t pid, pid_t tid, const engine_tracer *t, const engine_par
 	int e = t->expect(t->arg, pid);
 	if (e)
 		return engine_fail(e, err, errlen, "cannot wait for process %d: %s", (int)pid, strerror(-e));
-	if (syscall(SYS_tgkill, pid, tid, WIRE_WAKE_SIGNAL) != 0) {
-		e = -errno;
+	e = wire_wake(pid, tid);
+	if (e) {
 		t->drop(t->arg, pid);
 		return engine_fail(e, err, errlen, "cannot wake process %d's tracer (thread %d): %s", (int)pid, (int)tid, strerror(-e));
 	}

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../common/pidns.h"
 #include "engine.h"
 
 int engine_proc_stat(pid_t pid, pid_t *ppid, char comm[PHOSIMG_COMM_MAX])
@@ -100,6 +101,15 @@ int engine_tree(pid_t root, phosimg_member **out, uint32_t *count)
 	if (e) {
 		free(m);
 		return e;
+	}
+	/* A job in a pid namespace of its own: its init is the root, and
+	 * every process of the namespace descends from it. */
+	if (pidns_is_init(root)) {
+		m[0].flags |= PHOSIMG_MEMBER_NS_INIT;
+		for (uint32_t i = 0; i < k; i++) {
+			pid_t in = pidns_inner(m[i].pid);
+			m[i].ns_pid = in > 0 ? in : 0;
+		}
 	}
 	*out = m;
 	*count = k;

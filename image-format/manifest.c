@@ -172,7 +172,7 @@ int manifest_encode(const manifest *m, uint8_t **out, size_t *len)
 			add32(&b, mb->flags);
 			add32(&b, mb->first_object);
 			add32(&b, mb->object_count);
-			add32(&b, 0);
+			add32(&b, (uint32_t)mb->ns_pid);
 			add_bytes(&b, comm, PHOSIMG_COMM_MAX);
 		}
 		close_section(&b, s);
@@ -417,11 +417,28 @@ static int dec_members(cursor *c, manifest *m)
 		mb->flags = get32(p + 8);
 		mb->first_object = get32(p + 12);
 		mb->object_count = get32(p + 16);
+		mb->ns_pid = m->info.version_minor >= 4 ? (int32_t)get32(p + 20) : 0;
 		memcpy(mb->comm, p + 24, PHOSIMG_COMM_MAX);
 		mb->comm[PHOSIMG_COMM_MAX - 1] = 0;
 		if (mb->pid <= 0)
 			return BAD(c, "%s: offset %llu: member %u has pid %d", c->shown,
 				   (unsigned long long)(c->base + c->at - MEMBER_RECORD_SIZE), i, (int)mb->pid);
+		if (mb->ns_pid < 0 || (i && (mb->flags & PHOSIMG_MEMBER_NS_INIT)))
+			return BAD(c, "%s: offset %llu: member %u has namespace pid %d%s", c->shown,
+				   (unsigned long long)(c->base + c->at - MEMBER_RECORD_SIZE), i, (int)mb->ns_pid,
+				   mb->ns_pid < 0 ? "" : " and says it is its namespace's init, but is not the root");
+	}
+	/* In a tree of its own namespace, each member has a pid there, the
+	 * root 1, and no two the same: restore finds them by it. */
+	for (uint32_t i = 0; (m->members[0].flags & PHOSIMG_MEMBER_NS_INIT) && i < n; i++) {
+		const phosimg_member *mb = &m->members[i];
+		if (mb->ns_pid <= 0 || (i == 0) != (mb->ns_pid == 1))
+			return BAD(c, "%s: member %u (pid %d) has pid %d in the tree's namespace", c->shown, i,
+				   (int)mb->pid, (int)mb->ns_pid);
+		for (uint32_t j = 0; j < i; j++)
+			if (m->members[j].ns_pid == mb->ns_pid)
+				return BAD(c, "%s: two members have pid %d in the tree's namespace", c->shown,
+					   (int)mb->ns_pid);
 	}
 	m->info.meta.members = m->members;
 	m->info.meta.member_count = n;

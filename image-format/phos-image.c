@@ -131,9 +131,13 @@ static int cmd_info(phosimg *img)
 	}
 	for (uint32_t i = 0; i < in->meta.member_count; i++) {
 		const phosimg_member *m = &in->meta.members[i];
-		printf("member %d: %s, parent %d, %s%s, objects %u+%u\n", (int)m->pid, m->comm, (int)m->ppid,
+		printf("member %d: %s, parent %d, %s%s, objects %u+%u", (int)m->pid, m->comm, (int)m->ppid,
 		       m->flags & PHOSIMG_MEMBER_TRACED ? "traced" : "untraced",
 		       m->flags & PHOSIMG_MEMBER_CUDA ? " CUDA" : "", m->first_object, m->object_count);
+		if (in->meta.members[0].flags & PHOSIMG_MEMBER_NS_INIT)
+			printf(", pid %d in its namespace%s", (int)m->ns_pid,
+			       m->flags & PHOSIMG_MEMBER_NS_INIT ? " (its init)" : "");
+		printf("\n");
 	}
 	printf("chunk size: %u\n", in->chunk_size);
 	printf("objects: %u\n", in->object_count);

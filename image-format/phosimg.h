@@ -29,7 +29,7 @@ extern "C" {
 #endif
 
 #define PHOSIMG_VERSION_MAJOR 1
-#define PHOSIMG_VERSION_MINOR 3
+#define PHOSIMG_VERSION_MINOR 4
 
 /* The entries of an image directory. */
 #define PHOSIMG_MANIFEST_FILE "manifest.phos"
@@ -91,6 +91,10 @@ typedef struct phosimg_object {
 /* Member flags. */
 #define PHOSIMG_MEMBER_CUDA 0x1u   /* a CUDA process: the driver checkpointed it */
 #define PHOSIMG_MEMBER_TRACED 0x2u /* ran under the tracer: its device memory is in the image */
+/* The root only (format 1.4): the init of a pid namespace of the tree's
+ * own (`phos run`); a restore gives the tree a new one, whatever pids
+ * this machine has taken, and every member its pid there (ns_pid). */
+#define PHOSIMG_MEMBER_NS_INIT 0x4u
 
 /* One process of a checkpointed process tree (format 1.2). */
 typedef struct phosimg_member {
@@ -100,6 +104,10 @@ typedef struct phosimg_member {
 	 * the writer from the objects' pids; ignored in set_meta. */
 	uint32_t first_object, object_count;
 	char comm[PHOSIMG_COMM_MAX]; /* its name, as in /proc/PID/comm */
+	/* Its pid inside the tree's own pid namespace (the root's is 1), when
+	 * the root is PHOSIMG_MEMBER_NS_INIT; 0 otherwise, and in images
+	 * before format 1.4. pid is always the host's. */
+	int32_t ns_pid;
 } phosimg_member;
 
 /* What the checkpoint is of. */

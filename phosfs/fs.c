@@ -35,6 +35,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../common/pidns.h"
 #include "../image-format/phosimg.h"
 #include "phosfs.h"
 
@@ -263,7 +264,7 @@ static int list_root(void *buf, fuse_fill_dir_t fill)
 	}
 	/* A traced process shows as the job it belongs to. */
 	for (size_t i = 0; i < na; i++)
-		a[i] = job_root(a[i]);
+		a[i] = job_name(a[i]);
 	for (size_t i = 0; i < na + nb; i++) {
 		pid_t pid = i < na ? a[i] : b[i - na];
 		bool dup = false;
@@ -460,6 +461,9 @@ static void restore_status(engine_progress *p, text *out)
 		    "filled on demand: %" PRIu64 " objects\n",
 		    atomic_load(&p->waits), ms(atomic_load(&p->wait_ns)), atomic_load(&p->net_waits),
 		    ms(atomic_load(&p->net_wait_ns)), atomic_load(&p->on_demand));
+	/* Written once, before the process runs (restore_begin). */
+	if (*p->devices)
+		add(out, "moved gpus: %.*s\n", (int)sizeof(p->devices), p->devices);
 }
 
 /* The job part of status, for a process or for the root. */
@@ -517,8 +521,6 @@ static void job_status(target *t, text *out)
 		add(out, "last checkpoint: %s\n", t->last);
 	if (!t->pid && t->restored > 0 && !t->result)
 		add(out, "restored pid: %d\n", (int)t->restored);
-	if (!t->pid && t->kind == CTL_RESTORE && *t->last_prog.devices)
-		add(out, "moved gpus: %.*s\n", (int)sizeof(t->last_prog.devices), t->last_prog.devices);
 	add(out, "error: %s\n", *t->error ? t->error : "none");
 	pthread_mutex_unlock(&t->lock);
 }
@@ -571,8 +573,8 @@ static void add_members(pid_t root, const target *tg, text *t)
 
 static int make_status(pid_t pid, text *t)
 {
-	pid_t root = job_root(pid);
-	target *tg = target_get(root, false);
+	pid_t root = job_root(pid), name = job_name(pid);
+	target *tg = target_get(name, false);
 	bool busy = false;
 	if (tg) {
 		pthread_mutex_lock(&tg->lock);
@@ -580,6 +582,11 @@ static int make_status(pid_t pid, text *t)
 		pthread_mutex_unlock(&tg->lock);
 	}
 	add(t, "pid: %d\n", (int)pid);
+	pid_t inner = pidns_inner(pid);
+	if (inner > 0 && inner != pid)
+		add(t, "pid in its namespace: %d\n", (int)inner);
+	if (name != pid)
+		add(t, "job pid: %d\n", (int)name);
 	if (root != pid)
 		add(t, "job root: %d (a checkpoint takes its whole tree)\n", (int)root);
 	char path[64];
@@ -804,7 +811,7 @@ static int fs_write(const char *path, const char *buf, size_t size, off_t off, s
 	if (!c)
 		return -ENOMEM;
 	/* A member's ctl acts on its job: the image is always the whole tree. */
-	target *t = w.n == N_ROOT_CTL ? target_root() : target_get(job_root(w.pid), true);
+	target *t = w.n == N_ROOT_CTL ? target_root() : target_get(job_name(w.pid), true);
 	int e = !t ? -ENOMEM : ctl_parse(buf, size, w.n == N_ROOT_CTL, c, err, sizeof(err));
 	if (e == -EINVAL) {
 		target_error(t, "bad command: %s", err);

@@ -23,6 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../common/pidns.h"
 #include "phosfs.h"
 
 /* Guards targets (the list, not the targets' fields). */
@@ -41,13 +42,19 @@ uid_t pid_owner(pid_t pid)
 	return stat(path, &st) == 0 ? st.st_uid : (uid_t)-1;
 }
 
-/* Whether the environment pid started with holds PHOS_JOB=pid: the mark
- * `phos run` leaves on the process it starts. */
+/* Whether the environment pid started with holds PHOS_JOB=pid, pid as the
+ * process sees itself: the mark `phos run` leaves on the root of a job
+ * (PHOS_JOB=1 on the init of the job's own pid namespace, the job's pid
+ * where it has none). A restored job keeps its mark, whatever its host
+ * pid is now. */
 static bool marked_job(pid_t pid)
 {
 	char path[64], want[40];
+	pid_t self = pidns_inner(pid);
+	if (self <= 0)
+		return false;
 	snprintf(path, sizeof(path), "/proc/%d/environ", (int)pid);
-	int n = snprintf(want, sizeof(want), "PHOS_JOB=%d", (int)pid);
+	int n = snprintf(want, sizeof(want), "PHOS_JOB=%d", (int)self);
 	FILE *f = fopen(path, "re");
 	if (!f)
 		return false;
@@ -80,6 +87,15 @@ pid_t job_root(pid_t pid)
 		if (p == sid)
 			return sid;
 	return pid;
+}
+
+pid_t job_name(pid_t pid)
+{
+	pid_t root = job_root(pid);
+	if (!pidns_is_init(root))
+		return root;
+	pid_t job = pidns_find(root, 2);
+	return job > 0 ? job : root;
 }
 
 target *target_root(void)
@@ -384,7 +400,8 @@ int job_checkpoint(target *t, const ctl_cmd *c, char *err, size_t errlen)
 	 * job: it parks. The rest of the tree is dumped as it is. */
 	phosimg_member *m = NULL;
 	uint32_t n = 0;
-	int e = engine_tree(t->pid, &m, &n);
+	pid_t root = job_root(t->pid);
+	int e = engine_tree(root, &m, &n);
 	proc **procs = e ? NULL : calloc(n, sizeof(*procs));
 	if (!e && !procs)
 		e = -ENOMEM;
@@ -438,7 +455,7 @@ int job_checkpoint(target *t, const ctl_cmd *c, char *err, size_t errlen)
 	free(procs);
 	free(m);
 	char pid_s[16], staging_s[24], chunk_s[24], pool_s[24], sfd_s[16];
-	snprintf(pid_s, sizeof(pid_s), "%d", (int)t->pid);
+	snprintf(pid_s, sizeof(pid_s), "%d", (int)root);
 	/* The staging pool needs to hold no more than the memory copied. */
 	uint64_t staging = phosfs_staging, room = bytes + bytes / 8 + 4 * phosfs_chunk;
 	if (bytes && room < staging)

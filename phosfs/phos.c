@@ -2,7 +2,9 @@
  * phos: the command line, a thin layer over the files of a phosfs mount
  * ($PHOS_MOUNT, or /phos).
  *
- *   phos run [-d] [--] CMD…      run CMD under the tracer, without a tty
+ *   phos run [-d] [--host-pids] [--] CMD…
+ *                                run CMD under the tracer, without a tty, in
+ *                                a pid namespace of its own (run.c)
  *   phos ls                      the processes phosfs shows
  *   phos checkpoint PID [cow|recopy|stop] [--name N] [--kill] [--wait]
  *   phos restore DIR [eager|lazy] [--device OLD=NEW[,OLD=NEW…]]
@@ -21,6 +23,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "run.h"
+
 #ifndef PHOS_LIBDIR
 #define PHOS_LIBDIR "/usr/local/lib"
 #endif
@@ -33,7 +37,7 @@ static const char *mnt(void)
 
 static int usage(FILE *f)
 {
-	fprintf(f, "usage: phos run [-d] [--] CMD...\n"
+	fprintf(f, "usage: phos run [-d] [--host-pids] [--] CMD...\n"
 		   "       phos ls\n"
 		   "       phos checkpoint PID [cow|recopy|stop] [--name NAME] [--kill] [--wait]\n"
 		   "       phos restore DIR [eager|lazy] [--device OLD=NEW[,OLD=NEW...]]\n"
@@ -110,7 +114,7 @@ static int ctl(const char *ctl_path, const char *status_path, const char *cmd)
 
 static int cmd_run(int argc, char **argv)
 {
-	bool detach = false;
+	bool detach = false, host_pids = false;
 	int i = 0;
 	for (; i < argc && argv[i][0] == '-'; i++) {
 		if (!strcmp(argv[i], "--")) {
@@ -119,6 +123,8 @@ static int cmd_run(int argc, char **argv)
 		}
 		if (!strcmp(argv[i], "-d") || !strcmp(argv[i], "--detach"))
 			detach = true;
+		else if (!strcmp(argv[i], "--host-pids"))
+			host_pids = true;
 		else
 			return usage(stderr);
 	}
@@ -139,64 +145,22 @@ static int cmd_run(int argc, char **argv)
 	const char *lib = getenv("PHOS_LIBPHOS");
 	char libpath[PATH_MAX];
 	snprintf(libpath, sizeof(libpath), "%s", lib && *lib ? lib : PHOS_LIBDIR "/libphos.so");
-	int ready[2];
-	if (pipe2(ready, O_CLOEXEC) != 0)
-		return 1;
-	pid_t c = fork();
-	if (c < 0) {
-		perror("phos: fork");
-		return 1;
-	}
-	if (c == 0) {
-		/* No tty and no growing files CRIU would refuse: stdin is
-		 * /dev/null, output is appended to files in the store. */
-		setsid();
-		char out[PATH_MAX + 32], err[PATH_MAX + 32];
-		snprintf(out, sizeof(out), "%s/run/%d.out", store, (int)getpid());
-		snprintf(err, sizeof(err), "%s/run/%d.err", store, (int)getpid());
-		int in = open("/dev/null", O_RDONLY);
-		int o = open(out, O_WRONLY | O_CREAT | O_APPEND | O_TRUNC, 0644);
-		int e = open(err, O_WRONLY | O_CREAT | O_APPEND | O_TRUNC, 0644);
-		if (in < 0 || o < 0 || e < 0) {
-			dprintf(ready[1], "cannot open %s: %s", o < 0 ? out : err, strerror(errno));
-			_exit(127);
-		}
-		dup2(in, 0);
-		dup2(o, 1);
-		dup2(e, 2);
-		close(in), close(o), close(e);
-		/* The mark by which phosfs knows this process as the root of a
-		 * job: a checkpoint of any process under it takes the tree. */
-		char job[32];
-		snprintf(job, sizeof(job), "%d", (int)getpid());
-		setenv("PHOS_JOB", job, 1);
-		const char *pre = getenv("LD_PRELOAD");
-		char *preload = malloc(strlen(libpath) + (pre ? strlen(pre) : 0) + 2);
-		if (preload) {
-			sprintf(preload, "%s%s%s", libpath, pre && *pre ? ":" : "", pre && *pre ? pre : "");
-			setenv("LD_PRELOAD", preload, 1);
-		}
-		execvp(argv[i], argv + i);
-		dprintf(ready[1], "cannot run %s: %s", argv[i], strerror(errno));
-		_exit(127);
-	}
-	close(ready[1]);
-	char msg[PATH_MAX + 64];
-	ssize_t n = read(ready[0], msg, sizeof(msg) - 1);
-	close(ready[0]);
-	if (n > 0) {
-		msg[n] = 0;
+	run_opts o = { .store = store, .libphos = libpath, .host_pids = host_pids };
+	pid_t job = 0, root = 0;
+	char why[256], msg[PATH_MAX + 64];
+	if (run_job(argv + i, &o, &job, &root, why, sizeof(why), msg, sizeof(msg))) {
 		fprintf(stderr, "phos: %s\n", msg);
-		waitpid(c, NULL, 0);
 		return 127;
 	}
-	printf("%d\n", (int)c);
+	printf("%d\n", (int)job);
 	fflush(stdout);
-	fprintf(stderr, "phos: process %d; output in %s/run/%d.out and .err\n", (int)c, store, (int)c);
+	if (*why)
+		fprintf(stderr, "phos: %s: it has this machine's pids, and a restore needs them free\n", why);
+	fprintf(stderr, "phos: process %d; output in %s/run/%d.out and .err\n", (int)job, store, (int)job);
 	if (detach)
 		return 0;
 	int st;
-	while (waitpid(c, &st, 0) < 0)
+	while (waitpid(root, &st, 0) < 0)
 		if (errno != EINTR)
 			return 1;
 	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
@@ -363,6 +327,9 @@ static int cmd_status(int argc, char **argv)
 
 int main(int argc, char **argv)
 {
+	const char *base = argc > 0 ? strrchr(argv[0], '/') : NULL;
+	if (argc > 0 && !strcmp(base ? base + 1 : argv[0], "phos-init"))
+		return run_init(argc, argv);
 	if (argc < 2)
 		return usage(stderr);
 	const char *c = argv[1];

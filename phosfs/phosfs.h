@@ -104,6 +104,10 @@ int job_process_main(int argc, char **argv);
  * it (the session leader that phos run started, which carries PHOS_JOB),
  * else pid itself. */
 pid_t job_root(pid_t pid);
+/* The pid that names pid's job in /phos and the store: what `phos run`
+ * printed. The root, or, when the root is the init of the job's own pid
+ * namespace, the job it started (pid 2 there). */
+pid_t job_name(pid_t pid);
 /* The owner of pid: of the live process, else of its store directory;
  * (uid_t)-1 if neither exists. */
 uid_t pid_owner(pid_t pid);

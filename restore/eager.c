@@ -43,7 +43,7 @@ int restore_eager(const restore_args *a, char *err, size_t errlen)
 			e = tid;
 		else if (tid > 0 && a->tracer) {
 			engine_step(prog, STEP_UNPARK);
-			e = engine_unpark(c.m[i].pid, tid, a->tracer, &mine, NULL, err, errlen);
+			e = engine_unpark(c.host[i], tid, a->tracer, &mine, NULL, err, errlen);
 		}
 	}
 	engine_parked_free(&objs);
@@ -51,7 +51,7 @@ int restore_eager(const restore_args *a, char *err, size_t errlen)
 		atomic_store(&prog->resume_ns, now_ns() - t0);
 		atomic_store(&prog->full_ns, atomic_load(&prog->resume_ns));
 		if (a->resumed)
-			atomic_store(a->resumed, c.in->meta.pid);
+			atomic_store(a->resumed, c.host[c.job]);
 	}
 	restore_end(&c, e);
 	return e;

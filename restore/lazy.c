@@ -138,7 +138,7 @@ static int heard(lazy *l, uint32_t i, char *err, size_t errlen)
 		}
 		if (!e && h.type == WIRE_ERROR) {
 			buf[h.length < sizeof(buf) - 1 ? h.length : sizeof(buf) - 1] = 0;
-			return engine_fail(-EIO, err, errlen, "process %d: %s", (int)l->c->m[i].pid, buf);
+			return engine_fail(-EIO, err, errlen, "process %d: %s", (int)l->c->host[i], buf);
 		}
 	}
 	return 0;
@@ -285,15 +285,15 @@ int restore_lazy(const restore_args *a, char *err, size_t errlen)
 		} else if (tid > 0 && a->tracer) {
 			engine_step(prog, STEP_UNPARK);
 			const engine_cow_member *tm = engine_cow_of(&l.tables, c.m[i].pid);
-			e = tm ? engine_unpark_lazy(c.m[i].pid, tid, a->tracer, &mine, tm, &l.conns[i], err, errlen)
-			       : engine_unpark(c.m[i].pid, tid, a->tracer, &mine, NULL, err, errlen);
+			e = tm ? engine_unpark_lazy(c.host[i], tid, a->tracer, &mine, tm, &l.conns[i], err, errlen)
+			       : engine_unpark(c.host[i], tid, a->tracer, &mine, NULL, err, errlen);
 		}
 	}
 	engine_parked_free(&objs);
 	if (!e) {
 		atomic_store(&prog->resume_ns, now_ns() - t0);
 		if (a->resumed)
-			atomic_store(a->resumed, c.in->meta.pid);
+			atomic_store(a->resumed, c.host[c.job]);
 		engine_step(prog, STEP_LAZY);
 		e = fill_all(&l, err, errlen);
 	}

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../common/pidns.h"
 #include "../engine/driver.h"
 #include "steps.h"
 
@@ -38,11 +39,19 @@ int restore_begin(const restore_args *a, restore_ctx *c, char *err, size_t errle
 	if (a->pid)
 		*a->pid = c->in->meta.pid;
 	e = members_of(c->in, &c->m, &c->n);
-	if (e)
-		return engine_fail(e, err, errlen, "out of memory");
-	/* CRIU gives every process its old pid. A process just killed may
-	 * be a zombie for a moment: wait for it. */
+	c->host = e ? NULL : calloc(c->n, sizeof(*c->host));
+	if (e || !c->host)
+		return engine_fail(-ENOMEM, err, errlen, "out of memory");
+	c->own_ns = c->m[0].flags & PHOSIMG_MEMBER_NS_INIT;
 	for (uint32_t i = 0; i < c->n; i++) {
+		c->host[i] = c->m[i].pid;
+		if (c->own_ns && c->m[i].ns_pid == 2)
+			c->job = i; /* the job phos run's init started */
+	}
+	/* CRIU gives every process its old pid, unless the tree has a pid
+	 * namespace of its own. A process just killed may be a zombie for a
+	 * moment: wait for it. */
+	for (uint32_t i = 0; !c->own_ns && i < c->n; i++) {
 		for (int t = 0; t < 50 && engine_alive(c->m[i].pid); t++)
 			usleep(100000);
 		if (engine_alive(c->m[i].pid))
@@ -60,15 +69,27 @@ int restore_begin(const restore_args *a, restore_ctx *c, char *err, size_t errle
 int restore_tree(const restore_args *a, restore_ctx *c, char *err, size_t errlen)
 {
 	engine_step(a->prog, STEP_RESTORE);
-	int e = criu_restore(a->criu, phosimg_criu_dir(c->img), a->log, err, errlen);
+	pid_t root = 0;
+	int e = criu_restore(a->criu, phosimg_criu_dir(c->img), a->log, &root, err, errlen);
 	c->restored = !e;
+	if (!e)
+		c->host[0] = root;
+	for (uint32_t i = 1; !e && c->own_ns && i < c->n; i++) {
+		c->host[i] = pidns_find(root, c->m[i].ns_pid);
+		if (c->host[i] < 0)
+			e = engine_fail(-ESRCH, err, errlen,
+					"CRIU restored process %d (pid %d in its namespace) but it is not there",
+					(int)c->m[i].pid, (int)c->m[i].ns_pid);
+	}
+	if (!e && a->pid)
+		*a->pid = c->host[c->job];
 	for (uint32_t i = 0; !e && i < c->n; i++) {
 		int state = 0;
-		if (driver_process_state(c->m[i].pid, &state) == 0 && state == CU_PROCESS_STATE_CHECKPOINTED) {
+		if (driver_process_state(c->host[i], &state) == 0 && state == CU_PROCESS_STATE_CHECKPOINTED) {
 			engine_step(a->prog, STEP_UNLOCK);
-			e = driver_restore(c->m[i].pid, &c->map, err, errlen);
+			e = driver_restore(c->host[i], &c->map, err, errlen);
 			if (!e)
-				e = driver_unlock(c->m[i].pid, err, errlen);
+				e = driver_unlock(c->host[i], err, errlen);
 		}
 	}
 	return e;
@@ -78,7 +99,7 @@ pid_t restore_tracer_of(restore_ctx *c, uint32_t i, const engine_parked *mine, c
 {
 	if (!(c->m[i].flags & PHOSIMG_MEMBER_TRACED) && !mine->n)
 		return 0;
-	pid_t tid = engine_find_control_thread(c->m[i].pid);
+	pid_t tid = engine_find_control_thread(c->host[i]);
 	if (tid > 0)
 		return tid;
 	if (!mine->n)
@@ -91,9 +112,11 @@ pid_t restore_tracer_of(restore_ctx *c, uint32_t i, const engine_parked *mine, c
 void restore_end(restore_ctx *c, int e)
 {
 	for (uint32_t i = 0; e && c->restored && i < c->n; i++)
-		kill(c->m[i].pid, SIGKILL);
+		if (c->host[i] > 0)
+			kill(c->host[i], SIGKILL);
 	if (c->img)
 		phosimg_close(c->img);
 	free(c->m);
+	free(c->host);
 	memset(c, 0, sizeof(*c));
 }

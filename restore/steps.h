@@ -13,6 +13,15 @@ typedef struct restore_ctx {
 	uint32_t n;
 	engine_devmap map;     /* where its GPUs go */
 	bool restored;         /* CRIU brought the tree back */
+	/* Member i's pid on this machine: m[i].pid until the restore, then
+	 * the pid CRIU gave it in the host's namespace, which differs for a
+	 * tree of its own pid namespace (PHOSIMG_MEMBER_NS_INIT). The driver,
+	 * /proc, signals and phosfs's tracers go by these; the image's
+	 * objects and tables by m[i].pid. */
+	pid_t *host;
+	bool own_ns;           /* the tree gets a pid namespace of its own */
+	uint32_t job;          /* the member restore names: the root, or the
+				* job phos's init started (pid 2 of the namespace) */
 } restore_ctx;
 
 /* Opens the image (its structure is checked), waits for its pids to be
@@ -21,8 +30,10 @@ typedef struct restore_ctx {
  * driver_open's and restore_devices' errors; nothing was started. */
 int restore_begin(const restore_args *a, restore_ctx *c, char *err, size_t errlen);
 
-/* Restores the tree with CRIU, then restores and unlocks each CUDA
- * process in the driver. Errors: -EIO (err says which step). */
+/* Restores the tree with CRIU, finds each member's pid on this machine
+ * (c->host), then restores and unlocks each CUDA process in the driver;
+ * *a->pid is the pid of member c->job. Errors: -EIO (err says which
+ * step), -ESRCH (a member CRIU restored is not there). */
 int restore_tree(const restore_args *a, restore_ctx *c, char *err, size_t errlen);
 
 /* Member i's tracer control thread, for unpark; with mine its objects.

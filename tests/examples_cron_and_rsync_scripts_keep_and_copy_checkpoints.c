@@ -81,7 +81,7 @@ int main(void)
 	kill(pid, SIGKILL);
 	for (int i = 0; i < 100 && rig_alive(pid); i++)
 		usleep(20000);
-	int e = rig_restore(&r, copy, pid, st, sizeof(st));
+	int e = rig_restore(&r, copy, &pid, st, sizeof(st));
 	if (!e) {
 		usleep(300000);
 		kill(pid, SIGUSR1);

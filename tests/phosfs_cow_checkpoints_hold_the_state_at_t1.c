@@ -53,6 +53,7 @@ int main(void)
 		usleep((useconds_t)(rand() % 150000));
 		char c[64], last[256] = "", image[PATH_MAX];
 		int n = snprintf(c, sizeof(c), "checkpoint name=c%d\n", it);
+		rig_files(&r, pid, ctl, status);
 		int e = rig_ctl(ctl, c, (size_t)n);
 		int done = !e && rig_job_done(&r, pid, 60000, last, sizeof(last)) && strstr(last, "done");
 		rig_read(status, st, sizeof(st));
@@ -62,7 +63,7 @@ int main(void)
 		snprintf(image, sizeof(image), "%s/%d/c%d", r.store, (int)pid, it);
 		int img = done && rig_verify(image);
 		int live = done && rig_cow_verified(pid, out, &nverify, 5000);
-		int back = rig_kill_restore(&r, pid, img, image, st, sizeof(st));
+		int back = rig_kill_restore(&r, &pid, img, image, st, sizeof(st));
 		int restored = back && rig_cow_verified(pid, out, &nverify, 5000);
 		int filled = back && rig_restore_done(&r, 30000, st, sizeof(st));
 		restored = restored && filled;
@@ -96,6 +97,7 @@ int main(void)
 	/* cancel during a CoW checkpoint: nothing is published, the process
 	 * runs on intact, and the next checkpoint works. */
 	char image[PATH_MAX], last[256] = "";
+	rig_files(&r, pid, ctl, status);
 	rig_ctl(ctl, "checkpoint name=gone\n", 21);
 	int ce = rig_ctl(ctl, "cancel\n", 7);
 	int ended = rig_job_done(&r, pid, 60000, last, sizeof(last));

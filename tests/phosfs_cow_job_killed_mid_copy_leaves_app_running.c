@@ -10,11 +10,11 @@
  */
 #include "phosfs_test.h"
 
-/* The pid of the job process checkpointing pid, or 0. */
+/* The pid of the job process checkpointing pid's job, or 0. */
 static pid_t job_of(pid_t pid)
 {
 	char cmd[128], line[32] = "";
-	snprintf(cmd, sizeof(cmd), "pgrep -f -- '--job stop --pid %d '", (int)pid);
+	snprintf(cmd, sizeof(cmd), "pgrep -f -- '--job stop --pid %d '", (int)rig_job_root(pid));
 	FILE *p = popen(cmd, "r");
 	if (p && !fgets(line, sizeof(line), p))
 		line[0] = 0;

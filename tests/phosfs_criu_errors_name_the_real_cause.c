@@ -115,7 +115,7 @@ int main(void)
 		usleep(20000);
 	char image[PATH_MAX];
 	snprintf(image, sizeof(image), "%s/%d/g", r.store, (int)g);
-	e = ck ? rig_restore(&r, image, g, st, sizeof(st)) : -1;
+	e = ck ? rig_restore(&r, image, &g, st, sizeof(st)) : -1;
 	ok(ck && e && strstr(st, "has bad size") && strstr(st, "changed size after the checkpoint") &&
 		   strstr(st, file) && strstr(st, "phos run") && !strstr(st, "RLIMIT_NOFILE"),
 	   "a file that grew: /status names it and says to use phos run");

@@ -14,6 +14,10 @@
  * ctl: the image is the whole tree), the tree is killed with -9 and
  * restored; it goes on counting, every member checking its own state, and
  * the parent checks every byte of its device memory on SIGUSR1.
+ *
+ * The job runs with `phos run --host-pids`: no pid namespace of its own,
+ * so the restore gives every member its old pid back (the other tree
+ * test runs in a namespace of its own).
  */
 #include <cuda.h>
 
@@ -148,6 +152,7 @@ int main(int argc, char **argv)
 	ssize_t sl = readlink("/proc/self/exe", self, sizeof(self) - 1);
 	self[sl > 0 ? sl : 0] = 0;
 	plan(9);
+	r.host_pids = true;
 	if (rig_mount(&r, NULL))
 		bail("phosfs did not mount");
 

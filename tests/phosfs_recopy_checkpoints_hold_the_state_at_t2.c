@@ -50,6 +50,7 @@ int main(void)
 		usleep((useconds_t)(rand() % 150000));
 		char c[64], last[256] = "", image[PATH_MAX];
 		int n = snprintf(c, sizeof(c), "checkpoint recopy name=r%d%s\n", it, last_one ? " kill" : "");
+		rig_files(&r, pid, ctl, status);
 		int e = rig_ctl(ctl, c, (size_t)n);
 		int done = !e && rig_job_done(&r, pid, 60000, last, sizeof(last)) && strstr(last, "done");
 		rig_read(status, st, sizeof(st));
@@ -65,7 +66,7 @@ int main(void)
 		/* recopy kill ends the process; otherwise it runs on intact. */
 		int live = done && (last_one ? !rig_alive(pid) || (usleep(500000), !rig_alive(pid))
 					     : rig_cow_verified(pid, out, &nverify, 5000));
-		int back = rig_kill_restore(&r, pid, img, image, st, sizeof(st));
+		int back = rig_kill_restore(&r, &pid, img, image, st, sizeof(st));
 		int restored = back && rig_cow_verified(pid, out, &nverify, 5000);
 		restored = restored && rig_restore_done(&r, 30000, st, sizeof(st));
 		char line[128] = "";

@@ -84,9 +84,8 @@ int main(void)
 	   "a move onto another chip, onto a GPU this machine lacks, or malformed is refused, and the image stays good");
 
 	int e = restore_with(&r, image, "device=0=1", st, sizeof(st));
-	char want[64];
-	snprintf(want, sizeof(want), "restored pid: %d\n", (int)pid);
-	int back = !e && strstr(st, want) && rig_alive(pid);
+	pid = e ? pid : rig_restored(st);
+	int back = !e && pid > 0 && rig_alive(pid);
 	int named = strstr(st, "moved gpus: 0 (GPU-") && strstr(st, ") -> 1 (GPU-");
 	if (!back || !named)
 		diag("device=0=1: %s; %s", strerror(e), st);
@@ -94,6 +93,7 @@ int main(void)
 	ok(back && gpu_of(pid) == 1, "the driver moved the process's GPU 0 onto GPU 1 (gpuPairs)");
 	ok(back && rig_cow_verified(pid, out, &nverify, 5000), "on GPU 1, every byte of its device memory checks");
 
+	rig_files(&r, pid, ctl, status);
 	int again = back && checkpoint_kill(&r, pid, ctl, "b", image, sizeof(image));
 	/* The image records the GPU the process is on, not phosfs's GPU 0. */
 	phosimg *img = NULL;
@@ -107,7 +107,8 @@ int main(void)
 		phosimg_close(img);
 	}
 	e = again ? restore_with(&r, image, "eager device=0=1", st, sizeof(st)) : -1;
-	int self = !e && strstr(st, want) && rig_alive(pid) && strstr(st, "moved gpus: 0 (GPU-");
+	pid = e ? pid : rig_restored(st);
+	int self = !e && pid > 0 && rig_alive(pid) && strstr(st, "moved gpus: 0 (GPU-");
 	if (!self)
 		diag("second restore: %s; %s", e > 0 ? strerror(e) : "not tried", st);
 	ok(self, "checkpointed again on GPU 1 (the image says so: its GPUs 0 and 1 swapped) and restored with explicit pairs");

@@ -109,7 +109,7 @@ int main(void)
 	kill(pid, SIGKILL);
 	for (int i = 0; i < 100 && rig_alive(pid); i++)
 		usleep(20000);
-	e = rig_restore(&r, copy, pid, st, sizeof(st));
+	e = rig_restore(&r, copy, &pid, st, sizeof(st));
 	ok(e == 0, "restore from the copy brings back pid %d (%s)", (int)pid, strerror(e));
 	if (e)
 		diag("%s", st);

@@ -29,6 +29,7 @@ typedef struct rig {
 	pid_t fs;
 	const char *opts[8]; /* more phosfs options, NULL-terminated */
 	const char *restore_mode; /* "eager" or "lazy" for rig_restore; NULL: the default (lazy) */
+	bool host_pids; /* phos run --host-pids: no pid namespace of the job's own */
 } rig;
 
 static inline void rig_cleanup(rig *r);
@@ -160,9 +161,13 @@ static inline pid_t rig_phos_run(rig *r, char *const cmd[])
 		dup2(p[1], 1);
 		int nul = open("/dev/null", O_WRONLY);
 		dup2(nul, 2);
-		char *argv[32] = { "phos", "run", "--" };
-		for (int i = 0; cmd[i] && i < 28; i++)
-			argv[3 + i] = cmd[i];
+		char *argv[32] = { "phos", "run" };
+		int n = 2;
+		if (r->host_pids)
+			argv[n++] = "--host-pids";
+		argv[n++] = "--";
+		for (int i = 0; cmd[i] && i < 27; i++)
+			argv[n++] = cmd[i];
 		execv(r->phos, argv);
 		_exit(127);
 	}
@@ -288,32 +293,41 @@ static inline int rig_job_done(rig *r, pid_t pid, int ms, char *last, size_t len
 }
 
 /* Restores the image at dir through /ctl (in r->restore_mode); 0 when
- * status then names pid as restored, else an errno (the status is left in
- * st). A lazy restore returns once the process runs; its memory may
- * still be coming back. */
-static inline int rig_restore(rig *r, const char *dir, pid_t pid, char *st, size_t len)
+ * status then names the restored process, whose pid goes to *pid: a job
+ * of `phos run` comes back in a pid namespace of its own, under another
+ * pid than the one it had. Else an errno (the status is left in st). A
+ * lazy restore returns once the process runs; its memory may still be
+ * coming back. */
+static inline int rig_restore(rig *r, const char *dir, pid_t *pid, char *st, size_t len)
 {
-	char cmd[PATH_MAX + 16], ctl[160], status[160], want[64];
+	char cmd[PATH_MAX + 16], ctl[160], status[160];
 	snprintf(cmd, sizeof(cmd), "restore %s%s%s\n", dir, r->restore_mode ? " " : "",
 		 r->restore_mode ? r->restore_mode : "");
 	snprintf(ctl, sizeof(ctl), "%s/ctl", r->mnt);
 	snprintf(status, sizeof(status), "%s/status", r->mnt);
-	snprintf(want, sizeof(want), "restored pid: %d\n", (int)pid);
 	int e = rig_ctl(ctl, cmd, strlen(cmd));
 	if (!rig_read(status, st, len))
 		*st = 0;
-	return e ? e : strstr(st, want) ? 0 : ESRCH;
+	const char *at = strstr(st, "restored pid: ");
+	int back = at ? atoi(at + 14) : 0;
+	if (e)
+		return e;
+	if (back <= 0)
+		return ESRCH;
+	*pid = back;
+	return 0;
 }
 
-/* Kills pid with -9 and waits until it is gone; then, when img (the
- * image at dir verified), restores it. 1 when the process runs again. */
-static inline int rig_kill_restore(rig *r, pid_t pid, int img, const char *dir, char *st, size_t len)
+/* Kills *pid with -9 and waits until it is gone; then, when img (the
+ * image at dir verified), restores it. 1 when the process runs again, as
+ * *pid. */
+static inline int rig_kill_restore(rig *r, pid_t *pid, int img, const char *dir, char *st, size_t len)
 {
-	kill(pid, SIGKILL);
-	for (int k = 0; k < 100 && rig_alive(pid); k++)
+	kill(*pid, SIGKILL);
+	for (int k = 0; k < 100 && rig_alive(*pid); k++)
 		usleep(20000);
 	rig_reap();
-	return img && rig_restore(r, dir, pid, st, len) == 0 && rig_alive(pid);
+	return img && rig_restore(r, dir, pid, st, len) == 0 && rig_alive(*pid);
 }
 
 /* The end of an iteration of a checkpoint loop: removes the image before
@@ -388,6 +402,45 @@ static inline pid_t rig_cow_app(rig *r, char *app, char *cubin, char *mib, char 
 	return up && strstr(st, "traced: yes") ? pid : -1;
 }
 
+/* The root of pid's job as CRIU dumps it: phos's init, pid's parent, when
+ * pid runs in a pid namespace of its own; else pid. */
+static inline pid_t rig_job_root(pid_t pid)
+{
+	char path[64], buf[512] = "", comm[32] = "";
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	FILE *f = fopen(path, "r");
+	size_t n = f ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
+	if (f)
+		fclose(f);
+	buf[n] = 0;
+	char *close = strrchr(buf, ')');
+	int pp = 0;
+	if (!close || sscanf(close + 1, " %*c %d", &pp) != 1 || pp <= 1)
+		return pid;
+	snprintf(path, sizeof(path), "/proc/%d/comm", pp);
+	f = fopen(path, "r");
+	if (f && !fgets(comm, sizeof(comm), f))
+		*comm = 0;
+	if (f)
+		fclose(f);
+	return strcmp(comm, "phos-init\n") ? pid : (pid_t)pp;
+}
+
+/* The pid a restore's status (st) names: "restored pid: N"; 0 if none. */
+static inline pid_t rig_restored(const char *st)
+{
+	const char *at = strstr(st, "restored pid: ");
+	return at ? (pid_t)atoi(at + 14) : 0;
+}
+
+/* pid's ctl and status files (160 bytes each): again after a restore,
+ * which may give the process another pid. */
+static inline void rig_files(rig *r, pid_t pid, char *ctl, char *status)
+{
+	snprintf(ctl, 160, "%s/%d/ctl", r->mnt, (int)pid);
+	snprintf(status, 160, "%s/%d/status", r->mnt, (int)pid);
+}
+
 /* Mounts phosfs (with r->opts) and starts cow_app on 24 MiB under phos,
  * with a seed from the clock that it prints; fills out (its output), ctl
  * and status (its files). Reports the start as a test; bails out when
@@ -405,8 +458,7 @@ static inline pid_t rig_cow_start(rig *r, char *out, char *ctl, char *status)
 	snprintf(seed_s, sizeof(seed_s), "%u", seed);
 	pid_t pid = rig_cow_app(r, app, cubin, "24", seed_s, 20000);
 	rig_out(r, pid, out, PATH_MAX);
-	snprintf(ctl, 160, "%s/%d/ctl", r->mnt, (int)pid);
-	snprintf(status, 160, "%s/%d/status", r->mnt, (int)pid);
+	rig_files(r, pid, ctl, status);
 	ok(pid > 0, "cow_app runs under the tracer");
 	if (pid <= 0)
 		bail("cow_app did not start (%s)", out);

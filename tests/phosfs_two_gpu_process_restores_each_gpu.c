@@ -86,12 +86,13 @@ int main(void)
 		usleep((useconds_t)(rand_r(&seed) % 200000));
 		char c[64], last[256] = "", image[PATH_MAX];
 		int n = snprintf(c, sizeof(c), "checkpoint %s name=%s\n", protos[i], protos[i]);
+		rig_files(&r, pid, ctl, status);
 		int done = rig_ctl(ctl, c, (size_t)n) == 0 && rig_job_done(&r, pid, 60000, last, sizeof(last)) &&
 			   strstr(last, "done");
 		snprintf(image, sizeof(image), "%s/%d/%s", r.store, (int)pid, protos[i]);
 		int img = done && rig_verify(image) && on_both(image);
 		int live = done && verified(pid, out, &nverify, line, sizeof(line));
-		int back = rig_kill_restore(&r, pid, img, image, st, sizeof(st));
+		int back = rig_kill_restore(&r, &pid, img, image, st, sizeof(st));
 		int again = back && verified(pid, out, &nverify, line, sizeof(line));
 		ok(done && img && live && again,
 		   "%s: the image holds memory of both GPUs, and the restore checks on each (%s)", protos[i], line);
@@ -101,6 +102,7 @@ int main(void)
 
 	/* Swapped: GPU 0's memory goes to GPU 1 and back. */
 	char c[] = "checkpoint stop name=swap kill\n", last[256] = "", image[PATH_MAX];
+	rig_files(&r, pid, ctl, status);
 	int stopped = rig_ctl(ctl, c, sizeof(c) - 1) == 0 && rig_job_done(&r, pid, 60000, last, sizeof(last)) &&
 		   strstr(last, "done");
 	for (int k = 0; k < 100 && rig_alive(pid); k++)
@@ -113,6 +115,9 @@ int main(void)
 	snprintf(rootst, sizeof(rootst), "%s/status", r.mnt);
 	int e = stopped ? rig_ctl(rootctl, cmd2, (size_t)n) : -1;
 	rig_read(rootst, st, sizeof(st));
+	const char *rp = strstr(st, "restored pid: ");
+	if (!e && rp)
+		pid = atoi(rp + 14);
 	int moved = !e && rig_alive(pid) && strstr(st, "moved gpus: 0 (") && strstr(st, ") -> 1 (") &&
 		    strstr(st, "1 (GPU-") && strstr(st, ") -> 0 (");
 	ok(moved, "restored with device=0=1,1=0: status names both moves");
@@ -142,7 +147,7 @@ int main(void)
 	snprintf(image, sizeof(image), "%s/%d/nopeer", r.store, (int)pid);
 	for (int k = 0; k < 100 && stopped3 && rig_alive(pid); k++)
 		usleep(20000);
-	int back3 = stopped3 && !rig_restore(&r, image, pid, st, sizeof(st)) &&
+	int back3 = stopped3 && !rig_restore(&r, image, &pid, st, sizeof(st)) &&
 		    verified(pid, out, &nverify, line, sizeof(line));
 	ok(off && back3, "without peer access, plain copies between the GPUs run and check, before and after a restore (%s)",
 	   line);

@@ -11,6 +11,10 @@
  * the pattern it wrote, and is that counter's alone. The tree is killed
  * with -9 and restored; each counter then checks every byte of its device
  * memory (SIGUSR1) and counts on.
+ *
+ * The job runs in a pid namespace of its own (phos run's default): the
+ * tree's root, and its first member, is phos's init, and the restore
+ * gives the tree a new namespace, with new pids on this machine.
  */
 #include "phosfs_test.h"
 
@@ -82,6 +86,36 @@ static void inspect(const char *image, int *members, int *ntraced, int *good, in
 	phosimg_close(img);
 }
 
+/* The two children of pid (the counters), into kids. */
+static void children_of(pid_t pid, pid_t kids[2])
+{
+	char path[96];
+	snprintf(path, sizeof(path), "/proc/%d/task/%d/children", (int)pid, (int)pid);
+	FILE *f = fopen(path, "r");
+	if (f) {
+		if (fscanf(f, "%d %d", &kids[0], &kids[1]) != 2)
+			kids[0] = kids[1] = 0;
+		fclose(f);
+	}
+}
+
+/* pid's parent, from /proc/PID/stat; 0 if unknown. */
+static pid_t parent_of(pid_t pid)
+{
+	pid_t ppid = 0;
+	char path[64], buf[512] = "";
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	FILE *f = fopen(path, "r");
+	size_t n = f ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
+	if (f)
+		fclose(f);
+	buf[n] = 0;
+	char *close = strrchr(buf, ')');
+	if (!close || sscanf(close + 1, " %*c %d", &ppid) != 1)
+		ppid = 0;
+	return ppid;
+}
+
 int main(void)
 {
 	rig r;
@@ -117,7 +151,7 @@ int main(void)
 	int rmembers = 0, rtraced = 0, rgood = 0, rowners[2] = { 0, 0 };
 	if (rdone)
 		inspect(rimage, &rmembers, &rtraced, &rgood, rowners);
-	ok(rdone && rig_verify(rimage) && rmembers == 3 && rtraced == 2 && rgood == 2 &&
+	ok(rdone && rig_verify(rimage) && rmembers == 4 && rtraced == 2 && rgood == 2 &&
 		   rowners[0] + rowners[1] == 64 && rig_counts_past(out, rig_count(out) + 2, 5000),
 	   "checkpoint recopy of the shell's pid tracks both, and its image holds each one's memory; they count on (%s)",
 	   e ? strerror(e) : last);
@@ -131,32 +165,35 @@ int main(void)
 	int members = 0, ntraced = 0, good = 0;
 	int owners[2] = { 0, 0 };
 	inspect(image, &members, &ntraced, &good, owners);
-	ok(members == 3 && ntraced == 2 && good == 2 && owners[0] + owners[1] == 64,
-	   "one image: 3 members, 2 traced, each with its own device memory, byte for byte (%d, %d MiB)", owners[0],
+	ok(members == 4 && ntraced == 2 && good == 2 && owners[0] + owners[1] == 64,
+	   "one image: 4 members (phos's init, the shell, the counters), 2 traced, each with its own device memory, byte for byte (%d, %d MiB)", owners[0],
 	   owners[1]);
 
 	pid_t kids[2] = { 0, 0 };
-	snprintf(path, sizeof(path), "/proc/%d/task/%d/children", (int)sh, (int)sh);
-	FILE *f = fopen(path, "r");
-	if (f) {
-		if (fscanf(f, "%d %d", &kids[0], &kids[1]) != 2)
-			kids[0] = kids[1] = 0;
-		fclose(f);
-	}
-	kill(-sh, SIGKILL);
+	children_of(sh, kids);
+	/* The init dies with -9, and the namespace with it. */
+	pid_t pp = parent_of(sh);
+	kill(pp > 1 ? pp : sh, SIGKILL);
 	for (int i = 0; i < 100 && (rig_alive(sh) || rig_alive(kids[0]) || rig_alive(kids[1])); i++)
 		usleep(50000);
+	rig_reap();
 	int verified = count_lines(out, "verify ok");
 	char cmd[PATH_MAX + 16];
 	snprintf(cmd, sizeof(cmd), "restore %s\n", image);
 	snprintf(path, sizeof(path), "%s/ctl", r.mnt);
 	e = rig_ctl(path, cmd, strlen(cmd));
-	ok(e == 0 && rig_alive(sh) && kids[0] && rig_alive(kids[0]) && rig_alive(kids[1]),
-	   "after kill -9 the tree is restored: the shell and both counters (%s)", e ? strerror(e) : "ok");
-	if (e) {
-		snprintf(path, sizeof(path), "%s/status", r.mnt);
-		diag("%s", rig_read(path, st, sizeof(st)) ? st : "");
-	}
+	snprintf(path, sizeof(path), "%s/status", r.mnt);
+	rig_read(path, st, sizeof(st));
+	pid_t old = sh;
+	sh = e ? 0 : rig_restored(st);
+	kids[0] = kids[1] = 0;
+	if (sh > 0)
+		children_of(sh, kids);
+	ok(e == 0 && sh > 0 && rig_alive(sh) && kids[0] && rig_alive(kids[0]) && rig_alive(kids[1]),
+	   "after kill -9 the tree is restored: the shell (%d, was %d) and both counters (%s)", (int)sh, (int)old,
+	   e ? strerror(e) : "ok");
+	if (e)
+		diag("%s", st);
 	usleep(300000);
 	kill(kids[0], SIGUSR1);
 	kill(kids[1], SIGUSR1);

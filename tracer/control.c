@@ -107,22 +107,26 @@ static int emit_objects(const wire_object *objs, const int *fds, int n, void *ar
 	return wire_send(*(int *)arg, WIRE_OBJECTS, objs, (uint32_t)(n * (int)sizeof(*objs)), (uint32_t)n, fds, n);
 }
 
-/* Waits for phosfs's wake-up signal (blocked in this thread). */
-static void wait_wake(void)
+/* Waits for phosfs's wake-up signal (blocked in this thread). Returns
+ * the pid phosfs knows us by (wire_wake): ours in the host's pid
+ * namespace, which getpid does not tell inside a namespace of our own. */
+static pid_t wait_wake(void)
 {
 	sigset_t set;
 	sigemptyset(&set);
 	sigaddset(&set, WIRE_WAKE_SIGNAL);
-	while (sigwaitinfo(&set, NULL) < 0 && errno == EINTR)
+	siginfo_t si;
+	while (sigwaitinfo(&set, &si) < 0 && errno == EINTR)
 		;
+	return si.si_code == SI_QUEUE && si.si_value.sival_int > 0 ? (pid_t)si.si_value.sival_int : getpid();
 }
 
 /* After park: reconnect, take the objects back, resume. */
 static int unpark(void)
 {
-	wait_wake();
+	pid_t known_as = wait_wake();
 	int sock;
-	for (int tries = 0; (sock = wire_connect_resume(getpid())) < 0 &&
+	for (int tries = 0; (sock = wire_connect_resume(known_as)) < 0 &&
 			    (sock = wire_connect(wire_socket_path())) < 0;
 	     tries++) {
 		if (tries == 50)
@@ -363,6 +367,10 @@ static int serve(int sock)
 static void *control_main(void *arg)
 {
 	(void)arg;
+	/* Named by the thread itself: pthread_setname_np on another thread
+	 * writes /proc/self/task/TID/comm with the tid this process sees,
+	 * which is not the host /proc's inside a pid namespace of its own. */
+	pthread_setname_np(pthread_self(), "phos-control");
 	sigset_t set;
 	sigemptyset(&set);
 	sigaddset(&set, WIRE_WAKE_SIGNAL);
@@ -417,7 +425,6 @@ static void start(void)
 	pthread_sigmask(SIG_BLOCK, &set, &old);
 	pthread_t t;
 	if (pthread_create(&t, NULL, control_main, NULL) == 0) {
-		pthread_setname_np(t, "phos-control");
 		pthread_detach(t);
 	} else {
 		tr_log("cannot start the control thread: phos cannot checkpoint this process");

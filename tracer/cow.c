@@ -331,6 +331,7 @@ static bool shadowing(cow_header *t)
  * the copy running may still queue one until it lets go of the lock). */
 static void *reaper(void *arg)
 {
+	pthread_setname_np(pthread_self(), "phos-cow"); /* by itself: see control_main */
 	cow_header *t = arg;
 	for (;;) {
 		uint32_t seen = atomic_load(&t->progress);
@@ -430,7 +431,6 @@ int cow_begin(const wire_cow *c, const int *fds, int nfds)
 		pthread_rwlock_unlock(&lock);
 		return -EAGAIN;
 	}
-	pthread_setname_np(th, "phos-cow");
 	pthread_detach(th);
 	return 0;
 }

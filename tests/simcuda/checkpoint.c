@@ -3,8 +3,10 @@
  * transitions on the target pid.
  *
  * Every simcuda process that called cuInit runs a control thread, as the
- * real driver does, listening on the abstract unix socket "simcuda.<pid>".
- * The cuCheckpointProcess* calls of any process send it one request each:
+ * real driver does, listening on the abstract unix socket "simcuda.<pid>",
+ * pid as the host's /proc names it (a process in a pid namespace of its
+ * own sees another pid itself). The cuCheckpointProcess* calls of any
+ * process send it one request each:
  *
  *   RUNNING --lock--> LOCKED --checkpoint--> CHECKPOINTED
  *   CHECKPOINTED --restore--> LOCKED --unlock--> RUNNING
@@ -18,17 +20,33 @@
  * name; the process checks that the pairs name every device it made a
  * context on, each onto a GPU of the same chip, no two onto one, and then
  * its devices are the new GPUs.
+ *
+ * While CHECKPOINTED the process listens on nothing: CRIU dumps it then,
+ * and a listening socket in the image would keep a clone restored beside
+ * its original (or a tree restored into a new pid namespace, whose host
+ * pid is another) from binding its own. A caller that finds nobody
+ * listening wakes the control thread ("simcuda-ckpt") with SC_WAKE; it
+ * listens again under its pid of the moment, answers, and closes again if
+ * still CHECKPOINTED.
  */
+#include <dirent.h>
 #include <errno.h>
+#include <poll.h>
+#include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "internal.h"
 
 #define REQ_MAGIC 0x53434b50u /* "SCKP" */
+#define SC_WAKE (SIGRTMIN + 9)  /* listen again (CHECKPOINTED) */
+#define SC_THREAD "simcuda-ckpt"
 
 enum op { OP_STATE = 1, OP_LOCK, OP_CHECKPOINT, OP_RESTORE, OP_UNLOCK, OP_TID, OP_BYTES, OP_UUID };
 
@@ -164,12 +182,76 @@ static struct reply handle(const struct request *q)
 	return r;
 }
 
+/* Our pid as the host's /proc names it, or getpid() without /proc. */
+static int host_pid(void)
+{
+	char buf[32];
+	ssize_t n = readlink("/proc/self", buf, sizeof(buf) - 1);
+	if (n <= 0)
+		return getpid();
+	buf[n] = 0;
+	return atoi(buf);
+}
+
+/* A socket listening on "simcuda.<our host pid>", or -1. */
+static int listen_here(void)
+{
+	struct sockaddr_un a;
+	socklen_t len;
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (fd < 0) {
+		sc_log("no checkpoint control socket: %s", strerror(errno));
+		return -1;
+	}
+	int pid = host_pid();
+	addr_of(pid, &a, &len);
+	if (bind(fd, (struct sockaddr *)&a, len) != 0 || listen(fd, 8) != 0) {
+		sc_log("cannot listen on @simcuda.%d: %s", pid, strerror(errno));
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+/* Waits for SC_WAKE (blocked in this thread). */
+static void wait_wake(void)
+{
+	sigset_t set;
+	sigemptyset(&set);
+	sigaddset(&set, SC_WAKE);
+	while (sigwaitinfo(&set, NULL) < 0)
+		;
+}
+
+static _Atomic int server_fd = -1;
+
 static void *server_main(void *arg)
 {
-	int lfd = (int)(intptr_t)arg;
-
+	(void)arg;
+	sigset_t set;
+	sigemptyset(&set);
+	sigaddset(&set, SC_WAKE);
+	pthread_sigmask(SIG_BLOCK, &set, NULL);
+	/* Named by itself: pthread_setname_np on another thread goes by the
+	 * tid this process sees, not the host /proc's in a pid namespace. */
+	pthread_setname_np(pthread_self(), SC_THREAD);
 	server_tid = gettid();
 	for (;;) {
+		int lfd = atomic_load(&server_fd);
+		if (lfd < 0) {
+			wait_wake();
+			lfd = listen_here();
+			atomic_store(&server_fd, lfd);
+			if (lfd < 0)
+				continue;
+		}
+		/* Woken for a caller: if none comes, listen on nothing again. */
+		struct pollfd pf = { lfd, POLLIN, 0 };
+		if (state == CU_PROCESS_STATE_CHECKPOINTED && poll(&pf, 1, 2000) == 0) {
+			atomic_store(&server_fd, -1);
+			close(lfd);
+			continue;
+		}
 		int c = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
 		if (c < 0) {
 			if (errno == EINTR || errno == ECONNABORTED)
@@ -179,65 +261,109 @@ static void *server_main(void *arg)
 		}
 		struct request q;
 		ssize_t n = recv(c, &q, sizeof(q), 0);
-		if (n == (ssize_t)sizeof(q) && q.magic == REQ_MAGIC) {
-			struct reply r = handle(&q);
-			(void)!send(c, &r, sizeof(r), MSG_NOSIGNAL);
+		struct reply r;
+		bool answer = n == (ssize_t)sizeof(q) && q.magic == REQ_MAGIC;
+		if (answer)
+			r = handle(&q);
+		/* Closed before the answer, so that the caller's next connect
+		 * fails at once rather than wait in a backlog that goes away. */
+		if (state == CU_PROCESS_STATE_CHECKPOINTED) {
+			pf.revents = 0;
+			if (poll(&pf, 1, 0) == 0) {
+				atomic_store(&server_fd, -1);
+				close(lfd);
+			}
 		}
+		if (answer)
+			(void)!send(c, &r, sizeof(r), MSG_NOSIGNAL);
 		close(c);
 	}
 }
 
-static int server_fd = -1;
-
 void sc_checkpoint_fork_child(void)
 {
-	if (server_fd >= 0)
-		close(server_fd);
-	server_fd = -1;
+	int fd = atomic_exchange(&server_fd, -1);
+	if (fd >= 0)
+		close(fd);
 }
 
 void sc_checkpoint_start_server(void)
 {
+	int fd = listen_here();
+	if (fd < 0)
+		return;
+	atomic_store(&server_fd, fd);
+	pthread_t t;
+	if (pthread_create(&t, NULL, server_main, NULL) != 0) {
+		atomic_store(&server_fd, -1);
+		close(fd);
+		return;
+	}
+	pthread_detach(t);
+}
+
+/* The tid of pid's control thread, or 0. */
+static int server_thread_of(int pid)
+{
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%d/task", pid);
+	DIR *d = opendir(path);
+	int tid = 0;
+	struct dirent *de;
+	while (d && !tid && (de = readdir(d))) {
+		char cpath[300], comm[32] = "";
+		snprintf(cpath, sizeof(cpath), "/proc/%d/task/%s/comm", pid, de->d_name);
+		FILE *f = de->d_name[0] >= '1' && de->d_name[0] <= '9' ? fopen(cpath, "re") : NULL;
+		if (f) {
+			if (fgets(comm, sizeof(comm), f) && !strcmp(comm, SC_THREAD "\n"))
+				tid = atoi(de->d_name);
+			fclose(f);
+		}
+	}
+	if (d)
+		closedir(d);
+	return tid;
+}
+
+/* A connection to pid's control thread, waking it if it listens on
+ * nothing (CHECKPOINTED); -1 when pid is no simcuda process. */
+static int connect_to(int pid)
+{
 	struct sockaddr_un a;
 	socklen_t len;
-	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-	if (fd < 0) {
-		sc_log("no checkpoint control socket: %s", strerror(errno));
-		return;
-	}
-	addr_of(getpid(), &a, &len);
-	if (bind(fd, (struct sockaddr *)&a, len) != 0 || listen(fd, 8) != 0) {
-		sc_log("cannot listen on @simcuda.%d: %s", getpid(), strerror(errno));
+	addr_of(pid, &a, &len);
+	bool woken = false;
+	for (int tries = 0; tries < 400; tries++) {
+		int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+		if (fd < 0)
+			return -1;
+		if (connect(fd, (struct sockaddr *)&a, len) == 0)
+			return fd;
 		close(fd);
-		return;
+		if (!woken) {
+			int tid = server_thread_of(pid);
+			if (!tid || syscall(SYS_tgkill, pid, tid, SC_WAKE) != 0)
+				return -1;
+			woken = true;
+		}
+		struct timespec ts = { 0, 5000000 };
+		nanosleep(&ts, NULL);
 	}
-	pthread_t t;
-	if (pthread_create(&t, NULL, server_main, (void *)(intptr_t)fd) != 0) {
-		close(fd);
-		return;
-	}
-	pthread_setname_np(t, "simcuda-ckpt");
-	pthread_detach(t);
-	server_fd = fd;
+	return -1;
 }
 
 /* Sends request q (its op and argument set) to pid's control thread. */
 static CUresult send_request(int pid, struct request *q, struct reply *r)
 {
-	struct sockaddr_un a;
-	socklen_t len;
 	if (pid <= 0)
 		return CUDA_ERROR_INVALID_VALUE;
-	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		return CUDA_ERROR_OPERATING_SYSTEM;
-	addr_of(pid, &a, &len);
+	int fd = connect_to(pid);
 	CUresult res = CUDA_SUCCESS;
 	q->magic = REQ_MAGIC;
-	if (connect(fd, (struct sockaddr *)&a, len) != 0)
-		res = CUDA_ERROR_INVALID_VALUE; /* no CUDA process with that pid */
-	else if (send(fd, q, sizeof(*q), MSG_NOSIGNAL) != (ssize_t)sizeof(*q) ||
-		 recv(fd, r, sizeof(*r), 0) != (ssize_t)sizeof(*r))
+	if (fd < 0)
+		return CUDA_ERROR_INVALID_VALUE; /* no CUDA process with that pid */
+	if (send(fd, q, sizeof(*q), MSG_NOSIGNAL) != (ssize_t)sizeof(*q) ||
+	    recv(fd, r, sizeof(*r), 0) != (ssize_t)sizeof(*r))
 		res = CUDA_ERROR_OPERATING_SYSTEM;
 	else
 		res = (CUresult)r->result;

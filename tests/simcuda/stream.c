@@ -45,6 +45,9 @@ static bool is_default(CUstream s)
 
 static void *worker_main(void *arg)
 {
+	/* Named by itself: another thread's tid is not the host /proc's in a
+	 * pid namespace of its own. */
+	pthread_setname_np(pthread_self(), "simcuda-stream");
 	stream *s = arg;
 
 	pthread_mutex_lock(&s->lock);
@@ -143,7 +146,6 @@ static CUresult create(CUstream *ps, unsigned flags, int priority)
 		free(s);
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
-	pthread_setname_np(s->worker, "simcuda-stream");
 	pthread_mutex_lock(&streams_lock);
 	s->next = all_streams;
 	all_streams = s;

@@ -1,0 +1,226 @@
+/*
+ * phos run (run.h): a job in a pid namespace of its own.
+ *
+ *   phos run ──fork──> init (pid 1 of a new namespace; PHOS_JOB=1;
+ *                        │  stdio /dev/null, its own session)
+ *                        └──fork──> the job (pid 2; LD_PRELOAD=libphos.so;
+ *                                   output to STORE/run/<host pid>.out/.err)
+ *
+ * The init is this same program again (run_init), so that its
+ * environment holds the mark; CRIU dumps it with the tree and restores it
+ * into a new namespace, where it goes on waiting for its job. The job
+ * tells phos run its host pid (from the host's /proc) through a pipe
+ * closed on exec, or why it could not start.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "run.h"
+
+/* The init's job, for its signal handlers. */
+static volatile pid_t init_job;
+
+static void pass_on(int sig)
+{
+	if (init_job > 0)
+		kill(init_job, sig);
+}
+
+/* Our pid as the host's /proc names it. */
+static pid_t host_pid(void)
+{
+	char buf[32];
+	ssize_t n = readlink("/proc/self", buf, sizeof(buf) - 1);
+	if (n <= 0)
+		return getpid();
+	buf[n] = 0;
+	return (pid_t)atoi(buf);
+}
+
+/* In the job's process: output to the store, the tracer preloaded,
+ * argv run. Tells `ready` its pid, or why it failed, and never returns. */
+static void exec_job(char *const argv[], const run_opts *o, int ready, bool mark)
+{
+	pid_t self = host_pid();
+	char out[PATH_MAX + 32], err[PATH_MAX + 32];
+	snprintf(out, sizeof(out), "%s/run/%d.out", o->store, (int)self);
+	snprintf(err, sizeof(err), "%s/run/%d.err", o->store, (int)self);
+	int in = open("/dev/null", O_RDONLY);
+	int fo = open(out, O_WRONLY | O_CREAT | O_APPEND | O_TRUNC, 0644);
+	int fe = open(err, O_WRONLY | O_CREAT | O_APPEND | O_TRUNC, 0644);
+	if (in < 0 || fo < 0 || fe < 0) {
+		dprintf(ready, "cannot open %s: %s", fo < 0 ? out : fe < 0 ? err : "/dev/null", strerror(errno));
+		_exit(127);
+	}
+	dup2(in, 0);
+	dup2(fo, 1);
+	dup2(fe, 2);
+	close(in), close(fo), close(fe);
+	if (mark) {
+		/* The root's mark: without an init, the job is the root. */
+		char job[32];
+		snprintf(job, sizeof(job), "%d", (int)getpid());
+		setenv("PHOS_JOB", job, 1);
+	} else {
+		unsetenv("PHOS_JOB");
+	}
+	const char *pre = getenv("LD_PRELOAD");
+	char *preload = malloc(strlen(o->libphos) + (pre ? strlen(pre) : 0) + 2);
+	if (preload) {
+		sprintf(preload, "%s%s%s", o->libphos, pre && *pre ? ":" : "", pre && *pre ? pre : "");
+		setenv("LD_PRELOAD", preload, 1);
+		free(preload);
+	}
+	dprintf(ready, "pid %d", (int)self);
+	execvp(argv[0], argv);
+	dprintf(ready, "\ncannot run %s: %s", argv[0], strerror(errno));
+	_exit(127);
+}
+
+/* The init: starts the job, passes signals on to it, reaps every orphan
+ * of the namespace, and ends with the job's status. */
+static int init_main(char *const argv[], const run_opts *o, int ready)
+{
+	int nul = open("/dev/null", O_RDWR);
+	if (nul >= 0) {
+		dup2(nul, 0);
+		dup2(nul, 1);
+		dup2(nul, 2);
+		if (nul > 2)
+			close(nul);
+	}
+	static const int sigs[] = { SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2, SIGCONT, SIGWINCH };
+	struct sigaction sa = { .sa_handler = pass_on, .sa_flags = SA_RESTART };
+	sigemptyset(&sa.sa_mask);
+	for (size_t i = 0; i < sizeof(sigs) / sizeof(*sigs); i++)
+		sigaction(sigs[i], &sa, NULL);
+	pid_t job = fork();
+	if (job == 0)
+		exec_job(argv, o, ready, false);
+	if (job < 0) {
+		dprintf(ready, "cannot start %s: %s", argv[0], strerror(errno));
+		return 127;
+	}
+	init_job = job;
+	close(ready);
+	for (;;) {
+		int st;
+		pid_t p = waitpid(-1, &st, 0);
+		if (p < 0 && errno == EINTR)
+			continue;
+		if (p < 0)
+			return 127;
+		if (p == job)
+			return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+	}
+}
+
+int run_init(int argc, char **argv)
+{
+	/* _init FD STORE LIBPHOS -- CMD... */
+	if (argc < 6 || strcmp(argv[4], "--"))
+		return 2;
+	int ready = atoi(argv[1]);
+	prctl(PR_SET_NAME, "phos-init");
+	fcntl(ready, F_SETFD, FD_CLOEXEC);
+	run_opts o = { .store = argv[2], .libphos = argv[3] };
+	return init_main(argv + 5, &o, ready);
+}
+
+/* In pid 1 of the new namespace: becomes the init, by exec, so that its
+ * environment (/proc/PID/environ) carries the mark of a job's root,
+ * PHOS_JOB=1. Never returns. */
+static void exec_init(char *const argv[], const run_opts *o, int ready)
+{
+	setsid();
+	/* Nothing of phos run's but the pipe goes on into the job. */
+	if (ready > 3)
+		close_range(3, (unsigned)ready - 1, 0);
+	close_range((unsigned)ready + 1, ~0u, 0);
+	int fd = fcntl(ready, F_SETFD, 0) == 0 ? ready : -1;
+	char fds[16];
+	snprintf(fds, sizeof(fds), "%d", fd);
+	size_t n = 0;
+	while (argv[n])
+		n++;
+	char **v = calloc(n + 6, sizeof(*v));
+	if (fd < 0 || !v) {
+		dprintf(ready, "cannot start the job's init: %s", strerror(errno));
+		_exit(127);
+	}
+	v[0] = "phos-init";
+	v[1] = fds;
+	v[2] = (char *)o->store;
+	v[3] = (char *)o->libphos;
+	v[4] = "--";
+	memcpy(v + 5, argv, n * sizeof(*v));
+	setenv("PHOS_JOB", "1", 1);
+	execv("/proc/self/exe", v);
+	dprintf(ready, "cannot start the job's init (/proc/self/exe): %s", strerror(errno));
+	_exit(127);
+}
+
+int run_job(char *const argv[], const run_opts *o, pid_t *job, pid_t *root, char *why, size_t whylen, char *msg,
+	    size_t msglen)
+{
+	int ready[2];
+	*msg = 0;
+	if (why)
+		*why = 0;
+	if (pipe2(ready, O_CLOEXEC) != 0) {
+		snprintf(msg, msglen, "pipe: %s", strerror(errno));
+		return -errno;
+	}
+	bool own_ns = false;
+	if (!o->host_pids) {
+		own_ns = unshare(CLONE_NEWPID) == 0;
+		if (!own_ns && why)
+			snprintf(why, whylen, "cannot give the job a pid namespace of its own (%s)", strerror(errno));
+	}
+	pid_t c = fork();
+	if (c < 0) {
+		int e = -errno;
+		snprintf(msg, msglen, "fork: %s", strerror(-e));
+		close(ready[0]);
+		close(ready[1]);
+		return e;
+	}
+	if (c == 0) {
+		close(ready[0]);
+		if (own_ns)
+			exec_init(argv, o, ready[1]);
+		setsid();
+		exec_job(argv, o, ready[1], true);
+	}
+	close(ready[1]);
+	char said[PATH_MAX + 128];
+	size_t len = 0;
+	for (ssize_t n; len < sizeof(said) - 1 && (n = read(ready[0], said + len, sizeof(said) - 1 - len)) != 0;) {
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			break;
+		len += (size_t)n;
+	}
+	close(ready[0]);
+	said[len] = 0;
+	int pid = 0;
+	char *nl = strchr(said, '\n');
+	if (sscanf(said, "pid %d", &pid) != 1 || pid <= 0 || nl) {
+		snprintf(msg, msglen, "%s", nl ? nl + 1 : *said ? said : "the job did not start");
+		waitpid(c, NULL, 0);
+		return -ENOEXEC;
+	}
+	*job = pid;
+	*root = c;
+	return 0;
+}

@@ -1,0 +1,33 @@
+/*
+ * phos run: starting a job under the tracer (run.c), for the phos CLI.
+ */
+#ifndef PHOS_RUN_H
+#define PHOS_RUN_H
+
+#include <stdbool.h>
+#include <sys/types.h>
+
+typedef struct run_opts {
+	const char *store;  /* phosfs's store: output goes to STORE/run/PID.out and .err */
+	const char *libphos; /* the tracer to preload */
+	bool host_pids;      /* no pid namespace of its own */
+} run_opts;
+
+/* Starts argv[0] (searched in PATH) under the tracer, with no terminal,
+ * as a job: by default pid 2 of a pid namespace of its own, under a small
+ * init (pid 1, the job's root, which reaps orphans, passes signals on and
+ * ends with the job, taking the namespace with it), so that a restore can
+ * give it a new namespace beside any other process. Where a namespace is
+ * not permitted (not root), or with host_pids, the job itself is the root.
+ * *job is the job's pid, as this namespace sees it; *root the root's
+ * (the init, or the job). why (when not NULL) says why the job has no
+ * namespace of its own, or is "". Returns 0, or -errno with msg saying
+ * what failed (a file it could not open, a command it could not run). */
+int run_job(char *const argv[], const run_opts *o, pid_t *job, pid_t *root, char *why, size_t whylen, char *msg,
+	    size_t msglen);
+
+/* The init's own entry (argv[0] "phos-init"): `phos-init FD STORE LIBPHOS
+ * -- CMD...`, as run_job execs it. Returns the exit status: the job's. */
+int run_init(int argc, char **argv);
+
+#endif
