@@ -44,10 +44,10 @@ pid_t pidns_inner(pid_t pid)
 	return n < 0 ? n : v[n - 1];
 }
 
-pid_t pidns_host_tid(pid_t pid, pid_t inner)
+/* The first entry of directory path that is a pid (or tid) for which
+ * match(id, arg) holds, or -ESRCH (none; no such directory). */
+static pid_t scan(const char *path, bool (*match)(pid_t id, const void *arg), const void *arg)
 {
-	char path[64];
-	snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
 	DIR *d = opendir(path);
 	if (!d)
 		return -ESRCH;
@@ -56,13 +56,30 @@ pid_t pidns_host_tid(pid_t pid, pid_t inner)
 	while (found < 0 && (de = readdir(d))) {
 		if (de->d_name[0] < '1' || de->d_name[0] > '9')
 			continue;
-		/* /proc/TID/status is the thread's, as /proc/PID/task/TID's. */
-		pid_t tid = (pid_t)atoi(de->d_name);
-		if (pidns_inner(tid) == inner)
-			found = tid;
+		pid_t id = (pid_t)atoi(de->d_name);
+		if (match(id, arg))
+			found = id;
 	}
 	closedir(d);
 	return found;
+}
+
+pid_t pidns_task_where(pid_t pid, bool (*match)(pid_t tid, const void *arg), const void *arg)
+{
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+	return scan(path, match, arg);
+}
+
+/* /proc/TID/status is the thread's, as /proc/PID/task/TID's. */
+static bool inner_is(pid_t id, const void *arg)
+{
+	return pidns_inner(id) == *(const pid_t *)arg;
+}
+
+pid_t pidns_host_tid(pid_t pid, pid_t inner)
+{
+	return pidns_task_where(pid, inner_is, &inner);
 }
 
 bool pidns_is_init(pid_t pid)
@@ -81,25 +98,21 @@ static ino_t ns_of(pid_t pid)
 	return stat(path, &st) == 0 ? st.st_ino : 0;
 }
 
+typedef struct in_ns {
+	ino_t ns;
+	pid_t inner;
+} in_ns;
+
+static bool member_of(pid_t id, const void *arg)
+{
+	const in_ns *w = arg;
+	return pidns_inner(id) == w->inner && ns_of(id) == w->ns;
+}
+
 pid_t pidns_find(pid_t init, pid_t inner)
 {
-	ino_t ns = ns_of(init);
-	if (!ns)
+	in_ns w = { ns_of(init), inner };
+	if (!w.ns)
 		return -ESRCH;
-	if (inner == 1)
-		return init;
-	DIR *d = opendir("/proc");
-	if (!d)
-		return -EIO;
-	pid_t found = -ESRCH;
-	struct dirent *de;
-	while (found < 0 && (de = readdir(d))) {
-		if (de->d_name[0] < '1' || de->d_name[0] > '9')
-			continue;
-		pid_t p = (pid_t)atoi(de->d_name);
-		if (pidns_inner(p) == inner && ns_of(p) == ns)
-			found = p;
-	}
-	closedir(d);
-	return found;
+	return inner == 1 ? init : scan("/proc", member_of, &w);
 }

@@ -22,6 +22,10 @@ pid_t pidns_inner(pid_t pid);
  * inner. Returns it, or -ESRCH. */
 pid_t pidns_host_tid(pid_t pid, pid_t inner);
 
+/* The first thread of pid for which match(tid, arg) holds (tid as the
+ * host's /proc names it), or -ESRCH. */
+pid_t pidns_task_where(pid_t pid, bool (*match)(pid_t tid, const void *arg), const void *arg);
+
 /* Whether pid is the init (pid 1) of a namespace below the host's. */
 bool pidns_is_init(pid_t pid);
 

@@ -2,7 +2,6 @@
  * Parking and unparking a traced process (common/wire.h): phosfs takes
  * the fds of its device memory, and later gives them back.
  */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -12,6 +11,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "../common/pidns.h"
 #include "engine.h"
 
 #define PARK_TIMEOUT_MS 60000   /* quiesce waits for the device to finish */
@@ -248,27 +248,21 @@ int engine_unpark_lazy(pid_t pid, pid_t tid, const engine_tracer *t, const engin
 	return unpark(pid, tid, t, objs, lazy, conn, err, errlen);
 }
 
+/* Whether thread tid is the tracer's control thread, by its name. */
+static bool is_control(pid_t tid, const void *arg)
+{
+	(void)arg;
+	char path[64], comm[32] = "";
+	snprintf(path, sizeof(path), "/proc/%d/comm", (int)tid);
+	FILE *f = fopen(path, "re");
+	if (!f)
+		return false;
+	bool yes = fgets(comm, sizeof(comm), f) && !strcmp(comm, "phos-control\n");
+	fclose(f);
+	return yes;
+}
+
 pid_t engine_find_control_thread(pid_t pid)
 {
-	char path[64];
-	snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
-	DIR *d = opendir(path);
-	if (!d)
-		return -ESRCH;
-	pid_t found = -ESRCH;
-	struct dirent *de;
-	while (found < 0 && (de = readdir(d))) {
-		if (de->d_name[0] < '0' || de->d_name[0] > '9')
-			continue;
-		char cpath[300], comm[32] = "";
-		snprintf(cpath, sizeof(cpath), "/proc/%d/task/%s/comm", (int)pid, de->d_name);
-		FILE *f = fopen(cpath, "re");
-		if (f) {
-			if (fgets(comm, sizeof(comm), f) && !strcmp(comm, "phos-control\n"))
-				found = (pid_t)atoi(de->d_name);
-			fclose(f);
-		}
-	}
-	closedir(d);
-	return found;
+	return pidns_task_where(pid, is_control, NULL);
 }

@@ -402,11 +402,10 @@ static inline pid_t rig_cow_app(rig *r, char *app, char *cubin, char *mib, char 
 	return up && strstr(st, "traced: yes") ? pid : -1;
 }
 
-/* The root of pid's job as CRIU dumps it: phos's init, pid's parent, when
- * pid runs in a pid namespace of its own; else pid. */
-static inline pid_t rig_job_root(pid_t pid)
+/* pid's parent, from /proc/PID/stat; 0 if unknown. */
+static inline pid_t rig_parent(pid_t pid)
 {
-	char path[64], buf[512] = "", comm[32] = "";
+	char path[64], buf[512] = "";
 	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
 	FILE *f = fopen(path, "r");
 	size_t n = f ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
@@ -415,10 +414,21 @@ static inline pid_t rig_job_root(pid_t pid)
 	buf[n] = 0;
 	char *close = strrchr(buf, ')');
 	int pp = 0;
-	if (!close || sscanf(close + 1, " %*c %d", &pp) != 1 || pp <= 1)
+	if (!close || sscanf(close + 1, " %*c %d", &pp) != 1)
+		pp = 0;
+	return (pid_t)pp;
+}
+
+/* The root of pid's job as CRIU dumps it: phos's init, pid's parent, when
+ * pid runs in a pid namespace of its own; else pid. */
+static inline pid_t rig_job_root(pid_t pid)
+{
+	char path[64], comm[32] = "";
+	pid_t pp = rig_parent(pid);
+	if (pp <= 1)
 		return pid;
-	snprintf(path, sizeof(path), "/proc/%d/comm", pp);
-	f = fopen(path, "r");
+	snprintf(path, sizeof(path), "/proc/%d/comm", (int)pp);
+	FILE *f = fopen(path, "r");
 	if (f && !fgets(comm, sizeof(comm), f))
 		*comm = 0;
 	if (f)

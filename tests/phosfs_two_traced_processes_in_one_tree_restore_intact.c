@@ -99,23 +99,6 @@ static void children_of(pid_t pid, pid_t kids[2])
 	}
 }
 
-/* pid's parent, from /proc/PID/stat; 0 if unknown. */
-static pid_t parent_of(pid_t pid)
-{
-	pid_t ppid = 0;
-	char path[64], buf[512] = "";
-	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	FILE *f = fopen(path, "r");
-	size_t n = f ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
-	if (f)
-		fclose(f);
-	buf[n] = 0;
-	char *close = strrchr(buf, ')');
-	if (!close || sscanf(close + 1, " %*c %d", &ppid) != 1)
-		ppid = 0;
-	return ppid;
-}
-
 int main(void)
 {
 	rig r;
@@ -172,8 +155,7 @@ int main(void)
 	pid_t kids[2] = { 0, 0 };
 	children_of(sh, kids);
 	/* The init dies with -9, and the namespace with it. */
-	pid_t pp = parent_of(sh);
-	kill(pp > 1 ? pp : sh, SIGKILL);
+	kill(rig_job_root(sh), SIGKILL);
 	for (int i = 0; i < 100 && (rig_alive(sh) || rig_alive(kids[0]) || rig_alive(kids[1])); i++)
 		usleep(50000);
 	rig_reap();
