@@ -213,18 +213,26 @@ int criu_dump(const char *criu, pid_t pid, const char *dir, bool kill, const cha
 	return run(criu, argv, log, "dump", pid, err, errlen);
 }
 
-int criu_restore(const char *criu, const char *dir, const char *log, pid_t *root, char *err, size_t errlen)
+int criu_restore(const char *criu, const char *dir, const char *lazy_dir, const char *log, pid_t *root, char *err,
+		 size_t errlen)
 {
 	char pidfile[PATH_MAX];
 	if (snprintf(pidfile, sizeof(pidfile), "%s.pid", log) >= (int)sizeof(pidfile))
 		return engine_fail(-ENAMETOOLONG, err, errlen, "CRIU's log path %s is too long", log);
 	unlink(pidfile);
-	char *argv[] = { (char *)criu, "restore", "-D", (char *)dir, "-o", (char *)log, "-v2", "-d", "--shell-job",
-			 "--pidfile", pidfile, NULL, NULL, NULL };
+	char *argv[20] = { (char *)criu, "restore", "-D", (char *)dir, "-o", (char *)log, "-v2", "-d", "--shell-job",
+			   "--pidfile", pidfile };
+	int n = 11;
 	if (engine_criu_plugins && *engine_criu_plugins) {
-		argv[11] = "-L";
-		argv[12] = (char *)engine_criu_plugins;
+		argv[n++] = "-L";
+		argv[n++] = (char *)engine_criu_plugins;
 	}
+	if (lazy_dir) {
+		argv[n++] = "--lazy-pages";
+		argv[n++] = "-W";
+		argv[n++] = (char *)lazy_dir;
+	}
+	argv[n] = NULL;
 	int e = run(criu, argv, log, "restore", 0, err, errlen);
 	FILE *f = e ? NULL : fopen(pidfile, "re");
 	int pid = 0;
@@ -237,4 +245,64 @@ int criu_restore(const char *criu, const char *dir, const char *log, pid_t *root
 		e = engine_fail(-EIO, err, errlen, "criu restore succeeded but wrote no pid to %s", pidfile);
 	*root = pid;
 	return e;
+}
+
+int criu_pages_start(const char *criu, const char *dir, const char *work, const char *log, pid_t *daemon,
+		     char *err, size_t errlen)
+{
+	*daemon = 0;
+	int ready[2];
+	if (pipe2(ready, O_CLOEXEC) != 0)
+		return engine_fail(-errno, err, errlen, "pipe: %s", strerror(errno));
+	pid_t c = fork();
+	if (c < 0) {
+		int e = -errno;
+		close(ready[0]);
+		close(ready[1]);
+		return engine_fail(e, err, errlen, "cannot start criu lazy-pages: %s", strerror(-e));
+	}
+	if (c == 0) {
+		/* --status-fd: CRIU writes a byte there once it listens. */
+		int nul = open("/dev/null", O_RDWR);
+		dup2(nul, 0);
+		dup2(nul, 1);
+		dup2(nul, 2);
+		dup2(ready[1], 3);
+		close_range(4, ~0u, 0);
+		char *argv[] = { (char *)criu, "lazy-pages", "-D", (char *)dir, "-W", (char *)work, "-o", (char *)log,
+				 "-v2", "--status-fd", "3", NULL };
+		execvp(criu, argv);
+		_exit(127);
+	}
+	close(ready[1]);
+	char b;
+	ssize_t n;
+	while ((n = read(ready[0], &b, 1)) < 0 && errno == EINTR)
+		;
+	close(ready[0]);
+	if (n == 1) {
+		*daemon = c;
+		return 0;
+	}
+	while (waitpid(c, NULL, 0) < 0 && errno == EINTR)
+		;
+	char why[1400];
+	criu_explain(log, 0, why, sizeof(why));
+	return engine_fail(-EIO, err, errlen, "criu lazy-pages did not start: %s (log: %s)",
+			   *why ? why : "no error logged", log);
+}
+
+int criu_pages_wait(pid_t daemon, const char *log, char *err, size_t errlen)
+{
+	int st;
+	while (waitpid(daemon, &st, 0) < 0)
+		if (errno != EINTR)
+			return engine_fail(-errno, err, errlen, "waiting for criu lazy-pages: %s", strerror(errno));
+	if (WIFEXITED(st) && WEXITSTATUS(st) == 0)
+		return 0;
+	char why[1400];
+	criu_explain(log, 0, why, sizeof(why));
+	return engine_fail(-EIO, err, errlen, "criu lazy-pages failed (%s %d): %s (log: %s)",
+			   WIFSIGNALED(st) ? "killed by signal" : "exit status", WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st),
+			   *why ? why : "no error logged", log);
 }

@@ -95,6 +95,10 @@ typedef struct engine_progress {
 	 * net_wait_ns (calls that waited for everything). */
 	_Atomic bool lazy;
 	_Atomic uint64_t resume_ns, full_ns, on_demand;
+	/* Restore with CPU pages lazy too: nanoseconds from the start until
+	 * CRIU's lazy-pages daemon had every page back (0 until then). */
+	_Atomic bool lazy_pages;
+	_Atomic uint64_t pages_ns;
 } engine_progress;
 
 /* Moves p to step, adding the time since the last move to the step it
@@ -300,9 +304,23 @@ int criu_dump(const char *criu, pid_t pid, const char *dir, bool kill, const cha
 
 /* Runs `criu restore` from dir, detached; *root is then the restored
  * tree's root as this (the host's) pid namespace sees it: its old pid, or
- * any, for a tree CRIU gave a pid namespace of its own. Errors as
- * criu_dump, and -EIO when CRIU says no root. */
-int criu_restore(const char *criu, const char *dir, const char *log, pid_t *root, char *err, size_t errlen);
+ * any, for a tree CRIU gave a pid namespace of its own. With lazy_dir (a
+ * criu_pages_start's work directory), the tree runs before its CPU pages
+ * are back. Errors as criu_dump, and -EIO when CRIU says no root. */
+int criu_restore(const char *criu, const char *dir, const char *lazy_dir, const char *log, pid_t *root, char *err,
+		 size_t errlen);
+
+/* Starts `criu lazy-pages` for the image in dir, with work directory
+ * work (its socket; one per restore) and its log at log, and waits until
+ * it listens. *daemon is its pid, for criu_pages_wait. Errors: -EIO (it
+ * did not start; err gives its first error), fork's errno. */
+int criu_pages_start(const char *criu, const char *dir, const char *work, const char *log, pid_t *daemon,
+		     char *err, size_t errlen);
+
+/* Waits until the lazy-pages daemon has given back every page and ended.
+ * Errors: -EIO (it failed: pages it had not given back are lost; err
+ * gives its first error), waitpid's errno. */
+int criu_pages_wait(pid_t daemon, const char *log, char *err, size_t errlen);
 
 /* Turns CRIU's log into one sentence for people: its first real error
  * line (harmless warnings skipped), with what that line names and advice

@@ -55,7 +55,7 @@ int ctl_parse(const char *buf, size_t len, bool root, ctl_cmd *out, char *err, s
 	if (root) {
 		if (strcmp(words[0], "restore"))
 			return bad(err, errlen,
-				   "unknown command '%.40s' (expected: restore DIR [eager|lazy] [device=OLD=NEW,…])",
+				   "unknown command '%.40s' (expected: restore DIR [eager|lazy] [lazy-pages] [device=OLD=NEW,…])",
 				   words[0]);
 		if (n < 2)
 			return bad(err, errlen, "restore needs a directory");
@@ -70,6 +70,10 @@ int ctl_parse(const char *buf, size_t len, bool root, ctl_cmd *out, char *err, s
 					return bad(err, errlen, "more than one restore mode");
 				mode = true;
 				out->lazy = !strcmp(w, "lazy");
+			} else if (!strcmp(w, "lazy-pages")) {
+				if (out->lazy_pages)
+					return bad(err, errlen, "lazy-pages given twice");
+				out->lazy_pages = true;
 			} else if (!strncmp(w, "device=", 7)) {
 				if (*out->devices)
 					return bad(err, errlen, "device= given twice (list every move in one: device=0=1,1=0)");
@@ -77,7 +81,7 @@ int ctl_parse(const char *buf, size_t len, bool root, ctl_cmd *out, char *err, s
 					return -EINVAL;
 				snprintf(out->devices, sizeof(out->devices), "%s", w + 7);
 			} else {
-				return bad(err, errlen, "unknown word '%.40s' after restore DIR (expected: eager, lazy, device=OLD=NEW,…)", w);
+				return bad(err, errlen, "unknown word '%.40s' after restore DIR (expected: eager, lazy, lazy-pages, device=OLD=NEW,…)", w);
 			}
 		}
 		out->verb = CTL_RESTORE;

@@ -3,7 +3,7 @@
  *
  *   /<pid>/ctl   checkpoint [cow|recopy|stop] [name=NAME] [kill]
  *                cancel
- *   /ctl         restore DIR [eager|lazy] [device=OLD=NEW[,OLD=NEW…]]
+ *   /ctl         restore DIR [eager|lazy] [lazy-pages] [device=OLD=NEW[,OLD=NEW…]]
  *
  * One command per write, words separated by blanks, one trailing newline
  * allowed. NAME is 1 to 64 of [A-Za-z0-9._-], not starting with '.', and
@@ -28,6 +28,7 @@ typedef struct ctl_cmd {
 	bool kill;            /* checkpoint: end the process after it */
 	char name[CTL_NAME_MAX + 1]; /* checkpoint: "" = the next number */
 	bool lazy;            /* restore: lazy (the default) or eager */
+	bool lazy_pages;      /* restore: CPU pages too come back while it runs */
 	char dir[CTL_MAX];    /* restore */
 	char devices[CTL_MAX]; /* restore: the moves of GPUs, "" for none */
 } ctl_cmd;

@@ -455,6 +455,10 @@ static void restore_status(engine_progress *p, text *out)
 		add(out, "resumed ms: %.1f\n", ms(atomic_load(&p->resume_ns)));
 	if (atomic_load(&p->full_ns))
 		add(out, "fully restored ms: %.1f\n", ms(atomic_load(&p->full_ns)));
+	if (atomic_load(&p->lazy_pages))
+		add(out, "cpu pages: lazy\n");
+	if (atomic_load(&p->pages_ns))
+		add(out, "cpu pages back ms: %.1f\n", ms(atomic_load(&p->pages_ns)));
 	if (lazy)
 		add(out,
 		    "on-demand waits: %" PRIu64 " (%.1f ms)\nsafety-net waits: %" PRIu64 " (%.1f ms)\n"

@@ -5,7 +5,7 @@
  *                        [--kill] [--cow] [--staging BYTES] [--staging-fd FD] [--chunk BYTES]
  *                        [--shadow-pool BYTES] [--plugins DIR] [--member PID:CONN:TID]…
  *   phosfs --job restore --shared FD --image PATH --criu CRIU --log LOG [--devices OLD=NEW,…] [--plugins DIR]
- *                        [--lazy]
+ *                        [--lazy] [--lazy-pages]
  *
  * so that a job finishes even if phosfs is killed: the process it parked
  * gets its memory back, and the image is published or not at all. The
@@ -112,7 +112,7 @@ int job_process_main(int argc, char **argv)
 	const char *kind = NULL, *image = NULL, *criu = "criu", *log = "/dev/null", *devices = NULL;
 	int shared_fd = -1;
 	pid_t pid = 0;
-	bool kill = false, cow = false, recopy = false, lazy = false;
+	bool kill = false, cow = false, recopy = false, lazy = false, lazy_pages = false;
 	uint64_t staging = 0, chunk = 0, pool = 0;
 	int staging_fd = -1;
 	engine_traced *traced = calloc((size_t)argc, sizeof(*traced));
@@ -149,6 +149,8 @@ int job_process_main(int argc, char **argv)
 			recopy = true;
 		else if (!strcmp(argv[i], "--lazy"))
 			lazy = true;
+		else if (!strcmp(argv[i], "--lazy-pages"))
+			lazy_pages = true;
 		else if (!strcmp(argv[i], "--staging") && v)
 			staging = strtoull(argv[++i], NULL, 10);
 		else if (!strcmp(argv[i], "--staging-fd") && v)
@@ -180,7 +182,7 @@ int job_process_main(int argc, char **argv)
 			set_latest(image);
 	} else if (!strcmp(kind, "restore")) {
 		pid_t rpid = 0;
-		restore_args a = { .image = image, .devices = devices, .criu = criu, .log = log, .tracer = &t,
+		restore_args a = { .image = image, .devices = devices, .criu = criu, .log = log, .lazy_pages = lazy_pages, .tracer = &t,
 				   .prog = &sh->prog, .pid = &rpid, .resumed = &sh->resumed };
 		e = lazy ? restore_lazy(&a, err, sizeof(err)) : restore_eager(&a, err, sizeof(err));
 		atomic_store(&sh->pid, rpid);

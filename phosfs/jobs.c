@@ -584,7 +584,7 @@ int job_restore(const ctl_cmd *c, pid_t *pid, char *err, size_t errlen)
 	snprintf(logdir, sizeof(logdir), "%s/.logs", phosfs_store);
 	mkdir(logdir, 0700);
 	snprintf(log, sizeof(log), "%s/restore-%lld-%d.log", logdir, (long long)time(NULL), (int)gettid());
-	char *args[13] = { "restore", "--image", (char *)c->dir, "--criu", (char *)phosfs_criu, "--log", log };
+	char *args[14] = { "restore", "--image", (char *)c->dir, "--criu", (char *)phosfs_criu, "--log", log };
 	int k = 7;
 	if (*c->devices) {
 		args[k++] = "--devices";
@@ -596,6 +596,8 @@ int job_restore(const ctl_cmd *c, pid_t *pid, char *err, size_t errlen)
 	}
 	if (c->lazy)
 		args[k++] = "--lazy";
+	if (c->lazy_pages)
+		args[k++] = "--lazy-pages";
 	args[k] = NULL;
 	/* One restore at a time: the root target holds its outcome. A lazy
 	 * one is busy until all its memory is back. */
@@ -613,7 +615,8 @@ int job_restore(const ctl_cmd *c, pid_t *pid, char *err, size_t errlen)
 		pthread_mutex_unlock(&r->lock);
 		return e;
 	}
-	snprintf(r->job, sizeof(r->job), "restore %.80s%s", c->dir, c->lazy ? " lazy" : " eager");
+	snprintf(r->job, sizeof(r->job), "restore %.80s%s%s", c->dir, c->lazy ? " lazy" : " eager",
+		 c->lazy_pages ? " lazy-pages" : "");
 	r->error[0] = 0;
 	r->restored = 0;
 	r->result = 0;

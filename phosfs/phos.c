@@ -7,7 +7,7 @@
  *                                a pid namespace of its own (run.c)
  *   phos ls                      the processes phosfs shows
  *   phos checkpoint PID [cow|recopy|stop] [--name N] [--kill] [--wait]
- *   phos restore DIR [eager|lazy] [--device OLD=NEW[,OLD=NEW…]]
+ *   phos restore DIR [eager|lazy] [--lazy-pages] [--device OLD=NEW[,OLD=NEW…]]
  *   phos status PID
  */
 #include <dirent.h>
@@ -40,7 +40,7 @@ static int usage(FILE *f)
 	fprintf(f, "usage: phos run [-d] [--host-pids] [--] CMD...\n"
 		   "       phos ls\n"
 		   "       phos checkpoint PID [cow|recopy|stop] [--name NAME] [--kill] [--wait]\n"
-		   "       phos restore DIR [eager|lazy] [--device OLD=NEW[,OLD=NEW...]]\n"
+		   "       phos restore DIR [eager|lazy] [--lazy-pages] [--device OLD=NEW[,OLD=NEW...]]\n"
 		   "       phos status PID\n");
 	return f == stdout ? 0 : 2;
 }
@@ -271,8 +271,11 @@ static int cmd_checkpoint(int argc, char **argv)
 static int cmd_restore(int argc, char **argv)
 {
 	const char *dir = NULL, *mode = NULL, *devices = NULL;
+	bool lazy_pages = false;
 	for (int i = 0; i < argc; i++) {
-		if (!strcmp(argv[i], "--device") && i + 1 < argc)
+		if (!strcmp(argv[i], "--lazy-pages"))
+			lazy_pages = true;
+		else if (!strcmp(argv[i], "--device") && i + 1 < argc)
 			devices = argv[++i];
 		else if (!strncmp(argv[i], "--device=", 9))
 			devices = argv[i] + 9;
@@ -291,8 +294,8 @@ static int cmd_restore(int argc, char **argv)
 		return 1;
 	}
 	char cmd[2 * PATH_MAX + 64], c[PATH_MAX], s[PATH_MAX];
-	snprintf(cmd, sizeof(cmd), "restore %s%s%s%s%s\n", abs, mode ? " " : "", mode ? mode : "",
-		 devices ? " device=" : "", devices ? devices : "");
+	snprintf(cmd, sizeof(cmd), "restore %s%s%s%s%s%s\n", abs, mode ? " " : "", mode ? mode : "",
+		 lazy_pages ? " lazy-pages" : "", devices ? " device=" : "", devices ? devices : "");
 	snprintf(c, sizeof(c), "%s/ctl", mnt());
 	snprintf(s, sizeof(s), "%s/status", mnt());
 	if (ctl(c, s, cmd))

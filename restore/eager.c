@@ -49,10 +49,12 @@ int restore_eager(const restore_args *a, char *err, size_t errlen)
 	engine_parked_free(&objs);
 	if (!e) {
 		atomic_store(&prog->resume_ns, now_ns() - t0);
-		atomic_store(&prog->full_ns, atomic_load(&prog->resume_ns));
 		if (a->resumed)
 			atomic_store(a->resumed, c.host[c.job]);
+		e = restore_pages_wait(a, &c, t0, err, errlen);
 	}
+	if (!e)
+		atomic_store(&prog->full_ns, now_ns() - t0);
 	restore_end(&c, e);
 	return e;
 }

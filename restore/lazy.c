@@ -300,6 +300,8 @@ int restore_lazy(const restore_args *a, char *err, size_t errlen)
 	if (!e)
 		e = finish(&l, err, errlen);
 	if (!e)
+		e = restore_pages_wait(a, &c, t0, err, errlen);
+	if (!e)
 		atomic_store(&prog->full_ns, now_ns() - t0);
 	if (e && c.restored && atomic_load(&prog->resume_ns)) {
 		size_t len = strlen(err);

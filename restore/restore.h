@@ -16,6 +16,9 @@ typedef struct restore_args {
 	const char *devices; /* "OLD=NEW,…" moves of GPUs (restore_devices), or NULL */
 	const char *criu;  /* the criu binary */
 	const char *log;   /* CRIU's log file */
+	/* CPU pages come back while the tree runs (CRIU's lazy-pages daemon,
+	 * userfaultfd); the restore ends once the last page is back. */
+	bool lazy_pages;
 	/* How to meet the restored tracers, one process at a time. Unused for
 	 * an image of untraced processes. */
 	const engine_tracer *tracer;

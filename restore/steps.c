@@ -2,10 +2,14 @@
  * The steps eager and lazy restores share (steps.h).
  */
 #include <errno.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../common/pidns.h"
@@ -70,7 +74,21 @@ int restore_tree(const restore_args *a, restore_ctx *c, char *err, size_t errlen
 {
 	engine_step(a->prog, STEP_RESTORE);
 	pid_t root = 0;
-	int e = criu_restore(a->criu, phosimg_criu_dir(c->img), a->log, &root, err, errlen);
+	int e = 0;
+	char pages_log[PATH_MAX + 16];
+	snprintf(pages_log, sizeof(pages_log), "%s.pages", a->log);
+	if (a->lazy_pages) {
+		atomic_store(&a->prog->lazy_pages, true);
+		snprintf(c->pages_dir, sizeof(c->pages_dir), "%s.lazy", a->log);
+		if (mkdir(c->pages_dir, 0700) != 0 && errno != EEXIST)
+			e = engine_fail(-errno, err, errlen, "cannot make %s: %s", c->pages_dir, strerror(errno));
+		if (!e)
+			e = criu_pages_start(a->criu, phosimg_criu_dir(c->img), c->pages_dir, pages_log, &c->pages, err,
+					     errlen);
+	}
+	if (!e)
+		e = criu_restore(a->criu, phosimg_criu_dir(c->img), a->lazy_pages ? c->pages_dir : NULL, a->log, &root,
+				 err, errlen);
 	c->restored = !e;
 	if (!e)
 		c->host[0] = root;
@@ -95,6 +113,22 @@ int restore_tree(const restore_args *a, restore_ctx *c, char *err, size_t errlen
 	return e;
 }
 
+int restore_pages_wait(const restore_args *a, restore_ctx *c, uint64_t t0, char *err, size_t errlen)
+{
+	if (c->pages <= 0)
+		return 0;
+	char pages_log[PATH_MAX + 16];
+	snprintf(pages_log, sizeof(pages_log), "%s.pages", a->log);
+	int e = criu_pages_wait(c->pages, pages_log, err, errlen);
+	c->pages = 0;
+	if (!e) {
+		struct timespec ts;
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		atomic_store(&a->prog->pages_ns, (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec - t0);
+	}
+	return e;
+}
+
 pid_t restore_tracer_of(restore_ctx *c, uint32_t i, const engine_parked *mine, char *err, size_t errlen)
 {
 	if (!(c->m[i].flags & PHOSIMG_MEMBER_TRACED) && !mine->n)
@@ -114,6 +148,22 @@ void restore_end(restore_ctx *c, int e)
 	for (uint32_t i = 0; e && c->restored && i < c->n; i++)
 		if (c->host[i] > 0)
 			kill(c->host[i], SIGKILL);
+	/* A daemon still running failed the restore, or was not waited for. */
+	if (c->pages > 0) {
+		kill(c->pages, SIGKILL);
+		while (waitpid(c->pages, NULL, 0) < 0 && errno == EINTR)
+			;
+	}
+	if (*c->pages_dir) {
+		/* What CRIU leaves in its work directory. */
+		static const char *const left[] = { "lazy-pages.socket", "stats-restore" };
+		for (size_t i = 0; i < sizeof(left) / sizeof(*left); i++) {
+			char f[sizeof(c->pages_dir) + 32];
+			snprintf(f, sizeof(f), "%s/%s", c->pages_dir, left[i]);
+			unlink(f);
+		}
+		rmdir(c->pages_dir);
+	}
 	if (c->img)
 		phosimg_close(c->img);
 	free(c->m);

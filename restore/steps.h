@@ -20,6 +20,8 @@ typedef struct restore_ctx {
 	 * objects and tables by m[i].pid. */
 	pid_t *host;
 	bool own_ns;           /* the tree gets a pid namespace of its own */
+	pid_t pages;           /* CRIU's lazy-pages daemon, until it ended */
+	char pages_dir[4096];  /* its work directory (its socket), "" for none */
 	uint32_t job;          /* the member restore names: the root, or the
 				* job phos's init started (pid 2 of the namespace) */
 } restore_ctx;
@@ -35,6 +37,11 @@ int restore_begin(const restore_args *a, restore_ctx *c, char *err, size_t errle
  * *a->pid is the pid of member c->job. Errors: -EIO (err says which
  * step), -ESRCH (a member CRIU restored is not there). */
 int restore_tree(const restore_args *a, restore_ctx *c, char *err, size_t errlen);
+
+/* With a->lazy_pages: waits until every CPU page is back (the lazy-pages
+ * daemon ended), and records when. Errors: criu_pages_wait's (pages that
+ * never came back: the caller fails, and the tree is killed). */
+int restore_pages_wait(const restore_args *a, restore_ctx *c, uint64_t t0, char *err, size_t errlen);
 
 /* Member i's tracer control thread, for unpark; with mine its objects.
  * Returns the tid, 0 when it needs none (untraced, no memory), or
