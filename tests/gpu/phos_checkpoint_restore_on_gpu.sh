@@ -11,6 +11,9 @@
 #      restored with `--device` mapping every GPU to itself: the driver is
 #      given gpuPairs (the path of a restore onto another GPU), and the
 #      program checks every byte.
+# A job of `phos run` comes back under a new pid (the one `phos restore`
+# prints), in a pid namespace of its own, and writes on to its original
+# output file; each case goes on with that pid, and checks that it runs.
 # Needs root, FUSE and a GPU. PHOS_GPU_GIB sets the size of 1 (default 16).
 b=${PHOS_BUNDLE:-gpu-bundle}
 src=${PHOS_SRCDIR:-$b/..}
@@ -26,9 +29,9 @@ rig_mount gpu ||
 	{ for i in 1 2 3 4; do echo "not ok $i - phosfs did not mount (bundle $b)"; done; exit 1; }
 
 # 1. CUDA C, 16 GiB.
-# `phos run` stays the parent, so a killed process is reaped at once.
+# phos-init, the job's parent, reaps a killed job at once.
 pid=$(start "$work/pid1" "$b/examples/counter" $((gib * 1024)))
-out=$store/run/$pid.out
+opid=$pid out=$store/run/$pid.out
 ok=0
 if wait_line "$out" "count 10" 300; then
 	t0=$(now)
@@ -42,15 +45,15 @@ if wait_line "$out" "count 10" 300; then
 	t2=$(now)
 	rpid=$("$phos" restore "$work/copy")
 	t3=$(now)
-	echo "# checkpoint+copy $(awk "BEGIN{print $t1 - $t0}") s; restore $(awk "BEGIN{print $t3 - $t2}") s; restored pid $rpid"
+	echo "# checkpoint+copy $(awk "BEGIN{print $t1 - $t0}") s; restore $(awk "BEGIN{print $t3 - $t2}") s; restored pid $rpid (was $pid)"
+	pid=$rpid
 	sleep 1
-	kill -USR1 "$pid"
-	if [ "$rpid" = "$pid" ] && wait_line "$out" "verify ok" 600; then ok=1; fi
+	if follow "$pid" && kill -USR1 "$pid" && wait_line "$out" "verify ok" 600; then ok=1; fi
 	grep -E 'verify|FAILED' "$out" | sed 's/^/# /'
 fi
 [ $ok = 1 ] && echo "ok 1 - a ${gib} GiB CUDA C program is checkpointed while copied, killed, restored from the copy, and its device memory is intact" ||
 	echo "not ok 1 - the ${gib} GiB CUDA C program did not come back intact"
-kill -9 "$pid" 2>/dev/null; gone "$pid"; rm -rf "$work/copy" "$store/$pid"
+kill_job "$pid"; rm -rf "$work/copy"; [ -n "$opid" ] && rm -rf "${store:?}/$opid"
 
 # 2. PyTorch.
 if ! python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
@@ -58,27 +61,30 @@ if ! python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else
 else
 	plain=$(python3 "$src/examples/pytorch/train_mlp.py" --steps 120 2>&1)
 	pid=$(start "$work/pid2" python3 "$src/examples/pytorch/train_mlp.py" --steps 120 --sleep 0.05)
-		out=$store/run/$pid.out
+	opid=$pid out=$store/run/$pid.out err=$store/run/$pid.err
 	ok=0
 	if wait_line "$out" "^step 30 " 120; then
 		"$phos" checkpoint "$pid" stop --wait | sed 's/^/# /'
 		kill -9 "$pid"; gone "$pid"
 		rpid=$("$phos" restore "$mnt/$pid/checkpoints/latest")
+		pid=$rpid back=0
+		follow "$pid" && back=1
 		wait_line "$out" "^step 119 " 120
 		# Every line, from before the kill and after the restore, is the
 		# uninterrupted run's line for that step.
 		bad=$(grep '^step' "$out" | sort -u | grep -vxF -f <(printf '%s\n' "$plain") | wc -l)
 		last=$(grep -c '^step' "$out")
-		echo "# restored $rpid; $last step lines, $bad differ from the uninterrupted run"
-		[ "$rpid" = "$pid" ] && [ "$bad" = 0 ] && grep -q '^step 119 ' "$out" && ok=1
-		grep -v '^step' "$out" "$store/run/$pid.err" 2>/dev/null | tail -5 | sed 's/^/# /'
+		echo "# restored $rpid (was $opid); $last step lines, $bad differ from the uninterrupted run"
+		[ "$back" = 1 ] && [ "$bad" = 0 ] && grep -q '^step 119 ' "$out" && ok=1
+		grep -v '^step' "$out" "$err" 2>/dev/null | tail -5 | sed 's/^/# /'
 	fi
 	[ $ok = 1 ] && echo "ok 2 - a PyTorch training loop restored from a checkpoint continues with the losses of an uninterrupted run" ||
 		echo "not ok 2 - the PyTorch loop did not continue exactly"
-	kill -9 "$pid" 2>/dev/null; gone "$pid"; rm -rf "$store/$pid"
+	kill_job "$pid"; [ -n "$opid" ] && rm -rf "${store:?}/$opid"
 fi
 
-# 3. Untraced.
+# 3. Untraced, and not under phos run: no namespace of its own, so it comes
+# back under its old pid; the test goes on with the one printed all the same.
 setsid "$b/examples/counter" 1024 </dev/null >>"$work/untraced.out" 2>&1 &
 pid=$!
 echo "$pid" >>"$work/pids"
@@ -88,14 +94,15 @@ if wait_line "$work/untraced.out" "count 10" 120; then
 	grep traced "$mnt/$pid/status" | sed 's/^/# /'
 	kill -9 "$pid"; wait "$pid" 2>/dev/null
 	rpid=$("$phos" restore "$mnt/$pid/checkpoints/latest")
+	echo "# restored $rpid (was $pid)"
+	pid=$rpid
 	sleep 1
-	kill -USR1 "$pid"
-	[ "$rpid" = "$pid" ] && wait_line "$work/untraced.out" "verify ok" 120 && ok=1
+	follow "$pid" && kill -USR1 "$pid" && wait_line "$work/untraced.out" "verify ok" 120 && ok=1
 	grep -E 'verify|FAILED' "$work/untraced.out" | sed 's/^/# /'
 fi
 [ $ok = 1 ] && echo "ok 3 - an untraced CUDA process is checkpointed with stop and restored intact" ||
 	echo "not ok 3 - the untraced process did not come back"
-kill -9 "$pid" 2>/dev/null
+kill_job "$pid"
 
 # 4. Explicit gpuPairs: every GPU onto itself.
 pid=$(start "$work/pid4" "$b/examples/counter" 1024)
@@ -109,11 +116,12 @@ if wait_line "$out" "count 10" 120; then
 	rpid=$("$phos" restore "$mnt/$pid/checkpoints/latest" --device "$pairs" 2>"$work/restore4.err")
 	sed 's/^/# /' "$work/restore4.err"
 	grep -E '^(moved gpus|error)' "$mnt/status" | sed 's/^/# /'
+	echo "# restored $rpid (was $pid)"
+	pid=$rpid
 	sleep 1
-	kill -USR1 "$pid"
-	[ "$rpid" = "$pid" ] && grep -q '^moved gpus: 0 (' "$mnt/status" && wait_line "$out" "verify ok" 120 && ok=1
+	follow "$pid" && kill -USR1 "$pid" && grep -q '^moved gpus: 0 (' "$mnt/status" && wait_line "$out" "verify ok" 120 && ok=1
 	grep -E 'verify|FAILED' "$out" | sed 's/^/# /'
 fi
 [ $ok = 1 ] && echo "ok 4 - restored through explicit gpuPairs (--device $pairs), the program's device memory is intact" ||
 	echo "not ok 4 - the restore through explicit gpuPairs did not come back intact"
-kill -9 "$pid" 2>/dev/null; gone "$pid"
+kill_job "$pid"

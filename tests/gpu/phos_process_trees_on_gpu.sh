@@ -7,6 +7,10 @@
 #   2. the same job started through a shell script (`phos run -- train.sh`,
 #      with pinned batches), checkpointed through the shell's pid, killed
 #      and restored as a tree.
+# `phos run` gives each job a pid namespace of its own, under phos-init:
+# kill_job kills the whole namespace through that init, and the restore
+# brings the tree back into a new one, the job under a new pid (the one
+# `phos restore` prints), writing on to the original's output file.
 # Needs root, FUSE, a GPU and PyTorch with CUDA.
 b=${PHOS_BUNDLE:-gpu-bundle}
 src=${PHOS_SRCDIR:-$b/..}
@@ -25,25 +29,29 @@ tree_case() {
 	shift
 	local plain
 	plain=$(python3 "$src/examples/pytorch/train_loader.py" --steps $steps "$@" 2>&1)
-	local pid
+	local pid opid
 	pid=$(start "$work/pid$n" "${runner[@]}" --steps $steps --sleep 0.05 "$@")
-		local out=$store/run/$pid.out ok=0
+	opid=$pid
+	local out=$store/run/$pid.out err=$store/run/$pid.err ok=0
 	if wait_line "$out" "^step 30 " 180; then
 		sed -n '/^members/,/^job:/p' "$mnt/$pid/status" | sed 's/^/# /'
 		"$phos" checkpoint "$pid" stop --wait | sed 's/^/# /'
 		grep -E '^(stall ms|steps ms|error)' "$mnt/$pid/status" | sed 's/^/# /'
 		kill_job "$pid"
-		local rpid
+		local rpid back=0
 		rpid=$("$phos" restore "$mnt/$pid/checkpoints/latest")
+		pid=$rpid
+		follow "$pid" && back=1
+		[ "$back" = 1 ] && sed -n '/^members/,/^job:/p' "$mnt/$pid/status" 2>/dev/null | sed 's/^/# restored: /'
 		wait_line "$out" "^step $((steps - 1)) " 180
 		local bad last
 		bad=$(grep '^step' "$out" | sort -u | grep -vxF -f <(printf '%s\n' "$plain") | wc -l)
 		last=$(grep -c '^step' "$out")
-		echo "# restored $rpid; $last step lines, $bad differ from the uninterrupted run"
-		[ "$rpid" = "$pid" ] && [ "$bad" = 0 ] && grep -q "^step $((steps - 1)) " "$out" && ok=1
-		grep -v '^step' "$out" "$store/run/$pid.err" 2>/dev/null | tail -5 | sed 's/^/# /'
+		echo "# restored $rpid (was $opid); $last step lines, $bad differ from the uninterrupted run"
+		[ "$back" = 1 ] && [ "$bad" = 0 ] && grep -q "^step $((steps - 1)) " "$out" && ok=1
+		grep -v '^step' "$out" "$err" 2>/dev/null | tail -5 | sed 's/^/# /'
 	fi
-	[ $ok = 1 ] || { grep -h -B2 -A8 'Error' "$store/$pid/.logs/"*.log "$store/.logs/"*.log 2>/dev/null | head -30 | sed 's/^/# criu: /'; }
+	[ $ok = 1 ] || { grep -h -B2 -A8 'Error' "$store/$opid/.logs/"*.log "$store/.logs/"*.log 2>/dev/null | head -30 | sed 's/^/# criu: /'; }
 	kill_job "$pid"
 	return $((1 - ok))
 }

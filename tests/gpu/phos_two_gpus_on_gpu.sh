@@ -16,6 +16,9 @@
 #      (examples/pytorch/train_mlp.py --split), checkpointed with stop
 #      kill and restored with the GPUs swapped: every step line is the
 #      uninterrupted run's.
+# Each restore gives the process a new pid (the one `phos restore` prints;
+# it writes on to the original's output file): each case goes on with it,
+# so in 1 each checkpoint is of the process the last restore made.
 # Prints the stall and restore time of each. Needs root, FUSE and two GPUs
 # (it skips on one). PHOS_TWO_GPU_MIB sets the buffers of 1 and 2 (default
 # 1024 each); PHOS_KEEP_LOGS=DIR keeps phosfs's log there.
@@ -63,8 +66,9 @@ if wait_line "$out" "^ops 200" 300; then
 		kill -9 "$pid"
 		gone "$pid"
 		rpid=$(restore "$mnt/$pid/checkpoints/$proto")
-		[ "$rpid" = "$pid" ] && verify "$pid" "$out" || break
-		echo "# $proto: restore $(cat "$work/rt") s; $(grep '^verify ok' "$out" | tail -1)"
+		pid=$rpid
+		follow "$pid" && verify "$pid" "$out" || break
+		echo "# $proto: restore $(cat "$work/rt") s, pid $pid; $(grep '^verify ok' "$out" | tail -1)"
 		good=$((good + 1))
 	done
 fi
@@ -80,7 +84,8 @@ if [ $good = 3 ]; then
 	echo "# swap: stall $(stall "$pid") ms"
 	gone "$pid"
 	rpid=$(restore "$mnt/$pid/checkpoints/swap" --device 0=1,1=0)
-	if [ "$rpid" = "$pid" ] && verify "$pid" "$out"; then
+	pid=$rpid
+	if follow "$pid" && verify "$pid" "$out"; then
 		after=$(grep '^verify ok' "$out" | tail -1 | awk '{print $6, $7}')
 		echo "# swap: restore $(cat "$work/rt") s; GPUs before: $before; after: $after"
 		set -- $before
@@ -89,7 +94,7 @@ if [ $good = 3 ]; then
 fi
 [ $ok = 1 ] && echo "ok 2 - restored with the GPUs swapped, both buffers check, each on the other GPU" ||
 	echo "not ok 2 - the restore with the GPUs swapped did not come back intact"
-kill -9 "$pid" 2>/dev/null; gone "$pid"
+kill_job "$pid"
 
 # 3. A one-GPU program, from GPU 0 to GPU 1.
 pid=$(start "$work/pid3" "$b/examples/counter" "$mib")
@@ -100,14 +105,15 @@ if wait_line "$out" "count 10" 120; then
 	echo "# counter: stall $(stall "$pid") ms"
 	gone "$pid"
 	rpid=$(restore "$mnt/$pid/checkpoints/latest" --device 0=1)
+	pid=$rpid
 	gpu1=$(nvidia-smi --query-gpu=uuid --format=csv,noheader -i 1)
 	on=$(nvidia-smi --query-compute-apps=pid,gpu_uuid --format=csv,noheader | awk -F', ' -v p="$pid" '$1 == p {print $2}')
-	echo "# counter: restore $(cat "$work/rt") s; its memory is on $on (GPU 1 is $gpu1)"
-	[ "$rpid" = "$pid" ] && verify "$pid" "$out" && [ "$on" = "$gpu1" ] && ok=1
+	echo "# counter: restore $(cat "$work/rt") s, pid $pid; its memory is on $on (GPU 1 is $gpu1)"
+	follow "$pid" && verify "$pid" "$out" && [ "$on" = "$gpu1" ] && ok=1
 fi
 [ $ok = 1 ] && echo "ok 3 - a program checkpointed on GPU 0 is restored on GPU 1, and its memory checks there" ||
 	echo "not ok 3 - the program did not come back intact on GPU 1"
-kill -9 "$pid" 2>/dev/null; gone "$pid"
+kill_job "$pid"
 
 # 4. Without peer access: plain copies between the GPUs still work.
 pid=$(start "$work/pid4" "$b/apps/two_gpu_app" "$mib" "$(date +%s)" nopeer)
@@ -117,13 +123,14 @@ if wait_line "$out" "^ops 200" 300 && grep -q '^peer access off' "$out" && verif
 	"$phos" checkpoint "$pid" stop --name nopeer --kill --wait >/dev/null
 	gone "$pid"
 	rpid=$(restore "$mnt/$pid/checkpoints/nopeer")
-	[ "$rpid" = "$pid" ] && verify "$pid" "$out" && ok=1
-	echo "# nopeer: $(grep '^verify ok' "$out" | tail -1)"
+	pid=$rpid
+	follow "$pid" && verify "$pid" "$out" && ok=1
+	echo "# nopeer: pid $pid; $(grep '^verify ok' "$out" | tail -1)"
 fi
 [ $ok = 1 ] && echo "ok 4 - without peer access, plain copies between the GPUs check, before and after a restore" ||
 	echo "not ok 4 - without peer access, the two-GPU process failed"
 grep -E 'FAILED|failed' "$out" | head -3 | sed 's/^/# /'
-kill -9 "$pid" 2>/dev/null; gone "$pid"
+kill_job "$pid"
 
 # 5. PyTorch, the model split over both GPUs, restored swapped.
 if ! python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.device_count() >= 2 else 1)' 2>/dev/null; then
@@ -132,21 +139,23 @@ if ! python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.device_count() >= 2
 fi
 plain=$(python3 "$src/examples/pytorch/train_mlp.py" --split --steps 120 2>&1)
 pid=$(start "$work/pid5" python3 "$src/examples/pytorch/train_mlp.py" --split --steps 120 --sleep 0.05)
-out=$store/run/$pid.out
+out=$store/run/$pid.out err=$store/run/$pid.err
 ok=0
 if wait_line "$out" "^step 30 " 180; then
 	"$phos" checkpoint "$pid" stop --kill --wait >/dev/null
 	echo "# pytorch: stall $(stall "$pid") ms"
 	gone "$pid"
 	rpid=$(restore "$mnt/$pid/checkpoints/latest" --device 0=1,1=0)
+	pid=$rpid back=0
+	follow "$pid" && back=1
 	wait_line "$out" "^step 119 " 180
 	bad=$(grep '^step' "$out" | sort -u | grep -vxF -f <(printf '%s\n' "$plain") | wc -l)
-	echo "# pytorch: restore $(cat "$work/rt") s; $(grep -c '^step' "$out") step lines, $bad differ from the uninterrupted run"
-	[ "$rpid" = "$pid" ] && [ "$bad" = 0 ] && grep -q '^step 119 ' "$out" && ok=1
-	grep -v '^step' "$out" "$store/run/$pid.err" 2>/dev/null | tail -5 | sed 's/^/# /'
+	echo "# pytorch: restore $(cat "$work/rt") s, pid $pid; $(grep -c '^step' "$out") step lines, $bad differ from the uninterrupted run"
+	[ "$back" = 1 ] && [ "$bad" = 0 ] && grep -q '^step 119 ' "$out" && ok=1
+	grep -v '^step' "$out" "$err" 2>/dev/null | tail -5 | sed 's/^/# /'
 else
 	echo "# pytorch: no step 30 within 180 s; what it said:"
-	tail -5 "$out" "$store/run/$pid.err" 2>/dev/null | sed 's/^/# /'
+	tail -5 "$out" "$err" 2>/dev/null | sed 's/^/# /'
 fi
 [ $ok = 1 ] && echo "ok 5 - PyTorch split over two GPUs, restored with the GPUs swapped, continues with the losses of an uninterrupted run" ||
 	echo "not ok 5 - the split PyTorch run did not continue exactly"

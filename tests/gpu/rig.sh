@@ -6,17 +6,34 @@
 #   rig_mount NAME [PHOSFS-OPTION...]
 #       mounts phosfs on a fresh folder in /dev/shm and sets work, mnt,
 #       store, phos and the PHOS_* variables the CLI reads; on exit, kills
-#       the jobs whose pids are in $work/pids (each a session), stops
-#       phosfs, shows the end of its log (kept as $PHOS_KEEP_LOGS/NAME-
-#       phosfs.log when that is set) and removes the folder. Returns 1 when
-#       phosfs did not mount.
-#   start FILE CMD...    runs CMD under `phos run`; prints its pid (also in
-#                        FILE), and notes it in $work/pids
+#       the jobs whose pids are in $work/pids (each with its pid namespace,
+#       or its session), stops phosfs, shows the end of its log (kept as
+#       $PHOS_KEEP_LOGS/NAME-phosfs.log when that is set) and removes the
+#       folder. Returns 1 when phosfs did not mount.
+#   start FILE CMD...    runs CMD under `phos run` (pid 2 of a pid namespace
+#                        of its own, under phos-init); prints its host pid
+#                        (also in FILE), and notes it in $work/pids. Its
+#                        output is $store/run/PID.out (and .err), and stays
+#                        so for the processes restored from its images.
+#   follow PID           after a restore, which gives the job a new host
+#                        pid and prints it: notes PID in $work/pids, and is
+#                        0 when it is a live process (the old pid is no
+#                        longer the job's)
 #   wait_line FILE PATTERN SECONDS
 #                        0 once a line of FILE matches PATTERN
+#   alive PID            0 when PID is a number and a live process (not a
+#                        zombie)
 #   gone PID             0 once PID is gone (10 s at most)
-#   kill_job SID         kills a job's whole session, and waits for it
+#   job_init PID         prints the init of PID's pid namespace (its parent,
+#                        phos-init); 1 when it has none (a job run with
+#                        --host-pids, or not by phos run)
+#   kill_job PID         kills a job: its whole pid namespace, through its
+#                        init (the job is no session leader), or its session
+#                        when it has no namespace; and waits for it
 #   stall PID            the stall of PID's last checkpoint, in ms
+#   settled              0 once the last restore is over (a lazy one fills
+#                        after its process runs: the next checkpoint waits);
+#                        prints its status lines, with '# restore: '
 #   now                  seconds since the epoch, with nanoseconds
 
 rig_mount() {
@@ -37,9 +54,14 @@ rig_mount() {
 }
 
 rig_cleanup() {
-	local p
+	local p init
 	for p in $(cat "$work/pids" 2>/dev/null); do
-		pkill -9 -s "$p" 2>/dev/null
+		# A job's init takes its whole namespace with it.
+		if init=$(job_init "$p"); then
+			kill -9 "$init" 2>/dev/null
+		else
+			pkill -9 -s "$p" 2>/dev/null
+		fi
 		kill -9 "$p" 2>/dev/null
 	done
 	kill "$rig_fs" 2>/dev/null
@@ -63,17 +85,56 @@ wait_line() {
 	return 1
 }
 
+follow() {
+	case ${1:-x} in *[!0-9]*) return 1 ;; esac
+	echo "$1" >>"$work/pids"
+	alive "$1"
+}
+
+alive() {
+	local s
+	case ${1:-x} in *[!0-9]*) return 1 ;; esac
+	s=$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null)
+	[ -n "$s" ] && [ "${s%% *}" != Z ]
+}
+
 gone() {
-	for _ in $(seq 100); do kill -0 "$1" 2>/dev/null || return 0; sleep 0.1; done
+	for _ in $(seq 100); do alive "$1" || return 0; sleep 0.1; done
 	return 1
 }
 
+job_init() {
+	local pp
+	case ${1:-x} in *[!0-9]*) return 1 ;; esac
+	pp=$(awk '/^PPid:/ {print $2}' "/proc/$1/status" 2>/dev/null)
+	[ -n "$pp" ] && [ "$pp" -gt 1 ] && [ "$(cat "/proc/$pp/comm" 2>/dev/null)" = phos-init ] || return 1
+	echo "$pp"
+}
+
 kill_job() {
+	local init
+	case ${1:-x} in *[!0-9]*) return 1 ;; esac
+	if init=$(job_init "$1"); then
+		# pid 1 of the namespace: when it dies, the kernel kills the rest.
+		kill -9 "$init"
+		kill -9 "$1" 2>/dev/null
+		for _ in $(seq 100); do alive "$init" || alive "$1" || return 0; sleep 0.1; done
+		return 1
+	fi
 	pkill -9 -s "$1"
-	for _ in $(seq 100); do pgrep -s "$1" >/dev/null || return 0; sleep 0.1; done
+	kill -9 "$1" 2>/dev/null
+	for _ in $(seq 100); do pgrep -s "$1" >/dev/null || alive "$1" || return 0; sleep 0.1; done
 	return 1
 }
 
 stall() { awk -F': ' '/^stall ms/ {print $2}' "$mnt/$1/status"; }
 
 now() { date +%s.%N; }
+
+settled() {
+	for _ in $(seq 600); do grep -q '^job: none' "$mnt/status" && break; sleep 0.05; done
+	grep -E '^(restore|resumed ms|fully restored ms|on-demand waits|safety-net waits|filled on demand|error)' "$mnt/status" |
+		tr '\n' ';' | sed 's/^/# restore: /'
+	echo
+	grep -q '^job: none' "$mnt/status"
+}
