@@ -109,10 +109,30 @@ static bool member_of(pid_t id, const void *arg)
 	return pidns_inner(id) == w->inner && ns_of(id) == w->ns;
 }
 
+/* Among init's children (its threads' children files), the one that is
+ * pid inner in the namespace: most processes of a job are children of
+ * its init, and this spares a scan of every process. */
+static pid_t child_of(pid_t init, pid_t inner)
+{
+	char path[96];
+	snprintf(path, sizeof(path), "/proc/%d/task/%d/children", (int)init, (int)init);
+	FILE *f = fopen(path, "re");
+	pid_t found = -ESRCH;
+	for (int c; f && found < 0 && fscanf(f, "%d", &c) == 1;)
+		if (pidns_inner(c) == inner)
+			found = c;
+	if (f)
+		fclose(f);
+	return found;
+}
+
 pid_t pidns_find(pid_t init, pid_t inner)
 {
 	in_ns w = { ns_of(init), inner };
 	if (!w.ns)
 		return -ESRCH;
-	return inner == 1 ? init : scan("/proc", member_of, &w);
+	if (inner == 1)
+		return init;
+	pid_t c = child_of(init, inner);
+	return c > 0 ? c : scan("/proc", member_of, &w);
 }
