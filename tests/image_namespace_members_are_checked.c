@@ -98,5 +98,6 @@ int main(void)
 	back = write_tree(path, plain) == 0 && opens(path, ns);
 	ok(back && ns[0] == 0 && ns[1] == 0, "a tree with the host's pids keeps ns_pid 0 (%d, %d)", ns[0], ns[1]);
 	rm_rf(dir);
+	free(dir);
 	return done();
 }
