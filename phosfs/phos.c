@@ -2,9 +2,10 @@
  * phos: the command line, a thin layer over the files of a phosfs mount
  * ($PHOS_MOUNT, or /phos).
  *
- *   phos run [-d] [--host-pids] [--] CMD…
- *                                run CMD under the tracer, without a tty, in
- *                                a pid namespace of its own (run.c)
+ *   phos run [-d] [--pid-ns|--host-pids] [--] CMD…
+ *                                run CMD under the tracer, without a tty;
+ *                                with --pid-ns in a pid namespace of its
+ *                                own (run.c)
  *   phos ls                      the processes phosfs shows
  *   phos checkpoint PID [cow|recopy|stop] [--name N] [--kill] [--wait]
  *   phos restore DIR [eager|lazy] [--lazy-pages] [--device OLD=NEW[,OLD=NEW…]]
@@ -37,7 +38,7 @@ static const char *mnt(void)
 
 static int usage(FILE *f)
 {
-	fprintf(f, "usage: phos run [-d] [--host-pids] [--] CMD...\n"
+	fprintf(f, "usage: phos run [-d] [--pid-ns|--host-pids] [--] CMD...\n"
 		   "       phos ls\n"
 		   "       phos checkpoint PID [cow|recopy|stop] [--name NAME] [--kill] [--wait]\n"
 		   "       phos restore DIR [eager|lazy] [--lazy-pages] [--device OLD=NEW[,OLD=NEW...]]\n"
@@ -114,7 +115,7 @@ static int ctl(const char *ctl_path, const char *status_path, const char *cmd)
 
 static int cmd_run(int argc, char **argv)
 {
-	bool detach = false, host_pids = false;
+	bool detach = false, pid_ns = false;
 	int i = 0;
 	for (; i < argc && argv[i][0] == '-'; i++) {
 		if (!strcmp(argv[i], "--")) {
@@ -123,8 +124,10 @@ static int cmd_run(int argc, char **argv)
 		}
 		if (!strcmp(argv[i], "-d") || !strcmp(argv[i], "--detach"))
 			detach = true;
+		else if (!strcmp(argv[i], "--pid-ns"))
+			pid_ns = true;
 		else if (!strcmp(argv[i], "--host-pids"))
-			host_pids = true;
+			pid_ns = false;
 		else
 			return usage(stderr);
 	}
@@ -145,7 +148,7 @@ static int cmd_run(int argc, char **argv)
 	const char *lib = getenv("PHOS_LIBPHOS");
 	char libpath[PATH_MAX];
 	snprintf(libpath, sizeof(libpath), "%s", lib && *lib ? lib : PHOS_LIBDIR "/libphos.so");
-	run_opts o = { .store = store, .libphos = libpath, .host_pids = host_pids };
+	run_opts o = { .store = store, .libphos = libpath, .pid_ns = pid_ns };
 	pid_t job = 0, root = 0;
 	char why[256], msg[PATH_MAX + 64];
 	if (run_job(argv + i, &o, &job, &root, why, sizeof(why), msg, sizeof(msg))) {

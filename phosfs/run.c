@@ -181,7 +181,7 @@ int run_job(char *const argv[], const run_opts *o, pid_t *job, pid_t *root, char
 		return -errno;
 	}
 	bool own_ns = false;
-	if (!o->host_pids) {
+	if (o->pid_ns) {
 		own_ns = unshare(CLONE_NEWPID) == 0;
 		if (!own_ns && why)
 			snprintf(why, whylen, "cannot give the job a pid namespace of its own (%s)", strerror(errno));

@@ -10,15 +10,19 @@
 typedef struct run_opts {
 	const char *store;  /* phosfs's store: output goes to STORE/run/PID.out and .err */
 	const char *libphos; /* the tracer to preload */
-	bool host_pids;      /* no pid namespace of its own */
+	bool pid_ns;         /* a pid namespace of its own (see run_job) */
 } run_opts;
 
 /* Starts argv[0] (searched in PATH) under the tracer, with no terminal,
- * as a job: by default pid 2 of a pid namespace of its own, under a small
+ * as a job. By default the job is the root, with the pid the host sees.
+ * With pid_ns, it is pid 2 of a pid namespace of its own, under a small
  * init (pid 1, the job's root, which reaps orphans, passes signals on and
  * ends with the job, taking the namespace with it), so that a restore can
- * give it a new namespace beside any other process. Where a namespace is
- * not permitted (not root), or with host_pids, the job itself is the root.
+ * give it a new namespace beside any other process; where a namespace is
+ * not permitted (not root), the job itself is the root. The real CUDA
+ * driver does not start in such a namespace (it names /proc/<getpid()>,
+ * and /proc is the host's): pid_ns is for jobs without a GPU, and for
+ * simcuda.
  * *job is the job's pid, as this namespace sees it; *root the root's
  * (the init, or the job). why (when not NULL) says why the job has no
  * namespace of its own, or is "". Returns 0, or -errno with msg saying

@@ -29,7 +29,7 @@ typedef struct rig {
 	pid_t fs;
 	const char *opts[8]; /* more phosfs options, NULL-terminated */
 	const char *restore_mode; /* "eager" or "lazy" for rig_restore; NULL: the default (lazy) */
-	bool host_pids; /* phos run --host-pids: no pid namespace of the job's own */
+	bool host_pids; /* phos run --host-pids (else --pid-ns): no pid namespace of the job's own */
 } rig;
 
 static inline void rig_cleanup(rig *r);
@@ -163,8 +163,7 @@ static inline pid_t rig_phos_run(rig *r, char *const cmd[])
 		dup2(nul, 2);
 		char *argv[32] = { "phos", "run" };
 		int n = 2;
-		if (r->host_pids)
-			argv[n++] = "--host-pids";
+		argv[n++] = r->host_pids ? "--host-pids" : "--pid-ns";
 		argv[n++] = "--";
 		for (int i = 0; cmd[i] && i < 27; i++)
 			argv[n++] = cmd[i];

@@ -5,9 +5,9 @@
 #      copies, frees and allocations) is checkpointed with cow at 20 random
 #      moments; each time the running process checks every byte against its
 #      host copies, then it is killed with -9, restored from that image and
-#      checks again: the image is the state at t1. The restores are lazy
-#      (the default): the process runs on at once and checks its buffers
-#      while they come back.
+#      checks again: the image is the state at t1. The restores alternate
+#      lazy (the default: the process runs on at once and checks its
+#      buffers while they come back) and eager, lazy first.
 #   2. PyTorch training is checkpointed with cow every 2 s for 60 s, killed
 #      and restored from the latest checkpoint: every step line after it
 #      (batch checksum and loss) is the uninterrupted run's.
@@ -68,7 +68,9 @@ if wait_line "$out" "^ops 200" 120; then
 		for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
 		image=$store/$pid/c$i
 		n=$(grep -c '^verify ok' "$out")
-		pid=$("$phos" restore "$image") || break
+		mode=lazy
+		[ $((i % 2)) = 0 ] && mode=eager
+		pid=$("$phos" restore "$image" "$mode") || break
 		follow "$pid" || { echo "# the restore of c$i gave no live process ($pid)"; break; }
 		verify "$pid" "$n" "$out" || { echo "# the restore of c$i failed its check"; break; }
 		settled || break
@@ -79,7 +81,7 @@ fi
 tail -3 "$out" | sed 's/^/# /'
 kill_job "$pid"
 [ "$good" = "$iters" ] &&
-	echo "ok 1 - $iters $proto checkpoints of cow_app ($mib MiB) at random moments: each restore is the state at $state_at, byte for byte" ||
+	echo "ok 1 - $iters $proto checkpoints of cow_app ($mib MiB) at random moments, restored lazy and eager in turn: each restore is the state at $state_at, byte for byte" ||
 	echo "not ok 1 - cow_app: $good of $iters $proto iterations were exact"
 
 # 2. PyTorch, cow every 2 s for 60 s

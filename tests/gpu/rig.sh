@@ -10,8 +10,9 @@
 #       or its session), stops phosfs, shows the end of its log (kept as
 #       $PHOS_KEEP_LOGS/NAME-phosfs.log when that is set) and removes the
 #       folder. Returns 1 when phosfs did not mount.
-#   start FILE CMD...    runs CMD under `phos run` (pid 2 of a pid namespace
-#                        of its own, under phos-init); prints its host pid
+#   start FILE CMD...    runs CMD under `phos run $PHOS_RUN_FLAGS` (with
+#                        --pid-ns: pid 2 of a pid namespace of its own,
+#                        under phos-init); prints its host pid
 #                        (also in FILE), and notes it in $work/pids. Its
 #                        output is $store/run/PID.out (and .err), and stays
 #                        so for the processes restored from its images.
@@ -74,7 +75,8 @@ rig_cleanup() {
 start() {
 	local f=$1
 	shift
-	"$phos" run -- "$@" >"$f" 2>/dev/null &
+	# shellcheck disable=SC2086 # flags, split on purpose
+	"$phos" run ${PHOS_RUN_FLAGS:-} -- "$@" >"$f" 2>/dev/null &
 	for _ in $(seq 50); do [ -s "$f" ] && break; sleep 0.1; done
 	cat "$f" >>"$work/pids"
 	cat "$f"
