@@ -46,6 +46,8 @@ enum engine_step {
 	STEP_DRAIN,   /* stop: staged memory written into the image, the process running */
 	STEP_TRACK,   /* recopy: memory copied while the process runs, its writes tracked */
 	STEP_LAZY,    /* lazy restore: device memory filled while the process runs */
+	STEP_PREPARE, /* restore: the image opened, this machine's GPUs matched to its */
+	STEP_PIDWAIT, /* restore: waiting for the image's pids to be free */
 	STEP_DONE,
 };
 

@@ -505,7 +505,8 @@ static void job_status(target *t, text *out)
 			/* In the order the job goes through them. */
 			static const int ckpt[] = { STEP_PARK,   STEP_LOCK,   STEP_DUMP,  STEP_COPY,
 						    STEP_UNLOCK, STEP_UNPARK, STEP_DRAIN, STEP_PUBLISH };
-			static const int rest[] = { STEP_FILL, STEP_RESTORE, STEP_UNLOCK, STEP_UNPARK, STEP_LAZY };
+			static const int rest[] = { STEP_PREPARE, STEP_PIDWAIT, STEP_FILL,  STEP_RESTORE,
+						    STEP_UNLOCK,  STEP_UNPARK,  STEP_LAZY };
 			bool r = t->kind == CTL_RESTORE;
 			size_t n = r ? sizeof(rest) / sizeof(*rest) : sizeof(ckpt) / sizeof(*ckpt);
 			add(out, "steps ms:");

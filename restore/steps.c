@@ -36,6 +36,7 @@ static int members_of(const phosimg_info *in, phosimg_member **out, uint32_t *n)
 int restore_begin(const restore_args *a, restore_ctx *c, char *err, size_t errlen)
 {
 	memset(c, 0, sizeof(*c));
+	engine_step(a->prog, STEP_PREPARE);
 	int e = phosimg_open(a->image, &c->img);
 	if (e)
 		return engine_fail(e, err, errlen, "%s", *phosimg_last_error() ? phosimg_last_error() : strerror(-e));
@@ -56,13 +57,16 @@ int restore_begin(const restore_args *a, restore_ctx *c, char *err, size_t errle
 	 * namespace of its own. A process just killed may be a zombie for a
 	 * moment: wait for it. */
 	for (uint32_t i = 0; !c->own_ns && i < c->n; i++) {
-		for (int t = 0; t < 50 && engine_alive(c->m[i].pid); t++)
-			usleep(100000);
+		if (engine_alive(c->m[i].pid))
+			engine_step(a->prog, STEP_PIDWAIT);
+		for (int t = 0; t < 500 && engine_alive(c->m[i].pid); t++)
+			usleep(10000);
 		if (engine_alive(c->m[i].pid))
 			return engine_fail(-EBUSY, err, errlen,
 					   "process %d is running: restoring needs its pid free (end it first)",
 					   (int)c->m[i].pid);
 	}
+	engine_step(a->prog, STEP_PREPARE);
 	e = driver_open(err, errlen);
 	if (!e)
 		e = restore_devices(c->in, a->devices, &c->map, a->prog->devices, sizeof(a->prog->devices), err,
