@@ -181,7 +181,11 @@ $(PHOS_IMAGE): image-format/phos-image.c $(LIBPHOSIMG)
 
 # ---- benchmarks ----------------------------------------------------------------
 
-bench: $(BUILD)/bench/image-bench $(BUILD)/bench/store-bw
+bench: $(BUILD)/bench/image-bench $(BUILD)/bench/store-bw $(BUILD)/bench/read-path
+
+$(BUILD)/bench/read-path: bench/read-path.c
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) $(XCFLAGS) $(CFLAGS) -o $@ $< $(XLDFLAGS) $(LDFLAGS) -lxxhash -lpthread
 
 $(BUILD)/bench/store-bw: bench/store-bw.c
 	@mkdir -p $(@D)
@@ -316,6 +320,13 @@ $(BUNDLE)/progs/%.cubin: tests/gpu/kernels/%.cu
 
 GPU_BENCH := $(BUNDLE)/bench/launch-rate $(BUNDLE)/bench/launch.cubin $(BUNDLE)/bench/step-app $(BUNDLE)/bench/step.cubin
 
+# The restore's fill alone (the driver is loaded at run time; the bundle
+# carries it as bin/fill, with its libraries).
+$(BUILD)/bench/fill: bench/fill.c $(ENGINE_OBJ) $(WIRE_OBJ) $(LIBPHOSIMG)
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) $(XCFLAGS) $(CFLAGS) -Iimage-format -o $@ $< $(ENGINE_OBJ) $(WIRE_OBJ) $(LIBPHOSIMG) \
+		$(XLDFLAGS) $(LDFLAGS) $(IMG_LIBS) -ldl
+
 $(BUNDLE)/bench/step-app: bench/step-app.c
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) $(XCFLAGS) $(CFLAGS) -o $@ $< -L$(CUDA_HOME)/lib64/stubs -lcuda
@@ -350,11 +361,13 @@ $(BUNDLE)/examples/counter: examples/counter.c
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) $(XCFLAGS) $(CFLAGS) -o $@ $< -L$(CUDA_HOME)/lib64/stubs -lcuda
 
-gpu-bundle: $(GPU_BIN) $(GPU_KERNELS) $(GPU_BENCH) $(PHOS_IMAGE) $(BUILD)/bench/image-bench $(BUILD)/bench/store-bw $(LIBPHOS) \
+gpu-bundle: $(GPU_BIN) $(GPU_KERNELS) $(GPU_BENCH) $(PHOS_IMAGE) $(BUILD)/bench/image-bench $(BUILD)/bench/store-bw \
+	    $(BUILD)/bench/fill $(BUILD)/bench/read-path $(LIBPHOS) \
 	    $(PHOSFS) $(PHOS_CLI) $(BUNDLE)/examples/counter $(CRIU_PLUGIN)
 	@test -x $(CRIU) || { echo "no CRIU in $(CRIU_PREFIX): run 'make deps' first" >&2; exit 1; }
 	@test "$(HAVE_NVCC)" = 1 || { echo "no nvcc under $(CUDA_HOME): the GPU programs need it" >&2; exit 1; }
-	mk/gpu-bundle.sh $(BUNDLE) bin:$(CRIU) bin:$(PHOS_IMAGE) bin:$(BUILD)/bench/image-bench bin:$(BUILD)/bench/store-bw lib:$(LIBPHOS) \
+	mk/gpu-bundle.sh $(BUNDLE) bin:$(CRIU) bin:$(PHOS_IMAGE) bin:$(BUILD)/bench/image-bench bin:$(BUILD)/bench/store-bw \
+		bin:$(BUILD)/bench/fill bin:$(BUILD)/bench/read-path lib:$(LIBPHOS) \
 		bin:$(PHOSFS) bin:$(PHOS_CLI) \
 		$(addprefix test:,$(GPU_SH)) share:tests/gpu/rig.sh:gpu-rig.sh
 	install -d $(BUNDLE)/criu-plugins

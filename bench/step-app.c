@@ -8,6 +8,7 @@
  *   step-app --d2h MIB          prints the pinned device-to-host bandwidth
  *                               over MIB MiB (4 streams, 4 MiB copies):
  *                               "d2h GB/s X"
+ *   step-app --h2d MIB          the same, host to device: "h2d GB/s X"
  */
 #include <cuda.h>
 #include <stdio.h>
@@ -32,7 +33,9 @@ static double now(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static int d2h(size_t bytes)
+/* The best of three rounds of copying `bytes` between the device and
+ * 4 pinned 4 MiB buffers, one stream each; to_device picks the way. */
+static int bandwidth(size_t bytes, int to_device)
 {
 	CUdeviceptr d;
 	void *h;
@@ -47,19 +50,21 @@ static int d2h(size_t bytes)
 	for (int round = 0; round < 3; round++) {
 		double t0 = now();
 		for (size_t at = 0, k = 0; at + piece <= bytes; at += piece, k++)
-			check(cuMemcpyDtoHAsync((char *)h + (k % 4) * piece, d + at, piece, s[k % 4]), "cuMemcpyDtoHAsync");
+			check(to_device ? cuMemcpyHtoDAsync(d + at, (char *)h + (k % 4) * piece, piece, s[k % 4])
+					: cuMemcpyDtoHAsync((char *)h + (k % 4) * piece, d + at, piece, s[k % 4]),
+			      to_device ? "cuMemcpyHtoDAsync" : "cuMemcpyDtoHAsync");
 		check(cuCtxSynchronize(), "cuCtxSynchronize");
 		double gbs = (double)(bytes / piece * piece) / (now() - t0) / 1e9;
 		best = gbs > best ? gbs : best;
 	}
-	printf("d2h GB/s %.1f\n", best);
+	printf("%s GB/s %.1f\n", to_device ? "h2d" : "d2h", best);
 	return 0;
 }
 
 int main(int argc, char **argv)
 {
 	if (argc < 3) {
-		fprintf(stderr, "usage: step-app CUBIN MIB | step-app --d2h MIB\n");
+		fprintf(stderr, "usage: step-app CUBIN MIB | step-app --d2h MIB | step-app --h2d MIB\n");
 		return 2;
 	}
 	size_t bytes = (size_t)strtoull(argv[2], NULL, 10) << 20;
@@ -69,8 +74,8 @@ int main(int argc, char **argv)
 	check(cuDeviceGet(&dev, 0), "cuDeviceGet");
 	check(cuDevicePrimaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain");
 	check(cuCtxSetCurrent(ctx), "cuCtxSetCurrent");
-	if (!strcmp(argv[1], "--d2h"))
-		return d2h(bytes);
+	if (!strcmp(argv[1], "--d2h") || !strcmp(argv[1], "--h2d"))
+		return bandwidth(bytes, !strcmp(argv[1], "--h2d"));
 	CUmodule mod;
 	CUfunction f;
 	CUdeviceptr p;

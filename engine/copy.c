@@ -1,11 +1,12 @@
 /*
  * Images back to device memory (the fill of a restore). The job makes
  * new allocations in its own context and fills them with a filler:
- * COPY_WORKERS threads that live as long as it, each with NBUF pinned
- * buffers and a stream per device, so that one chunk is on the bus while
- * the next is read from the image. A pass is one device's objects (all of
- * them for an eager restore, one at a time for a lazy one); its workers
- * take chunks from a shared cursor. The reader is safe from several
+ * threads (one a CPU, up to ENGINE_FILL_THREADS, unless told) that live
+ * as long as it, each with NBUF pinned buffers and a stream per device,
+ * so that one chunk is on the bus while the next is read from the image
+ * (and checked: the reader hashes each piece as it reads it). A pass is
+ * one device's objects (all of them for an eager restore, one at a time
+ * for a lazy one); its workers take chunks from a shared cursor. The reader is safe from several
  * threads, so reading and checking run on every worker at once. (The copy
  * out is copy-out.c.)
  */
@@ -18,7 +19,6 @@
 
 #include "mapping.h"
 
-#define COPY_WORKERS 4
 #define NBUF 2
 
 /* One device's share of a fill, which the workers take chunks from. */
@@ -44,7 +44,7 @@ struct engine_filler {
 	uint64_t gen; /* passes started */
 	int busy;     /* workers still in the pass */
 	bool stop;
-	pthread_t th[COPY_WORKERS];
+	pthread_t th[ENGINE_FILL_THREADS_MAX];
 	int nth;
 };
 
@@ -52,6 +52,10 @@ struct engine_filler {
 typedef struct slot {
 	void *buf;
 	CUstream stream;
+	/* Recorded after each copy; waiting on it sleeps (BLOCKING_SYNC)
+	 * rather than spins, which leaves the CPUs to the other workers'
+	 * reads. */
+	CUevent done;
 	bool busy; /* a copy was queued and not yet waited for */
 	uint32_t obj;
 	uint64_t off;
@@ -79,7 +83,7 @@ static int settle(slot *s, const char *what, char *err, size_t errlen)
 	if (!s->busy)
 		return 0;
 	s->busy = false;
-	CUresult r = cu.cuStreamSynchronize(s->stream);
+	CUresult r = cu.cuEventSynchronize(s->done);
 	return r ? driver_fail(r, err, errlen, what) : 0;
 }
 
@@ -91,6 +95,8 @@ static int fill(engine_filler *f, slot *s, const mapping *m, char *err, size_t e
 		return engine_fail(e, err, errlen, "reading the image: %s",
 				   *phosimg_last_error() ? phosimg_last_error() : strerror(-e));
 	CUresult r = cu.cuMemcpyHtoDAsync(m->va + s->off, s->buf, s->len, s->stream);
+	if (!r)
+		r = cu.cuEventRecord(s->done, s->stream);
 	if (r)
 		return driver_fail(r, err, errlen, "copying the image to the device");
 	s->busy = true;
@@ -105,10 +111,12 @@ static void run(engine_filler *f, pass *p, slot *s)
 {
 	char err[ENGINE_ERR_MAX] = "";
 	int e = driver_use(p->device, err, sizeof(err));
-	for (int i = 0; i < NBUF && !e && !s[i].buf; i++) {
-		CUresult r = cu.cuMemAllocHost(&s[i].buf, ENGINE_CHUNK);
-		if (!r)
+	for (int i = 0; i < NBUF && !e; i++) {
+		CUresult r = s[i].buf ? CUDA_SUCCESS : cu.cuMemAllocHost(&s[i].buf, ENGINE_CHUNK);
+		if (!r && !s[i].stream)
 			r = cu.cuStreamCreate(&s[i].stream, CU_STREAM_NON_BLOCKING);
+		if (!r && !s[i].done)
+			r = cu.cuEventCreate(&s[i].done, CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING);
 		if (r)
 			e = driver_fail(r, err, sizeof(err), "making pinned staging");
 	}
@@ -166,10 +174,15 @@ static void *worker(void *arg)
 		pthread_mutex_unlock(&f->lock);
 	}
 	for (int d = 0; d < PHOSIMG_DEVICES_MAX; d++) {
-		if (!s[d][0].buf && !s[d][1].buf)
+		bool made = false;
+		for (int i = 0; i < NBUF; i++)
+			made = made || s[d][i].buf || s[d][i].stream || s[d][i].done;
+		if (!made)
 			continue;
 		driver_use(d, NULL, 0);
 		for (int i = 0; i < NBUF; i++) {
+			if (s[d][i].done)
+				cu.cuEventDestroy(s[d][i].done);
 			if (s[d][i].stream)
 				cu.cuStreamDestroy(s[d][i].stream);
 			if (s[d][i].buf)
@@ -179,8 +192,15 @@ static void *worker(void *arg)
 	return NULL;
 }
 
-int engine_filler_start(phosimg *img, engine_progress *prog, engine_filler **out, char *err, size_t errlen)
+int engine_filler_start(phosimg *img, int threads, engine_progress *prog, engine_filler **out, char *err,
+			size_t errlen)
 {
+	if (threads <= 0) {
+		long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+		threads = cpus > 0 && cpus < ENGINE_FILL_THREADS ? (int)cpus : ENGINE_FILL_THREADS;
+	}
+	if (threads > ENGINE_FILL_THREADS_MAX)
+		threads = ENGINE_FILL_THREADS_MAX;
 	engine_filler *f = calloc(1, sizeof(*f));
 	if (!f)
 		return engine_fail(-ENOMEM, err, errlen, "out of memory");
@@ -189,7 +209,7 @@ int engine_filler_start(phosimg *img, engine_progress *prog, engine_filler **out
 	pthread_mutex_init(&f->lock, NULL);
 	pthread_cond_init(&f->go, NULL);
 	pthread_cond_init(&f->idle, NULL);
-	for (; f->nth < COPY_WORKERS; f->nth++) {
+	for (; f->nth < threads; f->nth++) {
 		int pe = pthread_create(&f->th[f->nth], NULL, worker, f);
 		if (pe) {
 			engine_filler_stop(f);
@@ -297,8 +317,8 @@ static int export(const mapping *m, int *fd, char *err, size_t errlen)
 	return e ? e : r ? driver_fail(r, err, errlen, "exporting device memory") : 0;
 }
 
-int engine_copy_in(phosimg *img, const engine_devmap *map, const bool *sel, engine_parked *out, engine_progress *prog,
-		   char *err, size_t errlen)
+int engine_copy_in(phosimg *img, const engine_devmap *map, const bool *sel, int threads, engine_parked *out,
+		   engine_progress *prog, char *err, size_t errlen)
 {
 	const phosimg_info *in = phosimg_get_info(img);
 	memset(out, 0, sizeof(*out));
@@ -328,7 +348,7 @@ int engine_copy_in(phosimg *img, const engine_devmap *map, const bool *sel, engi
 	}
 	engine_filler *f = NULL;
 	if (!e && n)
-		e = engine_filler_start(img, prog, &f, err, errlen);
+		e = engine_filler_start(img, threads, prog, &f, err, errlen);
 	if (!e && n)
 		e = run_passes(f, maps, ids, n, err, errlen);
 	engine_filler_stop(f);

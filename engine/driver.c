@@ -71,6 +71,10 @@ static void load(void)
 	LOAD(h, cuStreamCreate);
 	LOAD(h, cuStreamDestroy);
 	LOAD(h, cuStreamSynchronize);
+	LOAD(h, cuEventCreate);
+	LOAD(h, cuEventDestroy);
+	LOAD(h, cuEventRecord);
+	LOAD(h, cuEventSynchronize);
 	LOAD(h, cuCheckpointProcessGetState);
 	LOAD(h, cuCheckpointProcessLock);
 	LOAD(h, cuCheckpointProcessCheckpoint);

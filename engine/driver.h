@@ -43,6 +43,10 @@ struct driver_api {
 	DRV(cuStreamCreate);
 	DRV(cuStreamDestroy);
 	DRV(cuStreamSynchronize);
+	DRV(cuEventCreate);
+	DRV(cuEventDestroy);
+	DRV(cuEventRecord);
+	DRV(cuEventSynchronize);
 	DRV(cuCheckpointProcessGetState);
 	DRV(cuCheckpointProcessLock);
 	DRV(cuCheckpointProcessCheckpoint);

@@ -27,6 +27,8 @@
 
 #define ENGINE_ERR_MAX 512
 #define ENGINE_CHUNK (4u << 20)          /* default staging, CoW and image chunk size */
+#define ENGINE_FILL_THREADS 16           /* threads that fill device memory on restore, at most one a CPU */
+#define ENGINE_FILL_THREADS_MAX 64
 #define ENGINE_STAGING (4ull << 30)      /* default host staging pool */
 #define ENGINE_SHADOW_POOL (2ull << 30)  /* default CoW shadow pool, per process */
 #define ENGINE_WRITERS 8                 /* threads, and data files, writing an image */
@@ -470,15 +472,17 @@ void engine_staging_free(engine_staging *s);
  * and pids in *out, ready for unpark; the records keep the process's own
  * device ordinals. Errors: -ENOMEM, -EIO (the driver), -ECANCELED, the
  * reader's (a chunk that does not check: -EBADMSG); err says which. */
-int engine_copy_in(phosimg *img, const engine_devmap *map, const bool *sel, engine_parked *out, engine_progress *prog,
-		   char *err, size_t errlen);
+int engine_copy_in(phosimg *img, const engine_devmap *map, const bool *sel, int threads, engine_parked *out,
+		   engine_progress *prog, char *err, size_t errlen);
 
 /* Threads that fill device memory from an image, one object or device at
  * a time; they count the bytes in prog->done. */
 typedef struct engine_filler engine_filler;
-/* Starts them (driver_open first); img must outlive them. Errors:
- * -ENOMEM, errno of pthread_create. */
-int engine_filler_start(phosimg *img, engine_progress *prog, engine_filler **out, char *err, size_t errlen);
+/* Starts `threads` of them (0: ENGINE_FILL_THREADS, or one a CPU where
+ * there are fewer; at most ENGINE_FILL_THREADS_MAX), driver_open first; img must outlive them.
+ * Errors: -ENOMEM, errno of pthread_create. */
+int engine_filler_start(phosimg *img, int threads, engine_progress *prog, engine_filler **out, char *err,
+			size_t errlen);
 /* Makes new memory for image object k on device dev, fills it, and
  * returns its record (as the tracer knows it) and an fd that holds it.
  * Errors: as engine_copy_in. */

@@ -2,8 +2,6 @@
 #include <stdarg.h>
 #include <stdio.h>
 
-#include <xxhash.h>
-
 #include "format.h"
 
 static _Thread_local char last[1024];
@@ -25,13 +23,6 @@ void fmt_clear_error(void)
 const char *phosimg_last_error(void)
 {
 	return last;
-}
-
-void fmt_hash(const void *buf, size_t len, uint8_t out[16])
-{
-	XXH128_hash_t h = XXH3_128bits(buf, len);
-	put64(out, h.low64);
-	put64(out + 8, h.high64);
 }
 
 void fmt_encode_entry(uint8_t *p, const entry *e)

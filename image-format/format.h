@@ -111,8 +111,12 @@ static inline uint64_t align_up(uint64_t v, uint64_t a)
 	return (v + a - 1) / a * a;
 }
 
-/* XXH3-128 of buf, stored as low64 then high64, little-endian. */
+/* hash.c: XXH3-128 of buf, stored as low64 then high64, little-endian. */
 void fmt_hash(const void *buf, size_t len, uint8_t out[16]);
+/* Reads len bytes at off into buf, as fmt_read_all, and puts their
+ * fmt_hash in out, hashing each piece right after it is read. Errors: as
+ * fmt_read_all. */
+int fmt_read_hashed(int fd, void *buf, size_t len, uint64_t off, uint8_t out[16]);
 
 void fmt_encode_entry(uint8_t *p, const entry *e);
 void fmt_decode_entry(const uint8_t *p, entry *e);

@@ -496,10 +496,11 @@ static int read_chunk(phosimg *img, const entry *e, uint8_t *out)
 	int err = 0;
 	uint32_t f = (e->flags & ENTRY_STRIPE_MASK) >> ENTRY_STRIPE_SHIFT; /* checked at open */
 	int fd = img->fds[f];
+	uint8_t h[16];
 	if (lz4) {
 		err = fmt_read_all(fd, s->p, padded, e->location);
 	} else {
-		err = fmt_read_all(fd, out, e->stored_len, e->location);
+		err = fmt_read_hashed(fd, out, e->stored_len, e->location, h);
 		if (!err)
 			err = fmt_read_all(fd, s->p, padded - e->stored_len, e->location + e->stored_len);
 	}
@@ -527,8 +528,8 @@ static int read_chunk(phosimg *img, const entry *e, uint8_t *out)
 			goto out;
 		}
 	}
-	uint8_t h[16];
-	fmt_hash(out, e->raw_len, h);
+	if (lz4)
+		fmt_hash(out, e->raw_len, h);
 	if (memcmp(h, e->hash, 16) != 0)
 		err = fmt_fail(-EBADMSG, "%s: offset %llu: chunk %llu of object %u: checksum mismatch", shown,
 			       (unsigned long long)e->location, (unsigned long long)e->chunk, e->object);

@@ -113,6 +113,7 @@ int job_process_main(int argc, char **argv)
 	int shared_fd = -1;
 	pid_t pid = 0;
 	bool kill = false, cow = false, recopy = false, lazy = false, lazy_pages = false;
+	int fill_threads = 0;
 	uint64_t staging = 0, chunk = 0, pool = 0;
 	int staging_fd = -1;
 	engine_traced *traced = calloc((size_t)argc, sizeof(*traced));
@@ -159,6 +160,8 @@ int job_process_main(int argc, char **argv)
 			chunk = (uint32_t)strtoull(argv[++i], NULL, 10);
 		else if (!strcmp(argv[i], "--shadow-pool") && v)
 			pool = strtoull(argv[++i], NULL, 10);
+		else if (!strcmp(argv[i], "--fill-threads") && v)
+			fill_threads = atoi(argv[++i]);
 	}
 	engine_shared *sh = shared_fd >= 0 ? mmap(NULL, sizeof(engine_shared), PROT_READ | PROT_WRITE, MAP_SHARED,
 						   shared_fd, 0)
@@ -182,7 +185,8 @@ int job_process_main(int argc, char **argv)
 			set_latest(image);
 	} else if (!strcmp(kind, "restore")) {
 		pid_t rpid = 0;
-		restore_args a = { .image = image, .devices = devices, .criu = criu, .log = log, .lazy_pages = lazy_pages, .tracer = &t,
+		restore_args a = { .image = image, .devices = devices, .criu = criu, .log = log, .lazy_pages = lazy_pages,
+				   .fill_threads = fill_threads, .tracer = &t,
 				   .prog = &sh->prog, .pid = &rpid, .resumed = &sh->resumed };
 		e = lazy ? restore_lazy(&a, err, sizeof(err)) : restore_eager(&a, err, sizeof(err));
 		atomic_store(&sh->pid, rpid);

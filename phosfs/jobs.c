@@ -584,8 +584,11 @@ int job_restore(const ctl_cmd *c, pid_t *pid, char *err, size_t errlen)
 	snprintf(logdir, sizeof(logdir), "%s/.logs", phosfs_store);
 	mkdir(logdir, 0700);
 	snprintf(log, sizeof(log), "%s/restore-%lld-%d.log", logdir, (long long)time(NULL), (int)gettid());
-	char *args[14] = { "restore", "--image", (char *)c->dir, "--criu", (char *)phosfs_criu, "--log", log };
-	int k = 7;
+	char threads[16];
+	snprintf(threads, sizeof(threads), "%d", phosfs_fill_threads);
+	char *args[16] = { "restore", "--image", (char *)c->dir, "--criu", (char *)phosfs_criu, "--log", log,
+			   "--fill-threads", threads };
+	int k = 9;
 	if (*c->devices) {
 		args[k++] = "--devices";
 		args[k++] = (char *)c->devices;

@@ -2,7 +2,7 @@
  * phosfs: the phos file system daemon.
  *
  *   phosfs [--socket PATH] [--store DIR] [--criu PATH] [--criu-plugins DIR]
- *          [--staging SIZE] [--chunk SIZE] [--shadow-pool SIZE]
+ *          [--staging SIZE] [--chunk SIZE] [--shadow-pool SIZE] [--fill-threads N]
  *          [FUSE options] MOUNTPOINT
  *
  * Registers traced processes on the socket (default /run/phos/phosfs.sock)
@@ -39,6 +39,7 @@ const char *phosfs_criu_plugins = "";
 uint64_t phosfs_staging = ENGINE_STAGING;
 uint64_t phosfs_chunk = ENGINE_CHUNK;
 uint64_t phosfs_shadow_pool = ENGINE_SHADOW_POOL;
+int phosfs_fill_threads = 0; /* engine_filler_start's default */
 
 extern const struct fuse_operations phosfs_ops;
 
@@ -55,7 +56,8 @@ static void *init(struct fuse_conn_info *conn, struct fuse_config *cfg)
 static int usage(FILE *f)
 {
 	fprintf(f, "usage: phosfs [--socket PATH] [--store DIR] [--criu PATH] [--criu-plugins DIR] [--staging SIZE]\n"
-		   "              [--chunk SIZE] [--shadow-pool SIZE] [-f] [-d] [-o OPTIONS] MOUNTPOINT\n"
+		   "              [--chunk SIZE] [--shadow-pool SIZE] [--fill-threads N] [-f] [-d] [-o OPTIONS]\n"
+		   "              MOUNTPOINT\n"
 		   "SIZE is bytes, or a number with K, M, G or T (binary units).\n");
 	return f == stdout ? 0 : 2;
 }
@@ -95,6 +97,19 @@ static uint64_t size_option(const char *opt, const char *v, uint64_t min, uint64
 		exit(2);
 	}
 	return b;
+}
+
+/* A count option's value, from min to max, or exits with a message. */
+static int count_option(const char *opt, const char *v, int min, int max)
+{
+	char *end;
+	errno = 0;
+	long n = strtol(v, &end, 10);
+	if (end == v || *end || errno || n < min || n > max) {
+		fprintf(stderr, "phosfs: %s %s: expected a number from %d to %d\n", opt, v, min, max);
+		exit(2);
+	}
+	return (int)n;
 }
 
 /* Makes the store and its run/ folder (where `phos run` writes output). */
@@ -155,6 +170,8 @@ int main(int argc, char **argv)
 			phosfs_chunk = size_option("--chunk", argv[++i], 64u << 10, 256u << 20, true);
 		} else if (!strcmp(argv[i], "--shadow-pool") && i + 1 < argc) {
 			phosfs_shadow_pool = size_option("--shadow-pool", argv[++i], 0, 1ull << 50, false);
+		} else if (!strcmp(argv[i], "--fill-threads") && i + 1 < argc) {
+			phosfs_fill_threads = count_option("--fill-threads", argv[++i], 1, ENGINE_FILL_THREADS_MAX);
 		} else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
 			free(argl);
 			return usage(stdout);

@@ -27,6 +27,7 @@ extern const char *phosfs_criu_plugins; /* --criu-plugins: criu -L, or "" */
 extern uint64_t phosfs_staging;     /* --staging: pinned host staging of a copy, bytes */
 extern uint64_t phosfs_chunk;       /* --chunk: chunk of copies and images, bytes */
 extern uint64_t phosfs_shadow_pool; /* --shadow-pool: CoW shadows per process, bytes */
+extern int phosfs_fill_threads;     /* --fill-threads: threads that fill device memory on restore (0: default) */
 
 /* staging.c: the host staging pool, made once (a memfd jobs map and pin). */
 /* Makes it, of bytes (its pages come with the first job that uses

@@ -32,7 +32,7 @@ int restore_eager(const restore_args *a, char *err, size_t errlen)
 	if (!e) {
 		atomic_store(&prog->total, c.in->raw_bytes);
 		engine_step(prog, STEP_FILL);
-		e = engine_copy_in(c.img, &c.map, NULL, &objs, prog, err, errlen);
+		e = engine_copy_in(c.img, &c.map, NULL, a->fill_threads, &objs, prog, err, errlen);
 	}
 	if (!e)
 		e = restore_tree(a, &c, err, errlen);

@@ -53,6 +53,7 @@ typedef struct lazy {
 	engine_cow tables;  /* one LAZY table per process */
 	int *conns;         /* per member: the tracer's connection, or -1 */
 	engine_progress *prog;
+	int fill_threads;
 } lazy;
 
 /* Object k's state word, and its entry in its table. */
@@ -148,7 +149,7 @@ static int heard(lazy *l, uint32_t i, char *err, size_t errlen)
 static int fill_all(lazy *l, char *err, size_t errlen)
 {
 	engine_filler *f = NULL;
-	int e = engine_filler_start(l->c->img, l->prog, &f, err, errlen);
+	int e = engine_filler_start(l->c->img, l->fill_threads, l->prog, &f, err, errlen);
 	int cursor = 0;
 	bool urgent;
 	for (int k; !e && (k = take(l, &cursor, &urgent)) >= 0;) {
@@ -250,7 +251,7 @@ int restore_lazy(const restore_args *a, char *err, size_t errlen)
 	atomic_store(&prog->lazy, true);
 	uint64_t t0 = now_ns();
 	restore_ctx c;
-	lazy l = { .c = &c, .prog = prog };
+	lazy l = { .c = &c, .prog = prog, .fill_threads = a->fill_threads };
 	engine_parked objs = { 0 };
 	bool *sel = NULL;
 	int e = restore_begin(a, &c, err, errlen);
@@ -269,7 +270,7 @@ int restore_lazy(const restore_args *a, char *err, size_t errlen)
 	if (!e) {
 		atomic_store(&prog->total, c.in->raw_bytes);
 		engine_step(prog, STEP_FILL);
-		e = engine_copy_in(c.img, &c.map, sel, &objs, prog, err, errlen);
+		e = engine_copy_in(c.img, &c.map, sel, a->fill_threads, &objs, prog, err, errlen);
 	}
 	if (!e)
 		e = restore_tree(a, &c, err, errlen);

@@ -19,6 +19,7 @@ typedef struct restore_args {
 	/* CPU pages come back while the tree runs (CRIU's lazy-pages daemon,
 	 * userfaultfd); the restore ends once the last page is back. */
 	bool lazy_pages;
+	int fill_threads; /* threads that fill device memory (0: engine_filler_start's default) */
 	/* How to meet the restored tracers, one process at a time. Unused for
 	 * an image of untraced processes. */
 	const engine_tracer *tracer;
