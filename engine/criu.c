@@ -2,12 +2,14 @@
  * Running CRIU. Its log goes to a file; when it fails, the first error it
  * logged becomes the job's error.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -185,6 +187,36 @@ static bool session_leader(pid_t pid)
 	return getsid(pid) == pid;
 }
 
+/* Whether pid is in a mount namespace other than ours (a job of `phos
+ * run --pid-ns`, with its own /proc). */
+static bool own_mounts(pid_t pid)
+{
+	char path[64];
+	struct stat mine, its;
+	snprintf(path, sizeof(path), "/proc/%d/ns/mnt", (int)pid);
+	return stat("/proc/self/ns/mnt", &mine) == 0 && stat(path, &its) == 0 &&
+	       (mine.st_ino != its.st_ino || mine.st_dev != its.st_dev);
+}
+
+/* Whether the CRIU images in dir hold a mount namespace (CRIU writes one
+ * mountpoints-ID.img for each it dumped). */
+static bool has_mounts(const char *dir)
+{
+	DIR *d = opendir(dir);
+	bool found = false;
+	for (struct dirent *de; d && !found && (de = readdir(d));)
+		found = !strncmp(de->d_name, "mountpoints-", 12);
+	if (d)
+		closedir(d);
+	return found;
+}
+
+/* A job's mount namespace is its private copies of the host's mounts,
+ * and its own /proc: CRIU dumps the /proc, and takes every other mount
+ * for an external one (auto-detected), which the restore binds again
+ * from the same paths here, under / as the new namespace's root. */
+#define EXTERNAL_MOUNTS "mnt[]"
+
 int criu_dump(const char *criu, pid_t pid, const char *dir, bool kill, const char *log, char *err,
 	      size_t errlen)
 {
@@ -205,6 +237,10 @@ int criu_dump(const char *criu, pid_t pid, const char *dir, bool kill, const cha
 		argv[n++] = "--leave-running";
 	if (!session_leader(pid))
 		argv[n++] = "--shell-job";
+	if (own_mounts(pid)) {
+		argv[n++] = "--external";
+		argv[n++] = EXTERNAL_MOUNTS;
+	}
 	if (engine_criu_plugins && *engine_criu_plugins) {
 		argv[n++] = "-L";
 		argv[n++] = (char *)engine_criu_plugins;
@@ -231,6 +267,12 @@ int criu_restore(const char *criu, const char *dir, const char *lazy_dir, const 
 		argv[n++] = "--lazy-pages";
 		argv[n++] = "-W";
 		argv[n++] = (char *)lazy_dir;
+	}
+	if (has_mounts(dir)) {
+		argv[n++] = "--root";
+		argv[n++] = "/";
+		argv[n++] = "--external";
+		argv[n++] = EXTERNAL_MOUNTS;
 	}
 	argv[n] = NULL;
 	int e = run(criu, argv, log, "restore", 0, err, errlen);

@@ -1,16 +1,23 @@
 /*
  * phos run (run.h): a job in a pid namespace of its own.
  *
- *   phos run ──fork──> init (pid 1 of a new namespace; PHOS_JOB=1;
- *                        │  stdio /dev/null, its own session)
+ *   phos run ──fork──> init (pid 1 of a new pid namespace, in a mount
+ *                        │  namespace of its own with a /proc of its pid
+ *                        │  namespace; PHOS_JOB=1; stdio /dev/null, its
+ *                        │  own session)
  *                        └──fork──> the job (pid 2; LD_PRELOAD=libphos.so;
  *                                   output to STORE/run/<host pid>.out/.err)
  *
  * The init is this same program again (run_init), so that its
- * environment holds the mark; CRIU dumps it with the tree and restores it
- * into a new namespace, where it goes on waiting for its job. The job
- * tells phos run its host pid (from the host's /proc) through a pipe
- * closed on exec, or why it could not start.
+ * environment holds the mark; CRIU dumps it with the tree (and its mount
+ * namespace: the /proc, the rest as external mounts) and restores it into
+ * new namespaces, where it goes on waiting for its job. The job tells
+ * phos run its host pid (from the host's /proc, which the init keeps open
+ * until the job has started) through a pipe closed on exec, or why it
+ * could not start.
+ *
+ * The /proc of its own is what the CUDA driver needs: it opens
+ * /proc/<getpid()>/…, which in the host's /proc is another process.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -20,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -35,11 +43,12 @@ static void pass_on(int sig)
 		kill(init_job, sig);
 }
 
-/* Our pid as the host's /proc names it. */
-static pid_t host_pid(void)
+/* Our pid as the host's /proc names it: proc, an fd of the host's /proc,
+ * or -1 where /proc is the host's. */
+static pid_t host_pid(int proc)
 {
 	char buf[32];
-	ssize_t n = readlink("/proc/self", buf, sizeof(buf) - 1);
+	ssize_t n = readlinkat(proc >= 0 ? proc : AT_FDCWD, proc >= 0 ? "self" : "/proc/self", buf, sizeof(buf) - 1);
 	if (n <= 0)
 		return getpid();
 	buf[n] = 0;
@@ -47,10 +56,11 @@ static pid_t host_pid(void)
 }
 
 /* In the job's process: output to the store, the tracer preloaded,
- * argv run. Tells `ready` its pid, or why it failed, and never returns. */
-static void exec_job(char *const argv[], const run_opts *o, int ready, bool mark)
+ * argv run. Tells `ready` its pid (read from proc: see host_pid), or why
+ * it failed, and never returns. */
+static void exec_job(char *const argv[], const run_opts *o, int ready, int proc, bool mark)
 {
-	pid_t self = host_pid();
+	pid_t self = host_pid(proc);
 	char out[PATH_MAX + 32], err[PATH_MAX + 32];
 	snprintf(out, sizeof(out), "%s/run/%d.out", o->store, (int)self);
 	snprintf(err, sizeof(err), "%s/run/%d.err", o->store, (int)self);
@@ -87,8 +97,10 @@ static void exec_job(char *const argv[], const run_opts *o, int ready, bool mark
 }
 
 /* The init: starts the job, passes signals on to it, reaps every orphan
- * of the namespace, and ends with the job's status. */
-static int init_main(char *const argv[], const run_opts *o, int ready)
+ * of the namespace, and ends with the job's status. proc (the host's
+ * /proc) is closed once the job has its pid from it: CRIU cannot dump an
+ * fd of a mount outside the job's namespace. */
+static int init_main(char *const argv[], const run_opts *o, int ready, int proc)
 {
 	int nul = open("/dev/null", O_RDWR);
 	if (nul >= 0) {
@@ -105,7 +117,8 @@ static int init_main(char *const argv[], const run_opts *o, int ready)
 		sigaction(sigs[i], &sa, NULL);
 	pid_t job = fork();
 	if (job == 0)
-		exec_job(argv, o, ready, false);
+		exec_job(argv, o, ready, proc, false);
+	close(proc);
 	if (job < 0) {
 		dprintf(ready, "cannot start %s: %s", argv[0], strerror(errno));
 		return 127;
@@ -126,14 +139,36 @@ static int init_main(char *const argv[], const run_opts *o, int ready)
 
 int run_init(int argc, char **argv)
 {
-	/* _init FD STORE LIBPHOS -- CMD... */
-	if (argc < 6 || strcmp(argv[4], "--"))
+	/* phos-init FD PROCFD STORE LIBPHOS -- CMD... */
+	if (argc < 7 || strcmp(argv[5], "--"))
 		return 2;
-	int ready = atoi(argv[1]);
+	int ready = atoi(argv[1]), proc = atoi(argv[2]);
 	prctl(PR_SET_NAME, "phos-init");
 	fcntl(ready, F_SETFD, FD_CLOEXEC);
-	run_opts o = { .store = argv[2], .libphos = argv[3] };
-	return init_main(argv + 5, &o, ready);
+	fcntl(proc, F_SETFD, FD_CLOEXEC);
+	run_opts o = { .store = argv[3], .libphos = argv[4] };
+	return init_main(argv + 6, &o, ready, proc);
+}
+
+/* Gives this process (pid 1 of its pid namespace) a mount namespace of
+ * its own, its mounts private copies of ours, with a /proc of its pid
+ * namespace. *proc is an fd of the host's /proc, opened before. Returns
+ * 0, or -errno with why saying which step failed. */
+static int own_proc(int *proc, char *why, size_t whylen)
+{
+	*proc = open("/proc", O_PATH | O_DIRECTORY);
+	const char *step = *proc < 0 ? "opening /proc" : NULL;
+	if (!step && unshare(CLONE_NEWNS) != 0)
+		step = "unsharing the mount namespace";
+	else if (!step && mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0)
+		step = "making its mounts private";
+	else if (!step && mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) != 0)
+		step = "mounting /proc";
+	if (!step)
+		return 0;
+	int e = -errno;
+	snprintf(why, whylen, "cannot give the job a /proc of its own (%s: %s)", step, strerror(-e));
+	return e;
 }
 
 /* In pid 1 of the new namespace: becomes the init, by exec, so that its
@@ -147,25 +182,38 @@ static void exec_init(char *const argv[], const run_opts *o, int ready)
 		close_range(3, (unsigned)ready - 1, 0);
 	close_range((unsigned)ready + 1, ~0u, 0);
 	int fd = fcntl(ready, F_SETFD, 0) == 0 ? ready : -1;
-	char fds[16];
+	char why[256];
+	int proc;
+	if (own_proc(&proc, why, sizeof(why))) {
+		dprintf(ready, "%s", why);
+		_exit(127);
+	}
+	char fds[16], procs[16];
 	snprintf(fds, sizeof(fds), "%d", fd);
+	snprintf(procs, sizeof(procs), "%d", proc);
 	size_t n = 0;
 	while (argv[n])
 		n++;
-	char **v = calloc(n + 6, sizeof(*v));
+	char **v = calloc(n + 7, sizeof(*v));
 	if (fd < 0 || !v) {
 		dprintf(ready, "cannot start the job's init: %s", strerror(errno));
 		_exit(127);
 	}
 	v[0] = "phos-init";
 	v[1] = fds;
-	v[2] = (char *)o->store;
-	v[3] = (char *)o->libphos;
-	v[4] = "--";
-	memcpy(v + 5, argv, n * sizeof(*v));
+	v[2] = procs;
+	v[3] = (char *)o->store;
+	v[4] = (char *)o->libphos;
+	v[5] = "--";
+	memcpy(v + 6, argv, n * sizeof(*v));
 	setenv("PHOS_JOB", "1", 1);
-	execv("/proc/self/exe", v);
-	dprintf(ready, "cannot start the job's init (/proc/self/exe): %s", strerror(errno));
+	/* By its name: /proc/self/exe itself would open the file on the
+	 * mount of the namespace we left, which CRIU cannot find. */
+	char self[PATH_MAX];
+	ssize_t len = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	self[len > 0 ? len : 0] = 0;
+	execv(len > 0 ? self : "/proc/self/exe", v);
+	dprintf(ready, "cannot start the job's init (%s): %s", len > 0 ? self : "/proc/self/exe", strerror(errno));
 	_exit(127);
 }
 
@@ -199,7 +247,7 @@ int run_job(char *const argv[], const run_opts *o, pid_t *job, pid_t *root, char
 		if (own_ns)
 			exec_init(argv, o, ready[1]);
 		setsid();
-		exec_job(argv, o, ready[1], true);
+		exec_job(argv, o, ready[1], -1, true);
 	}
 	close(ready[1]);
 	char said[PATH_MAX + 128];

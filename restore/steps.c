@@ -14,6 +14,7 @@
 
 #include "../common/pidns.h"
 #include "../engine/driver.h"
+#include "sockets.h"
 #include "steps.h"
 
 /* The processes of the image: its members, or (an image of one process
@@ -90,9 +91,19 @@ int restore_tree(const restore_args *a, restore_ctx *c, char *err, size_t errlen
 			e = criu_pages_start(a->criu, phosimg_criu_dir(c->img), c->pages_dir, pages_log, &c->pages, err,
 					     errlen);
 	}
+	/* A clone beside its original: the original's listening sockets
+	 * come back under other names. */
+	char folder[PATH_MAX + 32] = "";
+	int renamed = 0;
 	if (!e)
-		e = criu_restore(a->criu, phosimg_criu_dir(c->img), a->lazy_pages ? c->pages_dir : NULL, a->log, &root,
-				 err, errlen);
+		e = restore_sockets(phosimg_criu_dir(c->img), a->log, folder, sizeof(folder), &renamed, err, errlen);
+	if (!e && renamed)
+		fprintf(stderr, "phosfs: restore %s: %d listening socket%s renamed, whose names are taken here\n",
+			a->image, renamed, renamed == 1 ? "" : "s");
+	if (!e)
+		e = criu_restore(a->criu, *folder ? folder : phosimg_criu_dir(c->img),
+				 a->lazy_pages ? c->pages_dir : NULL, a->log, &root, err, errlen);
+	restore_sockets_end(folder);
 	c->restored = !e;
 	if (!e)
 		c->host[0] = root;

@@ -143,6 +143,10 @@ static inline void rig_cleanup(rig *r)
 {
 	rig_bailing = NULL;
 	rig_unmount(r, SIGTERM);
+	if (getenv("PHOS_TEST_KEEP")) { /* for a look at the store and its logs */
+		diag("kept %s", r->dir);
+		return;
+	}
 	char cmd[160];
 	snprintf(cmd, sizeof(cmd), "rm -rf %s", r->dir);
 	if (system(cmd) != 0)

@@ -29,13 +29,10 @@ src=${PHOS_SRCDIR:-$b/..}
 mib=${PHOS_CLONES_MIB:-2048}
 steps=${PHOS_CLONES_STEPS:-600}
 echo "1..3"
-# The clones need a pid namespace of their own (phos run --pid-ns), and
-# there the CUDA driver's cuInit fails ("OS call failed"): it opens
-# /proc/<getpid()>/..., and /proc is still the host's. Until phos run gives
-# the job a /proc of its namespace (a mount namespace, which CRIU must then
-# dump and restore), this test is a TODO.
+# The clones need a pid namespace of their own (phos run --pid-ns), where
+# the job also has a mount namespace with a /proc of its pid namespace:
+# the CUDA driver opens /proc/<getpid()>/... .
 export PHOS_RUN_FLAGS=--pid-ns
-todo="# TODO CUDA does not start in a pid namespace without a /proc of its own"
 skip() { for i in 1 2 3; do echo "ok $i # skip $1"; done; exit 0; }
 [ "$(id -u)" = 0 ] && [ -e /dev/fuse ] || skip "needs root and FUSE"
 nvidia-smi -L >/dev/null 2>&1 || skip "no GPU"
@@ -94,9 +91,9 @@ if wait_line "$out" "^ops 200" 120 && checkpoint "$pid"; then
 fi
 if [ ${#clones[@]} = 2 ] && alive "$pid" && [ "$(ns_pid "$pid")" = 2 ] &&
 	[ "${clones[0]}" != "${clones[1]}" ] && [ "${clones[0]}" != "$pid" ] && [ "${clones[1]}" != "$pid" ]; then
-	echo "ok 1 - cow_app ($mib MiB) checkpointed with cow restores twice beside its running original: clones ${clones[0]} (lazy) and ${clones[1]} (eager), original $pid $todo"
+	echo "ok 1 - cow_app ($mib MiB) checkpointed with cow restores twice beside its running original: clones ${clones[0]} (lazy) and ${clones[1]} (eager), original $pid"
 else
-	echo "not ok 1 - cow_app ($mib MiB) did not restore twice beside its running original (clones: ${clones[*]:-none}) $todo"
+	echo "not ok 1 - cow_app ($mib MiB) did not restore twice beside its running original (clones: ${clones[*]:-none})"
 	sed 's/^/# /' "$work/restore.err" 2>/dev/null | tail -5
 fi
 
@@ -119,9 +116,9 @@ if [ ${#clones[@]} = 2 ]; then
 fi
 grep -E 'FAILED|failed' "$out" | head -3 | sed 's/^/# /'
 if [ $good = 6 ] && ! grep -q '^verify FAILED' "$out"; then
-	echo "ok 2 - the original and both clones each check every byte of their device memory, and again after running on: each continues exactly $todo"
+	echo "ok 2 - the original and both clones each check every byte of their device memory, and again after running on: each continues exactly"
 else
-	echo "not ok 2 - $good of 6 checks of the original and its clones came back 'verify ok' $todo"
+	echo "not ok 2 - $good of 6 checks of the original and its clones came back 'verify ok'"
 fi
 for p in "$pid" "${clones[@]}"; do kill_job "$p"; done
 [ -n "$pid" ] && rm -rf "${store:?}/$pid"
@@ -184,6 +181,6 @@ else
 	echo "# pytorch: no step 30 within 180 s; what it said:"
 	tail -5 "$out" "$err" 2>/dev/null | sed 's/^/# /'
 fi
-[ $ok = 1 ] && echo "ok 3 - PyTorch cloned twice beside its running original: the three go on with the losses of an uninterrupted run $todo" ||
-	echo "not ok 3 - PyTorch cloned twice beside its running original did not go on exactly $todo"
+[ $ok = 1 ] && echo "ok 3 - PyTorch cloned twice beside its running original: the three go on with the losses of an uninterrupted run" ||
+	echo "not ok 3 - PyTorch cloned twice beside its running original did not go on exactly"
 for p in "$pid" "${clones[@]}"; do kill_job "$p"; done

@@ -3,10 +3,12 @@
  * transitions on the target pid.
  *
  * Every simcuda process that called cuInit runs a control thread, as the
- * real driver does, listening on the abstract unix socket "simcuda.<pid>",
- * pid as the host's /proc names it (a process in a pid namespace of its
- * own sees another pid itself). The cuCheckpointProcess* calls of any
- * process send it one request each:
+ * real driver does, listening on the abstract unix socket
+ * "simcuda.<ns>.<pid>": its pid namespace (the inode of /proc/PID/ns/pid)
+ * and its pid there, which it and a caller in the host's namespace both
+ * tell, whatever /proc each has (a job of `phos run --pid-ns` has a /proc
+ * of its own namespace, where the host pid cannot be read). The
+ * cuCheckpointProcess* calls of any process send it one request each:
  *
  *   RUNNING --lock--> LOCKED --checkpoint--> CHECKPOINTED
  *   CHECKPOINTED --restore--> LOCKED --unlock--> RUNNING
@@ -23,11 +25,11 @@
  *
  * While CHECKPOINTED the process listens on nothing: CRIU dumps it then,
  * and a listening socket in the image would keep a clone restored beside
- * its original (or a tree restored into a new pid namespace, whose host
- * pid is another) from binding its own. A caller that finds nobody
+ * its original (or a tree restored into a new pid namespace, whose
+ * namespace is another) from binding its own. A caller that finds nobody
  * listening wakes the control thread ("simcuda-ckpt") with SC_WAKE; it
- * listens again under its pid of the moment, answers, and closes again if
- * still CHECKPOINTED.
+ * listens again under its namespace and pid of the moment, answers, and
+ * closes again if still CHECKPOINTED.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -37,6 +39,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
 #include <time.h>
@@ -78,12 +81,45 @@ static uint64_t last_bytes;
 static bool have_bytes;
 static int server_tid;
 
-static void addr_of(int pid, struct sockaddr_un *a, socklen_t *len)
+/* The control socket's address of the process with pid `pid` in the pid
+ * namespace whose inode is ns. */
+static void addr_of(unsigned long ns, int pid, struct sockaddr_un *a, socklen_t *len)
 {
 	memset(a, 0, sizeof(*a));
 	a->sun_family = AF_UNIX;
-	int n = snprintf(a->sun_path + 1, sizeof(a->sun_path) - 1, "simcuda.%d", pid);
+	int n = snprintf(a->sun_path + 1, sizeof(a->sun_path) - 1, "simcuda.%lu.%d", ns, pid);
 	*len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
+}
+
+/* The pid namespace (its inode) of the process /proc/WHO names, 0 if
+ * unknown. */
+static unsigned long ns_of(const char *who)
+{
+	char path[64];
+	struct stat st;
+	snprintf(path, sizeof(path), "/proc/%s/ns/pid", who);
+	return stat(path, &st) == 0 ? (unsigned long)st.st_ino : 0;
+}
+
+/* The pid that host pid `pid` has in its own namespace (the last of
+ * NSpid), or pid itself. */
+static int inner_pid(int pid)
+{
+	char path[64], line[256];
+	snprintf(path, sizeof(path), "/proc/%d/status", pid);
+	FILE *f = fopen(path, "re");
+	int inner = pid;
+	while (f && fgets(line, sizeof(line), f)) {
+		if (strncmp(line, "NSpid:", 6))
+			continue;
+		char *s = line + 6, *end;
+		for (long v; (v = strtol(s, &end, 10)), end != s; s = end)
+			inner = (int)v;
+		break;
+	}
+	if (f)
+		fclose(f);
+	return inner > 0 ? inner : pid;
 }
 
 /* Restore's gpuPairs, checked as the driver does: every device with a
@@ -182,18 +218,7 @@ static struct reply handle(const struct request *q)
 	return r;
 }
 
-/* Our pid as the host's /proc names it, or getpid() without /proc. */
-static int host_pid(void)
-{
-	char buf[32];
-	ssize_t n = readlink("/proc/self", buf, sizeof(buf) - 1);
-	if (n <= 0)
-		return getpid();
-	buf[n] = 0;
-	return atoi(buf);
-}
-
-/* A socket listening on "simcuda.<our host pid>", or -1. */
+/* A socket listening on "simcuda.<our pid namespace>.<our pid>", or -1. */
 static int listen_here(void)
 {
 	struct sockaddr_un a;
@@ -203,10 +228,9 @@ static int listen_here(void)
 		sc_log("no checkpoint control socket: %s", strerror(errno));
 		return -1;
 	}
-	int pid = host_pid();
-	addr_of(pid, &a, &len);
+	addr_of(ns_of("self"), getpid(), &a, &len);
 	if (bind(fd, (struct sockaddr *)&a, len) != 0 || listen(fd, 8) != 0) {
-		sc_log("cannot listen on @simcuda.%d: %s", pid, strerror(errno));
+		sc_log("cannot listen on @%s: %s", a.sun_path + 1, strerror(errno));
 		close(fd);
 		return -1;
 	}
@@ -287,8 +311,27 @@ void sc_checkpoint_fork_child(void)
 		close(fd);
 }
 
+/* As the driver does from cuInit on: a SEQPACKET socket listening, for
+ * as long as the process lives, on "@cuda-uvmfd-<pid namespace>-<pid>@"
+ * (with a trailing NUL; seen on an H100 with driver 580), where other processes ask for its UVM fd for CUDA IPC.
+ * Nobody asks here; its name is what matters: CRIU dumps it in every
+ * image, and a clone beside its original finds that name taken. */
+static void uvmfd_listen(void)
+{
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	int n = snprintf(a.sun_path + 1, sizeof(a.sun_path) - 2, "cuda-uvmfd-%lu-%d", ns_of("self"), (int)getpid());
+	socklen_t len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n + 1);
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (fd >= 0 && (bind(fd, (struct sockaddr *)&a, len) != 0 || listen(fd, 8) != 0)) {
+		sc_log("cannot listen on @%s@: %s", a.sun_path + 1, strerror(errno));
+		close(fd);
+	}
+	/* (kept open: the process's, as the driver's is) */
+}
+
 void sc_checkpoint_start_server(void)
 {
+	uvmfd_listen();
 	int fd = listen_here();
 	if (fd < 0)
 		return;
@@ -331,7 +374,9 @@ static int connect_to(int pid)
 {
 	struct sockaddr_un a;
 	socklen_t len;
-	addr_of(pid, &a, &len);
+	char who[16];
+	snprintf(who, sizeof(who), "%d", pid);
+	addr_of(ns_of(who), inner_pid(pid), &a, &len);
 	bool woken = false;
 	for (int tries = 0; tries < 400; tries++) {
 		int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);

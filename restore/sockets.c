@@ -1,0 +1,315 @@
+/*
+ * Listening abstract unix sockets whose names are taken (sockets.h).
+ *
+ * An abstract name belongs to the network namespace, which a job shares
+ * with the host. A clone restored beside its running original would get
+ * the original's listening sockets back under their names, which the
+ * original still holds, and CRIU's bind fails (EADDRINUSE). The CUDA
+ * driver holds one in every process: "@cuda-uvmfd-<pid namespace>-<pid>@",
+ * through which other processes ask for its UVM fd (CUDA IPC).
+ *
+ * So, before CRIU restores, each such socket of the image whose name is
+ * taken here gets a name of the same length that is free: its longest run
+ * of digits (the driver's pid namespace) replaced by other digits, or
+ * else its last bytes. The image stays as it is: CRIU reads a folder of
+ * links to the image's CRIU files, with files.img rewritten.
+ *
+ * files.img is CRIU's: two magic numbers, then file entries, each a
+ * 32-bit length and a protobuf file_entry; a unix socket's is field 16
+ * (unix_sk_entry), whose field 3 is its type, 4 its state (10:
+ * listening) and 11 its name. Only bytes of the name change, so every
+ * length stays. An abstract name is bound once for each socket type, so
+ * whether it is taken is asked with a socket of the same type.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "sockets.h"
+
+#define CRIU_COMMON_MAGIC 0x54564319u
+#define CRIU_FILES_MAGIC 0x56303138u
+#define FILE_ENTRY_USK 16
+#define USK_TYPE 3
+#define USK_STATE 4
+#define USK_NAME 11
+#define TCP_LISTEN 10
+
+/* A protobuf varint at *p (below end); false if it runs past end. */
+static bool varint(const uint8_t **p, const uint8_t *end, uint64_t *v)
+{
+	*v = 0;
+	for (int shift = 0; *p < end && shift < 64; shift += 7) {
+		uint8_t b = *(*p)++;
+		*v |= (uint64_t)(b & 0x7f) << shift;
+		if (!(b & 0x80))
+			return true;
+	}
+	return false;
+}
+
+/* Steps over one field of wire type `wt` at *p; for a length-delimited
+ * one, its bytes are *body and *len. False if malformed. */
+static bool field(const uint8_t **p, const uint8_t *end, unsigned wt, const uint8_t **body, size_t *len)
+{
+	uint64_t v;
+	switch (wt) {
+	case 0:
+		return varint(p, end, &v);
+	case 1:
+		if (end - *p < 8)
+			return false;
+		*p += 8;
+		return true;
+	case 5:
+		if (end - *p < 4)
+			return false;
+		*p += 4;
+		return true;
+	case 2:
+		if (!varint(p, end, &v) || v > (uint64_t)(end - *p))
+			return false;
+		*body = *p;
+		*len = (size_t)v;
+		*p += v;
+		return true;
+	}
+	return false;
+}
+
+/* Whether an abstract name (len bytes, the first 0) is bound here to a
+ * socket of `type`: a bind to it says. */
+static bool taken(int type, const uint8_t *name, size_t len)
+{
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	if (len > sizeof(a.sun_path))
+		return false;
+	memcpy(a.sun_path, name, len);
+	int fd = socket(AF_UNIX, type | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return false;
+	bool busy = bind(fd, (struct sockaddr *)&a, (socklen_t)(offsetof(struct sockaddr_un, sun_path) + len)) != 0 &&
+		    errno == EADDRINUSE;
+	close(fd);
+	return busy;
+}
+
+/* Gives name (len bytes, abstract; of a socket of `type`) a free name of
+ * the same length. */
+static bool rename_free(int type, uint8_t *name, size_t len)
+{
+	/* Its longest run of digits, else its last bytes (not the first). */
+	size_t at = 0, n = 0;
+	for (size_t i = 1; i < len;) {
+		size_t j = i;
+		while (j < len && name[j] >= '0' && name[j] <= '9')
+			j++;
+		if (j - i > n) {
+			at = i;
+			n = j - i;
+		}
+		i = j > i ? j : i + 1;
+	}
+	bool digits = n >= 4;
+	if (!digits) {
+		n = len - 1 < 8 ? len - 1 : 8;
+		at = len - n;
+	}
+	uint64_t seed = (uint64_t)getpid() * 2654435761u ^ (uint64_t)time(NULL);
+	for (int tries = 0; tries < 64; tries++) {
+		uint64_t x = seed + (uint64_t)tries * 0x9e3779b97f4a7c15ull;
+		for (size_t k = 0; k < n; k++) {
+			x = x * 6364136223846793005ull + 1442695040888963407ull;
+			name[at + k] = digits ? (uint8_t)('0' + (x >> 33) % 10) : (uint8_t)"0123456789abcdef"[(x >> 33) & 15];
+		}
+		if (!taken(type, name, len))
+			return true;
+	}
+	return false;
+}
+
+/* Renames, in buf (files.img, size bytes), every listening abstract
+ * socket whose name is taken. *n counts them. -EBADMSG if buf is not a
+ * files.img; -EADDRINUSE if no free name was found. */
+static int rename_in(uint8_t *buf, size_t size, int *n)
+{
+	if (size < 8)
+		return -EBADMSG;
+	uint32_t m0, m1;
+	memcpy(&m0, buf, 4);
+	memcpy(&m1, buf + 4, 4);
+	if (m0 != CRIU_COMMON_MAGIC || m1 != CRIU_FILES_MAGIC)
+		return -EBADMSG;
+	for (size_t off = 8; off < size;) {
+		uint32_t len;
+		if (size - off < 4)
+			return -EBADMSG;
+		memcpy(&len, buf + off, 4);
+		off += 4;
+		if (len > size - off)
+			return -EBADMSG;
+		const uint8_t *p = buf + off, *end = p + len;
+		off += len;
+		while (p < end) {
+			uint64_t key;
+			const uint8_t *body = NULL;
+			size_t blen = 0;
+			if (!varint(&p, end, &key) || !field(&p, end, key & 7, &body, &blen))
+				return -EBADMSG;
+			if (key >> 3 != FILE_ENTRY_USK || (key & 7) != 2)
+				continue;
+			uint64_t state = 0, type = 0;
+			uint8_t *name = NULL;
+			size_t nlen = 0;
+			for (const uint8_t *q = body, *qend = body + blen; q < qend;) {
+				uint64_t k, v;
+				const uint8_t *b = NULL;
+				size_t bl = 0;
+				if (!varint(&q, qend, &k))
+					return -EBADMSG;
+				if ((k >> 3 == USK_STATE || k >> 3 == USK_TYPE) && (k & 7) == 0) {
+					if (!varint(&q, qend, &v))
+						return -EBADMSG;
+					*(k >> 3 == USK_STATE ? &state : &type) = v;
+				} else if (!field(&q, qend, k & 7, &b, &bl)) {
+					return -EBADMSG;
+				} else if (k >> 3 == USK_NAME && (k & 7) == 2) {
+					name = (uint8_t *)b;
+					nlen = bl;
+				}
+			}
+			if (state != TCP_LISTEN || nlen < 2 || name[0] || type > 16 || !taken((int)type, name, nlen))
+				continue;
+			if (!rename_free((int)type, name, nlen))
+				return -EADDRINUSE;
+			(*n)++;
+		}
+	}
+	return 0;
+}
+
+/* Reads dir/files.img whole. */
+static int slurp(const char *dir, uint8_t **buf, size_t *size)
+{
+	char path[PATH_MAX];
+	snprintf(path, sizeof(path), "%s/files.img", dir);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	struct stat st;
+	if (fd < 0 || fstat(fd, &st) != 0) {
+		int e = -errno;
+		if (fd >= 0)
+			close(fd);
+		return e;
+	}
+	*size = (size_t)st.st_size;
+	*buf = malloc(*size ? *size : 1);
+	int e = *buf ? 0 : -ENOMEM;
+	for (size_t got = 0; !e && got < *size;) {
+		ssize_t r = pread(fd, *buf + got, *size - got, (off_t)got);
+		if (r <= 0)
+			e = r < 0 ? -errno : -EBADMSG;
+		else
+			got += (size_t)r;
+	}
+	close(fd);
+	if (e) {
+		free(*buf);
+		*buf = NULL;
+	}
+	return e;
+}
+
+/* The folder CRIU reads instead of dir: a link to each of its files, and
+ * files.img from buf. */
+static int make_folder(const char *dir, const char *work, const uint8_t *buf, size_t size, char *out, size_t outlen)
+{
+	char abs[PATH_MAX];
+	if (!realpath(dir, abs))
+		return -errno;
+	if (snprintf(out, outlen, "%s.criu-XXXXXX", work) >= (int)outlen)
+		return -ENAMETOOLONG;
+	if (!mkdtemp(out))
+		return -errno;
+	DIR *d = opendir(abs);
+	int e = d ? 0 : -errno;
+	for (struct dirent *de; !e && (de = readdir(d));) {
+		if (de->d_name[0] == '.' || !strcmp(de->d_name, "files.img"))
+			continue;
+		char from[PATH_MAX * 2], to[PATH_MAX * 2];
+		snprintf(from, sizeof(from), "%s/%s", abs, de->d_name);
+		snprintf(to, sizeof(to), "%s/%s", out, de->d_name);
+		if (symlink(from, to) != 0)
+			e = -errno;
+	}
+	if (d)
+		closedir(d);
+	if (!e) {
+		char to[PATH_MAX + 16];
+		snprintf(to, sizeof(to), "%s/files.img", out);
+		int fd = open(to, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+		e = fd < 0 ? -errno : 0;
+		for (size_t put = 0; !e && put < size;) {
+			ssize_t w = write(fd, buf + put, size - put);
+			if (w < 0)
+				e = -errno;
+			else
+				put += (size_t)w;
+		}
+		if (fd >= 0 && close(fd) != 0 && !e)
+			e = -errno;
+	}
+	if (e)
+		restore_sockets_end(out);
+	return e;
+}
+
+int restore_sockets(const char *dir, const char *work, char *out, size_t outlen, int *renamed, char *err,
+		    size_t errlen)
+{
+	*out = 0;
+	*renamed = 0;
+	uint8_t *buf = NULL;
+	size_t size = 0;
+	int e = slurp(dir, &buf, &size);
+	if (e == -ENOENT)
+		return 0; /* no files: nothing to rename */
+	if (e)
+		return engine_fail(e, err, errlen, "cannot read %s/files.img: %s", dir, strerror(-e));
+	e = rename_in(buf, size, renamed);
+	if (e == -EBADMSG)
+		engine_fail(e, err, errlen, "%s/files.img is not CRIU's list of files", dir);
+	else if (e)
+		engine_fail(e, err, errlen, "a listening socket of the image has a name taken here, and no free one "
+					    "of its length was found");
+	if (!e && *renamed) {
+		e = make_folder(dir, work, buf, size, out, outlen);
+		if (e)
+			engine_fail(e, err, errlen, "cannot make a folder for CRIU beside %s: %s", work, strerror(-e));
+	}
+	free(buf);
+	if (e)
+		*out = 0;
+	return e;
+}
+
+void restore_sockets_end(const char *out)
+{
+	if (!out || !*out)
+		return;
+	DIR *d = opendir(out);
+	for (struct dirent *de; d && (de = readdir(d));)
+		if (de->d_name[0] != '.' || (strcmp(de->d_name, ".") && strcmp(de->d_name, "..")))
+			unlinkat(dirfd(d), de->d_name, 0);
+	if (d)
+		closedir(d);
+	rmdir(out);
+}

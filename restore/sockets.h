@@ -1,0 +1,26 @@
+/*
+ * Listening abstract unix sockets of an image whose names are taken on
+ * this machine, such as the CUDA driver's of an original that still runs
+ * beside its clone (internal to restore/; sockets.c says how).
+ */
+#ifndef PHOS_RESTORE_SOCKETS_H
+#define PHOS_RESTORE_SOCKETS_H
+
+#include <stddef.h>
+
+#include "../engine/engine.h"
+
+/* Looks through the CRIU images in dir for listening abstract sockets
+ * whose names are bound here. If there are any (*renamed of them), makes
+ * the folder CRIU should read instead, out ("WORK.criu-XXXXXX"), with a
+ * free name of the same length for each; else out is "". The image is
+ * not changed. Errors: -errno of reading dir/files.img or making out,
+ * -EBADMSG (files.img is not CRIU's), -EADDRINUSE (no free name); err
+ * says which. */
+int restore_sockets(const char *dir, const char *work, char *out, size_t outlen, int *renamed, char *err,
+		    size_t errlen);
+
+/* Removes the folder restore_sockets made (out "" or NULL: nothing). */
+void restore_sockets_end(const char *out);
+
+#endif
