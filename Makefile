@@ -230,7 +230,7 @@ $(BUILD)/tests/apps/%: tests/apps/%.c tests/simcuda/simcuda.h $(SIMCUDA_LIB)
 	$(CC) $(CPPFLAGS) $(XCFLAGS) $(CFLAGS) -o $@ $< $(XLDFLAGS) $(LDFLAGS) -rdynamic -L$(BUILD)/simcuda -lcuda
 
 # Tests that call into engine/ directly link its objects.
-ENGINE_TESTS := $(BUILD)/tests/phosfs_criu_errors_name_the_real_cause
+ENGINE_TESTS := $(BUILD)/tests/phosfs_criu_errors_name_the_real_cause $(BUILD)/tests/restore_gives_clones_free_socket_names
 $(ENGINE_TESTS): $(ENGINE_OBJ)
 $(ENGINE_TESTS): TEST_OBJ = $(ENGINE_OBJ)
 

@@ -148,7 +148,7 @@ static int cmd_run(int argc, char **argv)
 	const char *lib = getenv("PHOS_LIBPHOS");
 	char libpath[PATH_MAX];
 	snprintf(libpath, sizeof(libpath), "%s", lib && *lib ? lib : PHOS_LIBDIR "/libphos.so");
-	run_opts o = { .store = store, .libphos = libpath, .pid_ns = pid_ns };
+	run_opts o = { .store = store, .libphos = libpath, .mount = mnt(), .pid_ns = pid_ns };
 	pid_t job = 0, root = 0;
 	char why[256], msg[PATH_MAX + 64];
 	if (run_job(argv + i, &o, &job, &root, why, sizeof(why), msg, sizeof(msg))) {

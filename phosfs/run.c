@@ -152,9 +152,11 @@ int run_init(int argc, char **argv)
 
 /* Gives this process (pid 1 of its pid namespace) a mount namespace of
  * its own, its mounts private copies of ours, with a /proc of its pid
- * namespace. *proc is an fd of the host's /proc, opened before. Returns
- * 0, or -errno with why saying which step failed. */
-static int own_proc(int *proc, char *why, size_t whylen)
+ * namespace and without phosfs's mount (mnt): a copy of that would
+ * outlive the phosfs it belongs to, and CRIU cannot dump a dead FUSE
+ * mount. *proc is an fd of the host's /proc, opened before. Returns 0,
+ * or -errno with why saying which step failed. */
+static int own_proc(const char *mnt, int *proc, char *why, size_t whylen)
 {
 	*proc = open("/proc", O_PATH | O_DIRECTORY);
 	const char *step = *proc < 0 ? "opening /proc" : NULL;
@@ -164,6 +166,8 @@ static int own_proc(int *proc, char *why, size_t whylen)
 		step = "making its mounts private";
 	else if (!step && mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) != 0)
 		step = "mounting /proc";
+	else if (!step && mnt && *mnt && umount2(mnt, MNT_DETACH) != 0 && errno != EINVAL && errno != ENOENT)
+		step = "unmounting phosfs";
 	if (!step)
 		return 0;
 	int e = -errno;
@@ -184,7 +188,7 @@ static void exec_init(char *const argv[], const run_opts *o, int ready)
 	int fd = fcntl(ready, F_SETFD, 0) == 0 ? ready : -1;
 	char why[256];
 	int proc;
-	if (own_proc(&proc, why, sizeof(why))) {
+	if (own_proc(o->mount, &proc, why, sizeof(why))) {
 		dprintf(ready, "%s", why);
 		_exit(127);
 	}

@@ -10,6 +10,7 @@
 typedef struct run_opts {
 	const char *store;  /* phosfs's store: output goes to STORE/run/PID.out and .err */
 	const char *libphos; /* the tracer to preload */
+	const char *mount;   /* phosfs's mount point, which a job of pid_ns does not see */
 	bool pid_ns;         /* a pid namespace of its own (see run_job) */
 } run_opts;
 
@@ -19,19 +20,21 @@ typedef struct run_opts {
  * init (pid 1, the job's root, which reaps orphans, passes signals on and
  * ends with the job, taking the namespace with it), so that a restore can
  * give it a new namespace beside any other process; where a namespace is
- * not permitted (not root), the job itself is the root. The real CUDA
- * driver does not start in such a namespace (it names /proc/<getpid()>,
- * and /proc is the host's): pid_ns is for jobs without a GPU, and for
- * simcuda.
+ * not permitted (not root), the job itself is the root. The init also
+ * gives it a mount namespace with a /proc of its pid namespace, which the
+ * CUDA driver needs (it opens /proc/<getpid()>/...), and without phosfs's
+ * mount point (o->mount).
  * *job is the job's pid, as this namespace sees it; *root the root's
  * (the init, or the job). why (when not NULL) says why the job has no
  * namespace of its own, or is "". Returns 0, or -errno with msg saying
- * what failed (a file it could not open, a command it could not run). */
+ * what failed (a file it could not open, a command it could not run, a
+ * mount namespace it could not have). */
 int run_job(char *const argv[], const run_opts *o, pid_t *job, pid_t *root, char *why, size_t whylen, char *msg,
 	    size_t msglen);
 
-/* The init's own entry (argv[0] "phos-init"): `phos-init FD STORE LIBPHOS
- * -- CMD...`, as run_job execs it. Returns the exit status: the job's. */
+/* The init's own entry (argv[0] "phos-init"): `phos-init FD PROCFD STORE
+ * LIBPHOS -- CMD...`, as run_job execs it (PROCFD: the host's /proc, for
+ * the job's host pid). Returns the exit status: the job's. */
 int run_init(int argc, char **argv);
 
 #endif
