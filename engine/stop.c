@@ -317,6 +317,21 @@ int engine_stop(const engine_stop_args *a, char *err, size_t errlen)
 	for (int i = 0; i < parked.n; i++)
 		total += parked.objs[i].size;
 	atomic_store(&prog->total, total);
+	engine_copy_opts co = { .chunk = chunk, .staging = staging.buf, .staging_bytes = staging.bytes, .t1_ns = t0,
+				.recopy = recopy ? &rc : NULL };
+	/* stop and recopy: the parked memory is phosfs's now, and no process
+	 * runs on it, so its copy off the GPU starts at once and runs under
+	 * the driver's checkpoint and CRIU's dump; the stall ends once it is
+	 * off the GPU (staging holds the rest meanwhile), not once it is in
+	 * the image. */
+	engine_copy *copy = NULL;
+	if (!e && parked.n && !cow) {
+		engine_step(prog, STEP_COPY);
+		e = engine_copy_begin(&parked, w, &co, prog, &copy, err, errlen);
+		/* What the final stall copies: the rest came from staging. */
+		if (!e && recopy)
+			atomic_store(&prog->recopy_dirty, total - atomic_load(&prog->recopy_clean));
+	}
 	/* Then every CUDA member is locked, and only then checkpointed: no
 	 * member is checkpointed while another still runs on the device. */
 	if (!e)
@@ -336,18 +351,9 @@ int engine_stop(const engine_stop_args *a, char *err, size_t errlen)
 		e = criu_dump(a->criu, a->pid, phosimg_writer_criu_dir(w), a->kill, a->log, err, errlen);
 		dumped = !e;
 	}
-	engine_copy_opts co = { .chunk = chunk, .staging = staging.buf, .staging_bytes = staging.bytes, .t1_ns = t0,
-				.recopy = recopy ? &rc : NULL };
-	/* stop: the processes wait until their memory is off the GPU, not
-	 * until it is in the image; staging holds the rest meanwhile. */
-	engine_copy *copy = NULL;
-	if (!e && parked.n && !cow) {
+	if (!e && copy) {
 		engine_step(prog, STEP_COPY);
-		e = engine_copy_begin(&parked, w, &co, prog, &copy, err, errlen);
-		/* What the final stall copies: the rest came from staging. */
-		if (!e && recopy)
-			atomic_store(&prog->recopy_dirty, total - atomic_load(&prog->recopy_clean));
-		if (!e && engine_copy_wait_off(copy)) {
+		if (engine_copy_wait_off(copy)) {
 			e = engine_copy_end(copy, err, errlen);
 			copy = NULL;
 		}
@@ -367,8 +373,14 @@ int engine_stop(const engine_stop_args *a, char *err, size_t errlen)
 	}
 	if (copy) {
 		engine_step(prog, STEP_DRAIN);
-		int ce = engine_copy_end(copy, e ? err2 : err, e ? sizeof(err2) : errlen);
-		e = e ? e : ce;
+		char cerr[ENGINE_ERR_MAX] = "";
+		int ce = engine_copy_end(copy, cerr, sizeof(cerr));
+		/* A full store fails CRIU's dump as well (its files go there
+		 * too, while the copy runs): then the copy says the cause. */
+		if (ce && (!e || ce == -ENOSPC || ce == -EDQUOT)) {
+			e = ce;
+			snprintf(err, errlen, "%s", cerr);
+		}
 	}
 	/* CoW: the processes run; their t1 memory is copied now. */
 	if (!e && cow) {

@@ -128,9 +128,15 @@ int main(void)
 	snprintf(data, sizeof(data), "%s/%d/checkpoints/f/gpu.data", r.mnt, (int)pid);
 	fd = open(data, O_RDONLY);
 	hn = fd >= 0 ? read(fd, head, sizeof(head)) : -1;
-	errno = 0;
-	ssize_t rn = fd >= 0 ? read(fd, head, sizeof(head)) : 0;
-	int rerr = errno;
+	/* On to the end: the copy may have put all of its data there before
+	 * the dump failed (it starts at once), but the file never ends. */
+	ssize_t rn = 0;
+	int rerr = 0;
+	do {
+		errno = 0;
+		rn = fd >= 0 ? read(fd, head, sizeof(head)) : 0;
+		rerr = errno;
+	} while (rn > 0);
 	if (fd >= 0)
 		close(fd);
 	rig_job_done(&r, pid, 30000, line, sizeof(line));
