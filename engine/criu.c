@@ -222,7 +222,7 @@ int criu_dump(const char *criu, pid_t pid, const char *dir, bool kill, const cha
 {
 	char spid[16];
 	snprintf(spid, sizeof(spid), "%d", (int)pid);
-	char *argv[20];
+	char *argv[32]; /* room for every option below */
 	int n = 0;
 	argv[n++] = (char *)criu;
 	argv[n++] = "dump";
@@ -256,7 +256,8 @@ int criu_restore(const char *criu, const char *dir, const char *lazy_dir, const 
 	if (snprintf(pidfile, sizeof(pidfile), "%s.pid", log) >= (int)sizeof(pidfile))
 		return engine_fail(-ENAMETOOLONG, err, errlen, "CRIU's log path %s is too long", log);
 	unlink(pidfile);
-	char *argv[20] = { (char *)criu, "restore", "-D", (char *)dir, "-o", (char *)log, "-v2", "-d", "--shell-job",
+	/* room for every option below (20 at most) */
+	char *argv[32] = { (char *)criu, "restore", "-D", (char *)dir, "-o", (char *)log, "-v2", "-d", "--shell-job",
 			   "--pidfile", pidfile };
 	int n = 11;
 	if (engine_criu_plugins && *engine_criu_plugins) {

@@ -143,7 +143,8 @@ static inline void rig_cleanup(rig *r)
 {
 	rig_bailing = NULL;
 	rig_unmount(r, SIGTERM);
-	if (getenv("PHOS_TEST_KEEP")) { /* for a look at the store and its logs */
+	const char *keep = getenv("PHOS_TEST_KEEP");
+	if (keep && *keep) { /* for a look at the store and its logs */
 		diag("kept %s", r->dir);
 		return;
 	}
