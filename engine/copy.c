@@ -12,6 +12,7 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -95,8 +96,8 @@ static int fill(engine_filler *f, slot *s, const mapping *m, char *err, size_t e
 		return engine_fail(e, err, errlen, "reading the image: %s",
 				   *phosimg_last_error() ? phosimg_last_error() : strerror(-e));
 	CUresult r = cu.cuMemcpyHtoDAsync(m->va + s->off, s->buf, s->len, s->stream);
-	if (!r)
-		r = cu.cuEventRecord(s->done, s->stream);
+	if (!r && (r = cu.cuEventRecord(s->done, s->stream)) != CUDA_SUCCESS)
+		cu.cuStreamSynchronize(s->stream); /* the copy queued must end before its buffer is used again */
 	if (r)
 		return driver_fail(r, err, errlen, "copying the image to the device");
 	s->busy = true;
@@ -196,8 +197,9 @@ int engine_filler_start(phosimg *img, int threads, engine_progress *prog, engine
 			size_t errlen)
 {
 	if (threads <= 0) {
-		long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-		threads = cpus > 0 && cpus < ENGINE_FILL_THREADS ? (int)cpus : ENGINE_FILL_THREADS;
+		cpu_set_t set;
+		int cpus = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 0;
+		threads = cpus > 0 && cpus < ENGINE_FILL_THREADS ? cpus : ENGINE_FILL_THREADS;
 	}
 	if (threads > ENGINE_FILL_THREADS_MAX)
 		threads = ENGINE_FILL_THREADS_MAX;

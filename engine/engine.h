@@ -27,7 +27,7 @@
 
 #define ENGINE_ERR_MAX 512
 #define ENGINE_CHUNK (4u << 20)          /* default staging, CoW and image chunk size */
-#define ENGINE_FILL_THREADS 16           /* threads that fill device memory on restore, at most one a CPU */
+#define ENGINE_FILL_THREADS 16           /* threads that fill device memory on restore, at most one a usable CPU */
 #define ENGINE_FILL_THREADS_MAX 64
 #define ENGINE_STAGING (4ull << 30)      /* default host staging pool */
 #define ENGINE_SHADOW_POOL (2ull << 30)  /* default CoW shadow pool, per process */
@@ -478,8 +478,9 @@ int engine_copy_in(phosimg *img, const engine_devmap *map, const bool *sel, int 
 /* Threads that fill device memory from an image, one object or device at
  * a time; they count the bytes in prog->done. */
 typedef struct engine_filler engine_filler;
-/* Starts `threads` of them (0: ENGINE_FILL_THREADS, or one a CPU where
- * there are fewer; at most ENGINE_FILL_THREADS_MAX), driver_open first; img must outlive them.
+/* Starts `threads` of them (0: ENGINE_FILL_THREADS, or one for each CPU
+ * this process may run on where there are fewer; at most
+ * ENGINE_FILL_THREADS_MAX), driver_open first; img must outlive them.
  * Errors: -ENOMEM, errno of pthread_create. */
 int engine_filler_start(phosimg *img, int threads, engine_progress *prog, engine_filler **out, char *err,
 			size_t errlen);

@@ -376,8 +376,10 @@ int engine_stop(const engine_stop_args *a, char *err, size_t errlen)
 		char cerr[ENGINE_ERR_MAX] = "";
 		int ce = engine_copy_end(copy, cerr, sizeof(cerr));
 		/* A full store fails CRIU's dump as well (its files go there
-		 * too, while the copy runs): then the copy says the cause. */
-		if (ce && (!e || ce == -ENOSPC || ce == -EDQUOT)) {
+		 * too, while the copy runs): then the copy says the cause,
+		 * unless the processes could not be brought back, which says
+		 * more. */
+		if (ce && (!e || ((ce == -ENOSPC || ce == -EDQUOT) && !e2))) {
 			e = ce;
 			snprintf(err, errlen, "%s", cerr);
 		}

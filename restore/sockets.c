@@ -103,9 +103,27 @@ static bool taken(int type, const uint8_t *name, size_t len)
 	return busy;
 }
 
+/* The new names given so far in one files.img (into its buffer). */
+#define CHOSEN_MAX 256
+typedef struct chosen {
+	const uint8_t *name[CHOSEN_MAX];
+	size_t len[CHOSEN_MAX];
+	int n;
+} chosen;
+
+/* Whether name was given to another socket of this image already. */
+static bool given(const chosen *c, const uint8_t *name, size_t len)
+{
+	for (int i = 0; i < c->n; i++)
+		if (c->len[i] == len && c->name[i] != name && !memcmp(c->name[i], name, len))
+			return true;
+	return false;
+}
+
 /* Gives name (len bytes, abstract; of a socket of `type`) a free name of
- * the same length. */
-static bool rename_free(int type, uint8_t *name, size_t len)
+ * the same length, and one that no other socket of the image was given
+ * (c). */
+static bool rename_free(int type, uint8_t *name, size_t len, chosen *c)
 {
 	/* Its longest run of digits, else its last bytes (not the first). */
 	size_t at = 0, n = 0;
@@ -124,15 +142,21 @@ static bool rename_free(int type, uint8_t *name, size_t len)
 		n = len - 1 < 8 ? len - 1 : 8;
 		at = len - n;
 	}
-	uint64_t seed = (uint64_t)getpid() * 2654435761u ^ (uint64_t)time(NULL);
+	uint64_t seed = (uint64_t)getpid() * 2654435761u ^ (uint64_t)time(NULL) ^ (uint64_t)c->n * 0x9e3779b97f4a7c15ull;
 	for (int tries = 0; tries < 64; tries++) {
 		uint64_t x = seed + (uint64_t)tries * 0x9e3779b97f4a7c15ull;
 		for (size_t k = 0; k < n; k++) {
 			x = x * 6364136223846793005ull + 1442695040888963407ull;
 			name[at + k] = digits ? (uint8_t)('0' + (x >> 33) % 10) : (uint8_t)"0123456789abcdef"[(x >> 33) & 15];
 		}
-		if (!taken(type, name, len))
+		if (!taken(type, name, len) && !given(c, name, len)) {
+			if (c->n < CHOSEN_MAX) {
+				c->name[c->n] = name;
+				c->len[c->n] = len;
+			}
+			c->n++;
 			return true;
+		}
 	}
 	return false;
 }
@@ -142,6 +166,7 @@ static bool rename_free(int type, uint8_t *name, size_t len)
  * files.img; -EADDRINUSE if no free name was found. */
 static int rename_in(uint8_t *buf, size_t size, int *n)
 {
+	chosen c = { .n = 0 };
 	if (size < 8)
 		return -EBADMSG;
 	uint32_t m0, m1;
@@ -189,7 +214,7 @@ static int rename_in(uint8_t *buf, size_t size, int *n)
 			}
 			if (state != TCP_LISTEN || nlen < 2 || name[0] || type > 16 || !taken((int)type, name, nlen))
 				continue;
-			if (!rename_free((int)type, name, nlen))
+			if (!rename_free((int)type, name, nlen, &c))
 				return -EADDRINUSE;
 			(*n)++;
 		}
