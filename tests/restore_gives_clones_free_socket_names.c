@@ -9,6 +9,8 @@
  *     same length, its digits changed, free; a socket of the same name
  *     that does not listen keeps it; every other file is a link to the
  *     image's, whose files.img is unchanged;
+ *   - two sockets whose taken names differ only in the digits that are
+ *     replaced get two different free names;
  *   - with the name free, nothing is renamed and no folder is made;
  *   - a name bound by a socket of another type is not taken (the kernel
  *     keeps abstract names per type);
@@ -30,6 +32,7 @@
 #include "tap.h"
 
 static const char NAME[] = "\0test-uvmfd-4026531836-2"; /* and a trailing NUL: 26 bytes */
+static const char NAME2[] = "\0test-uvmfd-4026531837-2"; /* the same length, other digits */
 #define NAME_LEN (sizeof(NAME))
 
 typedef struct buf {
@@ -69,8 +72,9 @@ static void field_bytes(buf *b, unsigned f, const void *p, size_t n)
 	put(b, p, n);
 }
 
-/* A file_entry holding a unix_sk_entry of `type` in `state`. */
-static void unix_entry(buf *out, uint32_t id, int type, int state)
+/* A file_entry holding a unix_sk_entry of `type` in `state`, named name
+ * (NAME_LEN bytes). */
+static void unix_entry(buf *out, uint32_t id, int type, int state, const char *name)
 {
 	buf sk = { .n = 0 }, fe = { .n = 0 };
 	field_varint(&sk, 1, id);
@@ -80,7 +84,7 @@ static void unix_entry(buf *out, uint32_t id, int type, int state)
 	field_varint(&sk, 5, 0);
 	field_varint(&sk, 7, 8);
 	field_bytes(&sk, 9, "\x08\x00", 2);
-	field_bytes(&sk, 11, NAME, NAME_LEN);
+	field_bytes(&sk, 11, name, NAME_LEN);
 	field_varint(&fe, 1, 5);
 	field_varint(&fe, 2, id);
 	field_bytes(&fe, 16, sk.p, sk.n);
@@ -105,8 +109,8 @@ static void files_img(buf *b)
 	uint32_t len = (uint32_t)fe.n;
 	put(b, &len, 4);
 	put(b, fe.p, fe.n);
-	unix_entry(b, 2, SOCK_SEQPACKET, 10);
-	unix_entry(b, 3, SOCK_SEQPACKET, 7);
+	unix_entry(b, 2, SOCK_SEQPACKET, 10, NAME);
+	unix_entry(b, 3, SOCK_SEQPACKET, 7, NAME);
 }
 
 static void write_file(const char *path, const void *p, size_t n)
@@ -151,7 +155,7 @@ static const uint8_t *nth_name(const uint8_t *p, size_t size, int n)
 
 int main(void)
 {
-	plan(6);
+	plan(7);
 	char dir[] = "/tmp/phos-socknames-XXXXXX";
 	if (!mkdtemp(dir))
 		bail("mkdtemp: %s", strerror(errno));
@@ -197,6 +201,25 @@ int main(void)
 	restore_sockets_end(out);
 	struct stat st;
 	ok(stat(out, &st) != 0 && errno == ENOENT, "restore_sockets_end removes the folder");
+
+	/* Two taken names that differ only in the digits replaced. */
+	buf two = img;
+	unix_entry(&two, 4, SOCK_SEQPACKET, 10, NAME2);
+	snprintf(path, sizeof(path), "%s/files.img", criu);
+	write_file(path, two.p, two.n);
+	int orig2 = bound(SOCK_SEQPACKET, NAME2, NAME_LEN);
+	e = restore_sockets(criu, work, out, sizeof(out), &renamed, err, sizeof(err));
+	snprintf(path, sizeof(path), "%s/files.img", out);
+	n = e ? 0 : read_file(path, got, sizeof(got));
+	const uint8_t *a = n ? nth_name(got, n, 0) : NULL, *b2 = n ? nth_name(got, n, 2) : NULL;
+	ok(!e && renamed == 2 && a && b2 && memcmp(a, b2, NAME_LEN) && memcmp(a, NAME, NAME_LEN) &&
+		   memcmp(b2, NAME2, NAME_LEN),
+	   "two taken names that differ only in their digits get two different free names (renamed %d)", renamed);
+	restore_sockets_end(out);
+	if (orig2 >= 0)
+		close(orig2);
+	snprintf(path, sizeof(path), "%s/files.img", criu);
+	write_file(path, img.p, img.n);
 
 	/* A socket of another type under the name does not take it. */
 	close(orig);
