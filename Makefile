@@ -142,7 +142,8 @@ $(BUILD)/simcuda/stubs.c: $(SIMCUDA_OBJ) mk/gen-simcuda-stubs.sh
 $(BUILD)/simcuda/stubs.o: $(BUILD)/simcuda/stubs.c
 	$(CC) $(XCFLAGS) $(CFLAGS) -fPIC -fvisibility=hidden -c -o $@ $<
 
-$(SIMCUDA_LIB): $(SIMCUDA_OBJ) $(BUILD)/simcuda/stubs.o $(BUILD)/common/cubin.o $(BUILD)/common/cuversions.o
+$(SIMCUDA_LIB): $(SIMCUDA_OBJ) $(BUILD)/simcuda/stubs.o $(BUILD)/common/cubin.o $(BUILD)/common/cuversions.o \
+		$(BUILD)/common/pidns.o
 	$(CC) $(XLDFLAGS) $(LDFLAGS) -shared -Wl,-soname,libcuda.so.1 -Wl,-z,defs -o $@ $^ -lpthread -ldl
 
 $(BUILD)/simcuda/libcuda.so: $(SIMCUDA_LIB)

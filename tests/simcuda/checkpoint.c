@@ -45,6 +45,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../../common/pidns.h"
 #include "internal.h"
 
 #define REQ_MAGIC 0x53434b50u /* "SCKP" */
@@ -101,26 +102,6 @@ static unsigned long ns_of(const char *who)
 	return stat(path, &st) == 0 ? (unsigned long)st.st_ino : 0;
 }
 
-/* The pid that host pid `pid` has in its own namespace (the last of
- * NSpid), or pid itself. */
-static int inner_pid(int pid)
-{
-	char path[64], line[256];
-	snprintf(path, sizeof(path), "/proc/%d/status", pid);
-	FILE *f = fopen(path, "re");
-	int inner = pid;
-	while (f && fgets(line, sizeof(line), f)) {
-		if (strncmp(line, "NSpid:", 6))
-			continue;
-		char *s = line + 6, *end;
-		for (long v; (v = strtol(s, &end, 10)), end != s; s = end)
-			inner = (int)v;
-		break;
-	}
-	if (f)
-		fclose(f);
-	return inner > 0 ? inner : pid;
-}
 
 /* Restore's gpuPairs, checked as the driver does: every device with a
  * context is named, each onto the same chip, no two onto one GPU. */
@@ -376,7 +357,8 @@ static int connect_to(int pid)
 	socklen_t len;
 	char who[16];
 	snprintf(who, sizeof(who), "%d", pid);
-	addr_of(ns_of(who), inner_pid(pid), &a, &len);
+	pid_t inner = pidns_inner(pid);
+	addr_of(ns_of(who), inner > 0 ? inner : pid, &a, &len);
 	bool woken = false;
 	for (int tries = 0; tries < 400; tries++) {
 		int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
