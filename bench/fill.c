@@ -11,7 +11,13 @@
  * prints "threads N GB/s X create_s C copy_GBs Y" for the fastest of the
  * three: X over the whole of engine_copy_in, C the seconds before its
  * first byte was copied (the device memory made and mapped), Y the rate
- * after that. Needs a GPU.
+ * after that, then where the workers' time went: "read_s R queue_s Q
+ * wait_s W", summed over the workers (reading and checking the image,
+ * queueing copies, waiting for a copy before reusing its buffer).
+ * PHOS_FILL_PIECES=N gives each worker a ring of N pinned pieces
+ * (default 4), PHOS_FILL_PIECE_KIB their size (default 1024), and
+ * PHOS_FILL_SPIN=1 has it poll for a copy's end rather than sleep
+ * (engine_fill_tune). Needs a GPU.
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -68,10 +74,14 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	const phosimg_info *in = phosimg_get_info(img);
+	const char *np = getenv("PHOS_FILL_PIECES"), *kib = getenv("PHOS_FILL_PIECE_KIB"), *spin = getenv("PHOS_FILL_SPIN");
+	engine_fill_tune.pieces = np ? atoi(np) : 0;
+	engine_fill_tune.piece_kib = kib ? atoi(kib) : 0;
+	engine_fill_tune.spin = spin && *spin == '1';
 	int rc = 0;
 	for (int a = 2; a < argc && !rc; a++) {
 		int threads = atoi(argv[a]);
-		double best = 0, create = 0, copy = 0;
+		double best = 0, create = 0, copy = 0, rd = 0, q = 0, wt = 0;
 		for (int round = 0; round < 3 && !rc; round++) {
 			engine_progress prog = { 0 };
 			engine_parked out;
@@ -94,11 +104,15 @@ int main(int argc, char **argv)
 				best = gbs;
 				create = w.first ? w.first - t0 : 0;
 				copy = w.first ? (double)in->raw_bytes / (t1 - w.first) / 1e9 : 0;
+				rd = (double)atomic_load(&prog.fill_read_ns) * 1e-9;
+				q = (double)atomic_load(&prog.fill_queue_ns) * 1e-9;
+				wt = (double)atomic_load(&prog.fill_wait_ns) * 1e-9;
 			}
 			engine_parked_free(&out);
 		}
 		if (!rc)
-			printf("threads %d GB/s %.1f create_s %.3f copy_GBs %.1f\n", threads, best, create, copy);
+			printf("threads %d GB/s %.1f create_s %.3f copy_GBs %.1f read_s %.2f queue_s %.2f wait_s %.2f\n",
+			       threads, best, create, copy, rd, q, wt);
 		fflush(stdout);
 	}
 	phosimg_close(img);

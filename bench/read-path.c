@@ -17,6 +17,12 @@
  *   pread+hashd, piece+hashd   as pread+hash and piece+hash, with
  *                xxHash's x86 dispatch (AVX2 or AVX-512 where the CPU
  *                has them) instead of its portable build
+ *   ring+hash    as piece+hash, but each piece goes to the next of a
+ *                ring of READ_PATH_RING_KIB (default 2048) KiB of piece
+ *                buffers, as a fill that streams pieces would
+ *   ring+hashd   ring+hash with xxHash's x86 dispatch
+ * READ_PATH_BUFS=N (default 1) has each thread cycle through N chunk
+ * buffers, as a fill with N pinned buffers a worker does.
  */
 #include <fcntl.h>
 #include <pthread.h>
@@ -45,8 +51,10 @@ static const uint8_t *map;
 static uint64_t size;
 static atomic_uint_fast64_t next;
 static int way;
+static int nbufs = 1;        /* chunk buffers a thread cycles through */
+static size_t ring = 2u << 20; /* ring+hash: bytes of piece buffers */
 static const char *names[] = { "pread", "pread+hash", "piece+hash", "mmap+copy", "mmap+hash", "pread+hashd",
-			       "piece+hashd" };
+			       "piece+hashd", "ring+hash", "ring+hashd" };
 #define WAYS (int)(sizeof(names) / sizeof(names[0]))
 
 static double now(void)
@@ -59,16 +67,18 @@ static double now(void)
 static void *worker(void *arg)
 {
 	(void)arg;
-	uint8_t *buf = aligned_alloc(4096, CHUNK);
-	uint64_t sink = 0;
-	if (!buf)
+	size_t bytes = (size_t)nbufs * CHUNK > ring ? (size_t)nbufs * CHUNK : ring;
+	uint8_t *all = aligned_alloc(4096, bytes), *buf;
+	uint64_t sink = 0, pieces = 0;
+	if (!all)
 		return NULL;
-	memset(buf, 0, CHUNK);
+	memset(all, 0, bytes);
 	XXH3_state_t *st = XXH3_createState();
-	for (;;) {
+	for (uint64_t n = 0;; n++) {
 		uint64_t k = atomic_fetch_add(&next, 1), off = k * CHUNK;
 		if (off + CHUNK > size)
 			break;
+		buf = all + (n % (uint64_t)nbufs) * CHUNK;
 		switch (way) {
 		case 0:
 			if (pread(fd, buf, CHUNK, (off_t)off) != CHUNK)
@@ -113,10 +123,24 @@ static void *worker(void *arg)
 			}
 			sink ^= XXH3_128bits_digest(st).low64;
 			break;
+		case 7:
+		case 8:
+			XXH3_128bits_reset(st);
+			for (uint32_t p = 0; p < CHUNK; p += PIECE) {
+				uint8_t *piece = all + (pieces++ % (ring / PIECE)) * PIECE;
+				if (pread(fd, piece, PIECE, (off_t)(off + p)) != PIECE)
+					abort();
+				if (way == 7)
+					XXH3_128bits_update(st, piece, PIECE);
+				else
+					XXH3_128bits_update_dispatch(st, piece, PIECE);
+			}
+			sink ^= XXH3_128bits_digest(st).low64;
+			break;
 		}
 	}
 	XXH3_freeState(st);
-	free(buf);
+	free(all);
 	return (void *)(uintptr_t)sink;
 }
 
@@ -147,6 +171,10 @@ int main(int argc, char **argv)
 		perror("mmap");
 		return 1;
 	}
+	const char *nb = getenv("READ_PATH_BUFS"), *rk = getenv("READ_PATH_RING_KIB");
+	nbufs = nb && atoi(nb) > 0 ? atoi(nb) : 1;
+	if (rk && atoi(rk) >= (int)(PIECE >> 10))
+		ring = (size_t)atoi(rk) / (PIECE >> 10) * PIECE;
 	const char *only = getenv("READ_PATH_WAYS"); /* a subset, by name: "pread+hash piece+hashd" */
 	for (way = 0; way < WAYS; way++) {
 		if (only && !named(only, names[way]))

@@ -75,6 +75,7 @@ static void load(void)
 	LOAD(h, cuEventDestroy);
 	LOAD(h, cuEventRecord);
 	LOAD(h, cuEventSynchronize);
+	LOAD(h, cuEventQuery);
 	LOAD(h, cuCheckpointProcessGetState);
 	LOAD(h, cuCheckpointProcessLock);
 	LOAD(h, cuCheckpointProcessCheckpoint);

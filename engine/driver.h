@@ -47,6 +47,7 @@ struct driver_api {
 	DRV(cuEventDestroy);
 	DRV(cuEventRecord);
 	DRV(cuEventSynchronize);
+	DRV(cuEventQuery);
 	DRV(cuCheckpointProcessGetState);
 	DRV(cuCheckpointProcessLock);
 	DRV(cuCheckpointProcessCheckpoint);

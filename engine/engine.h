@@ -103,6 +103,10 @@ typedef struct engine_progress {
 	 * CRIU's lazy-pages daemon had every page back (0 until then). */
 	_Atomic bool lazy_pages;
 	_Atomic uint64_t pages_ns;
+	/* The fill's workers, summed: nanoseconds reading (and checking) the
+	 * image, queueing copies to the device, and waiting for a copy to end
+	 * before its buffer is read into again. */
+	_Atomic uint64_t fill_read_ns, fill_queue_ns, fill_wait_ns;
 } engine_progress;
 
 /* Moves p to step, adding the time since the last move to the step it
@@ -490,6 +494,14 @@ int engine_filler_start(phosimg *img, int threads, engine_progress *prog, engine
 int engine_fill_object(engine_filler *f, uint32_t k, int dev, wire_object *rec, int *fd, char *err, size_t errlen);
 /* Stops the threads and frees f (NULL: nothing). */
 void engine_filler_stop(engine_filler *f);
+/* How the fill's workers run, for bench/fill to try other ways; set it
+ * before a filler starts. Zero fields keep the defaults. */
+typedef struct engine_fill_tuning {
+	int pieces;    /* pinned pieces in a worker's ring, per device (default 4, at most 16) */
+	int piece_kib; /* KiB of each (default 1024, at most 16384) */
+	bool spin;     /* wait for a copy by polling, not sleeping */
+} engine_fill_tuning;
+extern engine_fill_tuning engine_fill_tune;
 
 /* ---- a job runs in a process of its own (phosfs/job-process.c) ------------- */
 

@@ -269,6 +269,31 @@ int phosimg_chunk_info(const phosimg *img, uint32_t obj, uint64_t index, phosimg
  * errno of read. */
 int phosimg_read(phosimg *img, uint32_t obj, uint64_t offset, void *buf, size_t len);
 
+/* One chunk read in pieces, in order, for a copy that hands each piece on
+ * (to a device) before it reads the next, through little memory that
+ * stays in the CPU's cache. The chunk's checksum is known only at
+ * phosimg_stream_end: until it returns 0, the bytes handed on are not
+ * known good, and a caller whose end fails must not use them. One stream
+ * is for one thread; several may read one image at once. */
+typedef struct phosimg_stream phosimg_stream;
+
+/* Makes a stream that reads img. Errors: -EINVAL, -ENOMEM. */
+int phosimg_stream_new(phosimg *img, phosimg_stream **out);
+/* Frees s (NULL: nothing). */
+void phosimg_stream_free(phosimg_stream *s);
+/* Starts chunk `index` of object obj, following parents; *len is its
+ * raw bytes. Errors: -EINVAL (no such chunk), -ENOTSUP (the chunk is
+ * compressed: phosimg_read it whole). */
+int phosimg_stream_start(phosimg_stream *s, uint32_t obj, uint64_t index, uint32_t *len);
+/* Reads the chunk's next len bytes into buf. Errors: -EINVAL (past the
+ * chunk's end, or no chunk started), -EBADMSG (the data file ends
+ * early), errno of read. */
+int phosimg_stream_read(phosimg_stream *s, void *buf, size_t len);
+/* Ends the chunk: checks that all of it was read, that its padding is
+ * zero and its checksum matches. Errors: -EINVAL (bytes left unread, or
+ * no chunk started), -EBADMSG (the chunk is corrupt), errno of read. */
+int phosimg_stream_end(phosimg_stream *s);
+
 /* Reads every chunk of the image and of its parents, every CRIU file and
  * the padding of the data file, and checks them all. Returns 0 when the
  * whole chain is sound; on the first fault, its error (-EBADMSG, -ENOENT…)

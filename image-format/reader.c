@@ -573,6 +573,123 @@ int phosimg_read(phosimg *img, uint32_t obj, uint64_t offset, void *buf, size_t 
 	return err;
 }
 
+struct phosimg_stream {
+	phosimg *img;         /* the image streams are started on */
+	XXH3_state_t *hash;
+	const phosimg *owner; /* the image the chunk is stored in (a parent, maybe) */
+	const entry *e;       /* the chunk started; NULL: none */
+	uint32_t f;           /* its data file */
+	uint64_t done;        /* bytes of it read */
+	uint8_t pad[DATA_ALIGN];
+};
+
+int phosimg_stream_new(phosimg *img, phosimg_stream **out)
+{
+	if (!img || !out)
+		return -EINVAL;
+	phosimg_stream *s = calloc(1, sizeof(*s));
+	if (s)
+		s->hash = XXH3_createState();
+	if (!s || !s->hash) {
+		free(s);
+		return -ENOMEM;
+	}
+	s->img = img;
+	*out = s;
+	return 0;
+}
+
+void phosimg_stream_free(phosimg_stream *s)
+{
+	if (!s)
+		return;
+	XXH3_freeState(s->hash);
+	free(s);
+}
+
+int phosimg_stream_start(phosimg_stream *s, uint32_t obj, uint64_t index, uint32_t *len)
+{
+	s->e = NULL;
+	const phosimg *img = s->img;
+	const entry *e = find(img, obj, index);
+	if (!e)
+		return -EINVAL;
+	while (e->flags & ENTRY_PARENT) {
+		img = img->parent;
+		e = find(img, (uint32_t)e->location, e->chunk); /* checked at open */
+	}
+	if (e->flags & ENTRY_LZ4)
+		return -ENOTSUP;
+	s->owner = img;
+	s->e = e;
+	s->f = (e->flags & ENTRY_STRIPE_MASK) >> ENTRY_STRIPE_SHIFT; /* checked at open */
+	s->done = 0;
+	XXH3_128bits_reset(s->hash);
+	*len = e->raw_len;
+	return 0;
+}
+
+/* Says what went wrong at offset `at` of the chunk under way's data file. */
+static int stream_fail(const phosimg_stream *s, int err, uint64_t at, const char *what)
+{
+	char shown[PATH_MAX + 32];
+	data_shown(s->owner, s->f, shown, sizeof(shown));
+	return fmt_fail(err, "%s: offset %llu: chunk %llu of object %u: %s", shown, (unsigned long long)at,
+			(unsigned long long)s->e->chunk, s->e->object, what);
+}
+
+int phosimg_stream_read(phosimg_stream *s, void *buf, size_t len)
+{
+	if (!s->e || (!buf && len) || len > s->e->stored_len - s->done)
+		return -EINVAL;
+	uint8_t *p = buf;
+	while (len) {
+		/* Each piece is hashed right after its read, still in the cache. */
+		size_t n = len < (256u << 10) ? len : (256u << 10);
+		int err = fmt_read_all(s->owner->fds[s->f], p, n, s->e->location + s->done);
+		if (err)
+			return stream_fail(s, err == -ENODATA ? -EBADMSG : err, s->e->location + s->done, "cannot read");
+		XXH3_128bits_update(s->hash, p, n);
+		s->done += n;
+		p += n;
+		len -= n;
+	}
+	return 0;
+}
+
+int phosimg_stream_end(phosimg_stream *s)
+{
+	if (!s->e)
+		return -EINVAL;
+	const entry *e = s->e;
+	int err = 0;
+	if (s->done != e->stored_len) {
+		err = -EINVAL;
+		goto out;
+	}
+	uint64_t padding = align_up(e->stored_len, DATA_ALIGN) - e->stored_len;
+	err = fmt_read_all(s->owner->fds[s->f], s->pad, padding, e->location + e->stored_len);
+	if (err) {
+		err = stream_fail(s, err == -ENODATA ? -EBADMSG : err, e->location + e->stored_len,
+				  "cannot read its padding");
+		goto out;
+	}
+	for (uint64_t i = 0; i < padding; i++)
+		if (s->pad[i]) {
+			err = stream_fail(s, -EBADMSG, e->location + e->stored_len + i, "the padding after it is not zero");
+			goto out;
+		}
+	uint8_t h[16];
+	XXH128_hash_t d = XXH3_128bits_digest(s->hash);
+	put64(h, d.low64);
+	put64(h + 8, d.high64);
+	if (memcmp(h, e->hash, 16) != 0)
+		err = stream_fail(s, -EBADMSG, e->location, "checksum mismatch");
+out:
+	s->e = NULL;
+	return err;
+}
+
 /* Checks the CRIU files against the manifest: the listed ones, no others. */
 static int verify_criu(phosimg *img)
 {

@@ -55,9 +55,14 @@ if wait_line "$out" "^ops 200" 120; then
 		sleep "0.$((RANDOM % 900))"
 		how=
 		[ "$proto" = recopy ] && [ "$i" = "$iters" ] && how=" kill"
-		echo "checkpoint $proto name=c$i$how" >"$mnt/$pid/ctl" || break
+		echo "checkpoint $proto name=c$i$how" >"$mnt/$pid/ctl" || { echo "# the ctl write of c$i failed"; break; }
 		for _ in $(seq 1200); do grep -q '^job: none' "$mnt/$pid/status" && break; sleep 0.05; done
-		grep -q "^last job: checkpoint $proto name=c$i$how: done" "$mnt/$pid/status" || break
+		if ! grep -q "^last job: checkpoint $proto name=c$i$how: done" "$mnt/$pid/status"; then
+			echo "# checkpoint c$i did not end well:"
+			grep -E '^(job|last job|step|error)' "$mnt/$pid/status" | sed 's/^/#   /'
+			tail -5 "$store/run/$pid.err" 2>/dev/null | sed 's/^/#   app: /'
+			break
+		fi
 		grep -E '^(stall ms|steps ms|off gpu at|published at|cow |safety|recopy)' "$mnt/$pid/status" | tr '\n' ';' | sed 's/^/# /'
 		echo
 		n=$(grep -c '^verify ok' "$out")
@@ -70,10 +75,11 @@ if wait_line "$out" "^ops 200" 120; then
 		n=$(grep -c '^verify ok' "$out")
 		mode=lazy
 		[ $((i % 2)) = 0 ] && mode=eager
-		pid=$("$phos" restore "$image" "$mode") || break
+		pid=$("$phos" restore "$image" "$mode" 2>"$work/restore.err") ||
+			{ echo "# the $mode restore of c$i failed: $(cat "$work/restore.err")"; break; }
 		follow "$pid" || { echo "# the restore of c$i gave no live process ($pid)"; break; }
 		verify "$pid" "$n" "$out" || { echo "# the restore of c$i failed its check"; break; }
-		settled || break
+		settled || { echo "# the restore of c$i did not end"; break; }
 		[ -n "$prev" ] && rm -rf "$prev"
 		prev=$image good=$i
 	done
