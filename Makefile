@@ -319,7 +319,8 @@ $(BUNDLE)/progs/%.cubin: tests/gpu/kernels/%.cu
 	@mkdir -p $(@D)
 	$(NVCC) -cubin -arch=sm_90 -o $@ $<
 
-GPU_BENCH := $(BUNDLE)/bench/launch-rate $(BUNDLE)/bench/launch.cubin $(BUNDLE)/bench/step-app $(BUNDLE)/bench/step.cubin
+GPU_BENCH := $(BUNDLE)/bench/launch-rate $(BUNDLE)/bench/launch.cubin $(BUNDLE)/bench/step-app $(BUNDLE)/bench/step.cubin \
+	     $(BUNDLE)/bench/h2d-ring
 
 # The restore's fill alone (the driver is loaded at run time; the bundle
 # carries it as bin/fill, with its libraries).
@@ -331,6 +332,10 @@ $(BUILD)/bench/fill: bench/fill.c $(ENGINE_OBJ) $(WIRE_OBJ) $(LIBPHOSIMG)
 $(BUNDLE)/bench/step-app: bench/step-app.c
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) $(XCFLAGS) $(CFLAGS) -o $@ $< -L$(CUDA_HOME)/lib64/stubs -lcuda
+
+$(BUNDLE)/bench/h2d-ring: bench/h2d-ring.c
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) $(XCFLAGS) $(CFLAGS) -o $@ $< -L$(CUDA_HOME)/lib64/stubs -lcuda -lpthread
 
 $(BUNDLE)/bench/step.cubin: bench/kernels/step.cu
 	@mkdir -p $(@D)

@@ -453,8 +453,9 @@ static void job_free(outjob *j)
 }
 
 /* Recopy: each chunk that staging still holds from the copy made while
- * the process ran is marked in j->pre, its slot in held, and goes to the
- * writers' queue at once; *n of them, *bytes in all. */
+ * the process ran is marked in j->pre (and OFF in the CoW tables), its
+ * slot in held, and goes to the writers' queue at once; *n of them,
+ * *bytes in all. */
 static int take_staged(outjob *j, const engine_recopy *r, bool *held, uint64_t *n, uint64_t *bytes)
 {
 	j->pre = malloc((j->nchunks ? j->nchunks : 1) * sizeof(*j->pre));
@@ -469,6 +470,11 @@ static int take_staged(outjob *j, const engine_recopy *r, bool *held, uint64_t *
 			if (j->pre[g] == UINT32_MAX)
 				continue;
 			held[s] = true;
+			if (j->cow) { /* its bytes at t2 are off the GPU already */
+				cow_header *t;
+				atomic_store(state_of(j, g, &t), COW_OFF);
+				atomic_fetch_add(&t->off, 1);
+			}
 			uint32_t len = j->maps[k].len - off < j->chunk ? (uint32_t)(j->maps[k].len - off) : j->chunk;
 			j->queue[(j->qhead + j->qlen++) % j->nslots] = (item){ s, j->ids[k], off, len };
 			(*n)++;
@@ -575,6 +581,16 @@ int engine_copy_wait_off(engine_copy *j)
 	pthread_mutex_unlock(&j->lock);
 	int e = atomic_load(&j->error);
 	return e ? e : atomic_load(&j->left) ? -EIO : 0;
+}
+
+void engine_copy_cancel(engine_copy *j)
+{
+	fail(j, -ECANCELED, "cancelled: the checkpoint failed");
+}
+
+int engine_copy_error(engine_copy *j)
+{
+	return atomic_load(&j->error);
 }
 
 int engine_copy_end(engine_copy *j, char *err, size_t errlen)

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -217,6 +218,9 @@ static bool has_mounts(const char *dir)
  * from the same paths here, under / as the new namespace's root. */
 #define EXTERNAL_MOUNTS "mnt[]"
 
+/* Less free space than this in the store after a failed dump: it is full. */
+#define STORE_FULL_BYTES (1u << 20)
+
 int criu_dump(const char *criu, pid_t pid, const char *dir, bool kill, const char *log, char *err,
 	      size_t errlen)
 {
@@ -246,7 +250,17 @@ int criu_dump(const char *criu, pid_t pid, const char *dir, bool kill, const cha
 		argv[n++] = (char *)engine_criu_plugins;
 	}
 	argv[n] = NULL;
-	return run(criu, argv, log, "dump", pid, err, errlen);
+	int e = run(criu, argv, log, "dump", pid, err, errlen);
+	/* A full store fails CRIU's writes; its log (on the same store) may
+	 * not say so. */
+	struct statvfs vs;
+	if (e == -EIO && statvfs(dir, &vs) == 0 && (uint64_t)vs.f_bavail * vs.f_frsize < STORE_FULL_BYTES) {
+		char was[ENGINE_ERR_MAX];
+		snprintf(was, sizeof(was), "%s", err);
+		e = engine_fail(-ENOSPC, err, errlen, "the store holding %s is full (%s): %s", dir, strerror(ENOSPC),
+				was);
+	}
+	return e;
 }
 
 int criu_restore(const char *criu, const char *dir, const char *lazy_dir, const char *log, pid_t *root, char *err,

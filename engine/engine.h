@@ -306,7 +306,8 @@ extern const char *engine_criu_plugins;
 
 /* Runs `criu dump` of pid's tree into dir, leaving it running unless
  * kill. CRIU's log goes to log. Errors: -EIO (err gives CRIU's first real
- * error, what it names, and what to do). */
+ * error, what it names, and what to do), -ENOSPC (the store holding dir
+ * was full when it failed). */
 int criu_dump(const char *criu, pid_t pid, const char *dir, bool kill, const char *log, char *err,
 	      size_t errlen);
 
@@ -453,6 +454,13 @@ int engine_copy_begin(const engine_parked *objs, phosimg_writer *w, const engine
 		      engine_copy **out, char *err, size_t errlen);
 int engine_copy_wait_off(engine_copy *c);
 int engine_copy_end(engine_copy *c, char *err, size_t errlen);
+/* Stops a copy that is no longer wanted (the checkpoint failed under
+ * it): no more chunks are taken or written, and engine_copy_end returns
+ * once each thread has finished the chunk it was on, with -ECANCELED
+ * unless the copy had failed before. */
+void engine_copy_cancel(engine_copy *c);
+/* The copy's error so far (0: none), without waiting. */
+int engine_copy_error(engine_copy *c);
 
 /* Pinned host memory for copies. */
 typedef struct engine_staging {

@@ -321,9 +321,18 @@ int engine_stop(const engine_stop_args *a, char *err, size_t errlen)
 				.recopy = recopy ? &rc : NULL };
 	/* stop and recopy: the parked memory is phosfs's now, and no process
 	 * runs on it, so its copy off the GPU starts at once and runs under
-	 * the driver's checkpoint and CRIU's dump; the stall ends once it is
-	 * off the GPU (staging holds the rest meanwhile), not once it is in
-	 * the image. */
+	 * the driver's checkpoint and CRIU's dump. stop (and a checkpoint
+	 * that kills) lets the processes run again once it is off the GPU
+	 * (staging holds the rest meanwhile). recopy lets them run at once:
+	 * what is not off the GPU by then is copy-on-write, its CoW tables
+	 * sent to the tracers with the unpark, so its final stall does not
+	 * wait for the bus or, past staging, the store. */
+	bool protect = recopy && !a->kill && parked.n;
+	if (!e && protect) {
+		e = engine_cow_prepare(&tables, &parked, chunk, a->shadow_pool, COW_MODE_COW, err, errlen);
+		if (!e)
+			co.cow = &tables;
+	}
 	engine_copy *copy = NULL;
 	if (!e && parked.n && !cow) {
 		engine_step(prog, STEP_COPY);
@@ -351,28 +360,42 @@ int engine_stop(const engine_stop_args *a, char *err, size_t errlen)
 		e = criu_dump(a->criu, a->pid, phosimg_writer_criu_dir(w), a->kill, a->log, err, errlen);
 		dumped = !e;
 	}
-	if (!e && copy) {
+	if (!e && copy && !protect) {
 		engine_step(prog, STEP_COPY);
 		if (engine_copy_wait_off(copy)) {
 			e = engine_copy_end(copy, err, errlen);
 			copy = NULL;
 		}
 	}
+	/* recopy: a copy that failed already is not protected. */
+	if (!e && copy && protect && engine_copy_error(copy)) {
+		e = engine_copy_end(copy, err, errlen);
+		copy = NULL;
+	}
 	if (!e && cow)
 		e = engine_cow_prepare(&tables, &parked, chunk, a->shadow_pool, COW_MODE_COW, err, errlen);
 
+	/* A failed checkpoint's copy is not wanted: it stops now rather than
+	 * fill the store with what is thrown away. */
+	if (e && copy)
+		engine_copy_cancel(copy);
+
 	/* Bring the live processes back, whatever happened above. */
 	char err2[ENGINE_ERR_MAX] = "";
-	int e2 = bring_back(a, m, ms, n, &parked, !e && cow ? &tables : NULL, dumped, err2, sizeof(err2));
+	int e2 = bring_back(a, m, ms, n, &parked, !e && (cow || protect) ? &tables : NULL, dumped, err2, sizeof(err2));
 	free(ms);
 	free(m);
 	atomic_store(&prog->stall_ns, now_ns(CLOCK_MONOTONIC) - t0);
 	if (!e && e2) {
 		e = e2;
 		snprintf(err, errlen, "%s", err2);
+		/* Its image is not wanted: the processes that run under CoW
+		 * are let go at once. */
+		if (copy && protect)
+			engine_copy_cancel(copy);
 	}
 	if (copy) {
-		engine_step(prog, STEP_DRAIN);
+		engine_step(prog, protect ? STEP_COPY : STEP_DRAIN);
 		char cerr[ENGINE_ERR_MAX] = "";
 		int ce = engine_copy_end(copy, cerr, sizeof(cerr));
 		/* A full store fails CRIU's dump as well (its files go there
@@ -389,8 +412,9 @@ int engine_stop(const engine_stop_args *a, char *err, size_t errlen)
 		engine_step(prog, STEP_COPY);
 		co.cow = &tables;
 		e = engine_copy_out(&parked, w, &co, prog, err, errlen);
-		engine_cow_stats(&tables, prog);
 	}
+	if (cow || protect)
+		engine_cow_stats(&tables, prog);
 	engine_cow_free(&tables);
 	engine_recopy_free(&rc);
 	engine_parked_free(&parked);

@@ -437,7 +437,7 @@ static void copy_status(const engine_progress *p, text *out)
 	if (proto == PHOSIMG_PROTO_RECOPY)
 		add(out, "recopy: %" PRIu64 " bytes from the copy while running, %" PRIu64 " dirty bytes in the final stall\n",
 		    atomic_load(&p->recopy_clean), atomic_load(&p->recopy_dirty));
-	if (proto == PHOSIMG_PROTO_COW)
+	if (proto == PHOSIMG_PROTO_COW || proto == PHOSIMG_PROTO_RECOPY)
 		add(out,
 		    "cow shadows: %" PRIu64 " (%" PRIu64 " bytes)\ncow waits: %" PRIu64 " (%.1f ms)\n"
 		    "safety-net waits: %" PRIu64 " (%.1f ms)\n",

@@ -586,7 +586,8 @@ int job_restore(const ctl_cmd *c, pid_t *pid, char *err, size_t errlen)
 	snprintf(log, sizeof(log), "%s/restore-%lld-%d.log", logdir, (long long)time(NULL), (int)gettid());
 	char threads[16];
 	snprintf(threads, sizeof(threads), "%d", phosfs_fill_threads);
-	char *args[16] = { "restore", "--image", (char *)c->dir, "--criu", (char *)phosfs_criu, "--log", log,
+	/* 15 words at most, and the NULL */
+	char *args[24] = { "restore", "--image", (char *)c->dir, "--criu", (char *)phosfs_criu, "--log", log,
 			   "--fill-threads", threads };
 	int k = 9;
 	if (*c->devices) {

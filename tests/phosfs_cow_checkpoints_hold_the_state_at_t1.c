@@ -26,12 +26,6 @@
  */
 #include "phosfs_test.h"
 
-static long stat_of(const char *st, const char *key)
-{
-	const char *l = strstr(st, key);
-	return l ? atol(l + strlen(key)) : -1;
-}
-
 int main(void)
 {
 	rig r;
@@ -58,8 +52,8 @@ int main(void)
 		int done = !e && rig_job_done(&r, pid, 60000, last, sizeof(last)) && strstr(last, "done");
 		rig_read(status, st, sizeof(st));
 		int cow = strstr(st, "protocol: cow\n") != NULL;
-		long sh = stat_of(st, "cow shadows: "), nw = stat_of(st, "safety-net waits: "),
-		     w = stat_of(st, "cow waits: ");
+		long sh = (long)rig_stat(st, "cow shadows: "), nw = (long)rig_stat(st, "safety-net waits: "),
+		     w = (long)rig_stat(st, "cow waits: ");
 		snprintf(image, sizeof(image), "%s/%d/c%d", r.store, (int)pid, it);
 		int img = done && rig_verify(image);
 		int live = done && rig_cow_verified(pid, out, &nverify, 5000);
@@ -67,7 +61,7 @@ int main(void)
 		int restored = back && rig_cow_verified(pid, out, &nverify, 5000);
 		int filled = back && rig_restore_done(&r, 30000, st, sizeof(st));
 		restored = restored && filled;
-		long lw = stat_of(st, "on-demand waits: ");
+		long lw = (long)rig_stat(st, "on-demand waits: ");
 		if (lazy && restored) {
 			lazy_good++;
 			lazy_waits += lw > 0 ? lw : 0;

@@ -75,6 +75,11 @@ int main(void)
 	int whole = rig_job_done(&r, pid, 60000, last, sizeof(last)) && strstr(last, "done");
 	snprintf(image, sizeof(image), "%s/%d/after", r.store, (int)pid);
 	ok(whole && rig_verify(image) && rig_cow_verified(pid, out, &nverify, 10000), "the next checkpoint is whole (%s)", last);
+	if (!whole) {
+		rig_read(status, st, sizeof(st));
+		char *err = strstr(st, "error: ");
+		diag("%.*s", err ? (int)strcspn(err, "\n") : 0, err ? err : "");
+	}
 
 	kill(pid, SIGKILL);
 	rig_reap();

@@ -23,12 +23,6 @@
  */
 #include "phosfs_test.h"
 
-static long stat_of(const char *st, const char *key)
-{
-	const char *l = strstr(st, key);
-	return l ? atol(l + strlen(key)) : -1;
-}
-
 int main(void)
 {
 	rig r;
@@ -55,7 +49,7 @@ int main(void)
 		int done = !e && rig_job_done(&r, pid, 60000, last, sizeof(last)) && strstr(last, "done");
 		rig_read(status, st, sizeof(st));
 		int recopy = strstr(st, "protocol: recopy\n") != NULL;
-		long cl = stat_of(st, "recopy: "), dr = -1;
+		long cl = (long)rig_stat(st, "recopy: "), dr = -1;
 		const char *d = strstr(st, "copy while running, ");
 		if (d)
 			dr = atol(d + strlen("copy while running, "));

@@ -30,6 +30,7 @@ typedef struct rig {
 	const char *opts[8]; /* more phosfs options, NULL-terminated */
 	const char *restore_mode; /* "eager" or "lazy" for rig_restore; NULL: the default (lazy) */
 	bool host_pids; /* phos run --host-pids (else --pid-ns): no pid namespace of the job's own */
+	char *fs_env; /* "NAME=VALUE" in phosfs's environment alone, or NULL */
 } rig;
 
 static inline void rig_cleanup(rig *r);
@@ -103,6 +104,14 @@ static inline int rig_alive(pid_t pid)
 	return kill(pid, 0) == 0;
 }
 
+/* The number after key in a status text st (such as "cow waits: "), or
+ * -1 when st lacks key. */
+static inline double rig_stat(const char *st, const char *key)
+{
+	const char *l = strstr(st, key);
+	return l ? atof(l + strlen(key)) : -1;
+}
+
 /* Mounts phosfs with the store at store (NULL: the rig's). */
 static inline int rig_mount(rig *r, const char *store)
 {
@@ -112,6 +121,8 @@ static inline int rig_mount(rig *r, const char *store)
 	if (r->fs == 0) {
 		int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
 		dup2(fd, 2);
+		if (r->fs_env)
+			putenv(r->fs_env);
 		const char *argv[24] = { "phosfs", "--socket", r->sock, "--store", store ? store : r->store,
 					 "--criu", r->criu, "-f" };
 		int n = 8;

@@ -66,19 +66,27 @@ static bool running(cow_header *t)
 	return atomic_load(&t->active) != 0;
 }
 
-/* Sleeps until progress moves from seen (or a slice passes). A copy whose
- * job is gone has ended: nothing will move any more. */
+/* A copy whose job is gone (its pidfd is readable) has ended: nothing
+ * will move any more, so it is marked ended. Whether it had ended. */
+static bool job_ended(cow_header *t)
+{
+	struct pollfd pf = { job_fd, POLLIN, 0 };
+	if (job_fd >= 0 && poll(&pf, 1, 0) == 1 && atomic_exchange(&t->active, 0)) {
+		tr_log("the checkpoint's copy (phosfs job %d) is gone: writes go on unprotected", (int)t->job);
+		bump(t);
+	}
+	return !running(t);
+}
+
+/* Sleeps until progress moves from seen (or a slice passes, when it
+ * checks that the copy's job still runs). */
 static void wait_progress(cow_header *t, uint32_t seen)
 {
 	atomic_fetch_add(&t->waiters, 1);
 	cow_futex_wait(&t->progress, seen, WAIT_SLICE_NS);
 	atomic_fetch_sub(&t->waiters, 1);
-	struct pollfd pf = { job_fd, POLLIN, 0 };
-	if (atomic_load(&t->progress) == seen && job_fd >= 0 && poll(&pf, 1, 0) == 1 &&
-	    atomic_exchange(&t->active, 0)) {
-		tr_log("the checkpoint's copy (phosfs job %d) is gone: writes go on unprotected", (int)t->job);
-		bump(t);
-	}
+	if (atomic_load(&t->progress) == seen)
+		job_ended(t);
 }
 
 /* Host function queued after a shadow copy: the shadow is complete. */
@@ -474,7 +482,9 @@ int cow_settle(void)
 {
 	pthread_rwlock_rdlock(&lock);
 	cow_header *t = atomic_load(&table);
-	bool busy = t && running(t);
+	/* (A job killed a moment ago: its copy has ended, though the
+	 * reaper may not have seen it yet.) */
+	bool busy = t && running(t) && !job_ended(t);
 	pthread_rwlock_unlock(&lock);
 	if (busy)
 		return -EBUSY;

@@ -20,6 +20,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -795,12 +796,31 @@ typedef struct copy_args {
 	void *dst;
 	const void *src;
 	size_t n;
+	uint64_t ns; /* at least this long: the bus's time for it */
 } copy_args;
 
 static void copy_task(void *arg)
 {
 	copy_args *c = arg;
+	/* The bytes are read at the end of the bus's time: a write to the
+	 * source meanwhile, which a GPU's copy might or might not see, gets
+	 * into the copy, so that a test finds a write not held off. */
+	if (c->ns) {
+		struct timespec ts = { (time_t)(c->ns / 1000000000u), (long)(c->ns % 1000000000u) };
+		while (nanosleep(&ts, &ts) && errno == EINTR)
+			;
+	}
 	memmove(c->dst, c->src, c->n);
+}
+
+/* $SIMCUDA_D2H_MBPS: a copy from device to host memory takes as long as
+ * it would over a bus of that many MB/s (unset or 0: as long as memmove
+ * takes), so that a test can see what happens while a copy runs. */
+static uint64_t d2h_ns(size_t n)
+{
+	const char *v = getenv("SIMCUDA_D2H_MBPS");
+	unsigned long mbps = v ? strtoul(v, NULL, 10) : 0;
+	return mbps ? (uint64_t)n * 1000u / mbps : 0;
 }
 
 typedef struct set_args {
@@ -852,7 +872,7 @@ static CUresult copy(uintptr_t dst, bool dst_dev, uintptr_t src, bool src_dev, s
 	r = check_copy(dst, dst_dev, src, src_dev, n, peer);
 	if (r || n == 0)
 		return r;
-	copy_args c = { (void *)dst, (const void *)src, n };
+	copy_args c = { (void *)dst, (const void *)src, n, src_dev && !dst_dev ? d2h_ns(n) : 0 };
 	if (async)
 		return sc_stream_submit(s, copy_task, &c, sizeof(c));
 	/* A synchronous copy is ordered after all earlier work. */
