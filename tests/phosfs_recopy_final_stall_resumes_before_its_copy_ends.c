@@ -3,7 +3,7 @@
  * it, before the copy of what it wrote is off the GPU: what is left is
  * copy-on-write, so the image still holds the state at t2.
  *
- * phosfs's device-to-host copies run at 32 MB/s here (simcuda's
+ * phosfs's device-to-host copies run at 4 MB/s here (simcuda's
  * $SIMCUDA_D2H_MBPS; a copy reads its source at the end of that time, so
  * a write the tracer does not hold off would reach the image), its shadow
  * pool is 4 MiB, and cow_app (24 MiB) writes its buffers all the while.
@@ -24,7 +24,7 @@ int main(void)
 	r.opts[1] = "256K";
 	r.opts[2] = "--shadow-pool";
 	r.opts[3] = "4M";
-	r.fs_env = "SIMCUDA_D2H_MBPS=32";
+	r.fs_env = "SIMCUDA_D2H_MBPS=4";
 	char out[PATH_MAX], ctl[160], status[160], st[4096], image[PATH_MAX] = "";
 	pid_t pid = rig_cow_start(&r, out, ctl, status);
 
