@@ -9,8 +9,10 @@
  * pool is 4 MiB, and cow_app (24 MiB) writes its buffers all the while.
  * Each of four recopy checkpoints: the stall ends before the last byte is
  * off the GPU, the image verifies, and the live process checks its
- * memory; then it is killed and restored from the last image, which is
- * the state at t2, byte for byte.
+ * memory. A `cancel` after the final stall, while what is left is
+ * copy-on-write, publishes nothing and lets the process go on intact;
+ * the next recopy is whole, and the process, killed and restored from
+ * it, is the state at t2, byte for byte.
  */
 #include "phosfs_test.h"
 
@@ -19,7 +21,7 @@ int main(void)
 	rig r;
 	rig_require(&r);
 	enum { N = 4 };
-	plan(N + 3);
+	plan(N + 5);
 	r.opts[0] = "--chunk";
 	r.opts[1] = "256K";
 	r.opts[2] = "--shadow-pool";
@@ -52,9 +54,33 @@ int main(void)
 	}
 	ok(protected_writes > 0, "writes to chunks not yet off the GPU were shadowed or waited for (%ld)", protected_writes);
 
-	int back = rig_kill_restore(&r, &pid, 1, image, st, sizeof(st));
+	/* cancel once the final stall is over (status shows it) and the
+	 * copy goes on under CoW. */
+	char last[256] = "";
+	rig_ctl(ctl, "checkpoint recopy name=gone\n", 28);
+	int in_cow = 0;
+	for (int t = 0; t < 30000 && !in_cow; t += 5) {
+		if (!rig_read(status, st, sizeof(st)) || strstr(st, "job: none\n"))
+			break;
+		in_cow = strstr(st, "stall ms: ") != NULL;
+		if (!in_cow)
+			usleep(5000);
+	}
+	int ce = in_cow ? rig_ctl(ctl, "cancel\n", 7) : -1;
+	int ended = rig_job_done(&r, pid, 60000, last, sizeof(last));
+	snprintf(image, sizeof(image), "%s/%d/gone", r.store, (int)pid);
+	ok(in_cow && !ce && ended && strstr(last, "failed") && access(image, F_OK) != 0 &&
+		   rig_cow_verified(pid, out, &nverify, 5000),
+	   "cancel after the final stall publishes nothing, and the process runs on intact (%s)", last);
+
+	rig_ctl(ctl, "checkpoint recopy name=after\n", 29);
+	ended = rig_job_done(&r, pid, 60000, last, sizeof(last)) && strstr(last, "done");
+	snprintf(image, sizeof(image), "%s/%d/after", r.store, (int)pid);
+	ok(ended && rig_verify(image), "the next recopy is whole (%s)", last);
+
+	int back = rig_kill_restore(&r, &pid, ended, image, st, sizeof(st));
 	int restored = back && rig_cow_verified(pid, out, &nverify, 5000) && rig_restore_done(&r, 30000, st, sizeof(st));
-	ok(restored, "the last image restores to the state at t2 (%s)", image);
+	ok(restored, "restored from it, the process is the state at t2 (%s)", image);
 
 	kill(pid, SIGKILL);
 	rig_reap();
