@@ -117,6 +117,12 @@ void fmt_hash(const void *buf, size_t len, uint8_t out[16]);
  * fmt_hash in out, hashing each piece right after it is read. Errors: as
  * fmt_read_all. */
 int fmt_read_hashed(int fd, void *buf, size_t len, uint64_t off, uint8_t out[16]);
+/* The same for a part of what is hashed: reads len bytes at *off into
+ * buf, adding each piece to st right after its read; *off moves past
+ * each piece read (on an error it is where the failed piece starts).
+ * Errors: as fmt_read_all. */
+struct XXH3_state_s;
+int fmt_read_hashing(int fd, void *buf, size_t len, uint64_t *off, struct XXH3_state_s *st);
 
 void fmt_encode_entry(uint8_t *p, const entry *e);
 void fmt_decode_entry(const uint8_t *p, entry *e);

@@ -27,21 +27,27 @@ void fmt_hash(const void *buf, size_t len, uint8_t out[16])
 	put_hash(XXH3_128bits(buf, len), out);
 }
 
+int fmt_read_hashing(int fd, void *buf, size_t len, uint64_t *off, XXH3_state_t *st)
+{
+	uint8_t *p = buf;
+	while (len) {
+		size_t n = len < PIECE ? len : PIECE;
+		int e = fmt_read_all(fd, p, n, *off);
+		if (e)
+			return e;
+		XXH3_128bits_update(st, p, n);
+		p += n;
+		len -= n;
+		*off += n;
+	}
+	return 0;
+}
+
 int fmt_read_hashed(int fd, void *buf, size_t len, uint64_t off, uint8_t out[16])
 {
 	XXH3_state_t st;
 	XXH3_128bits_reset(&st);
-	uint8_t *p = buf;
-	int e = 0;
-	while (len && !e) {
-		size_t n = len < PIECE ? len : PIECE;
-		e = fmt_read_all(fd, p, n, off);
-		if (!e)
-			XXH3_128bits_update(&st, p, n);
-		p += n;
-		len -= n;
-		off += n;
-	}
+	int e = fmt_read_hashing(fd, buf, len, &off, &st);
 	if (!e)
 		put_hash(XXH3_128bits_digest(&st), out);
 	return e;

@@ -642,19 +642,10 @@ int phosimg_stream_read(phosimg_stream *s, void *buf, size_t len)
 {
 	if (!s->e || (!buf && len) || len > s->e->stored_len - s->done)
 		return -EINVAL;
-	uint8_t *p = buf;
-	while (len) {
-		/* Each piece is hashed right after its read, still in the cache. */
-		size_t n = len < (256u << 10) ? len : (256u << 10);
-		int err = fmt_read_all(s->owner->fds[s->f], p, n, s->e->location + s->done);
-		if (err)
-			return stream_fail(s, err == -ENODATA ? -EBADMSG : err, s->e->location + s->done, "cannot read");
-		XXH3_128bits_update(s->hash, p, n);
-		s->done += n;
-		p += n;
-		len -= n;
-	}
-	return 0;
+	uint64_t at = s->e->location + s->done;
+	int err = fmt_read_hashing(s->owner->fds[s->f], buf, len, &at, s->hash);
+	s->done = at - s->e->location;
+	return err ? stream_fail(s, err == -ENODATA ? -EBADMSG : err, at, "cannot read") : 0;
 }
 
 int phosimg_stream_end(phosimg_stream *s)
