@@ -8,9 +8,10 @@
  * every worker at once. A worker streams a raw chunk through a small ring
  * of pinned pieces (a stream per device): each piece is read, hashed
  * while still in the cache, and put on the bus while the next is read.
- * A ring that fits in the cache is what makes the read fast: writing into
- * two 4 MiB buffers a worker read 45 GB/s with 16 threads where a 512 KiB
- * ring read 63 (bench/fill-limits, H100 host). (The copy out is
+ * A ring that fits in the cache is what makes the read fast: reading and
+ * checking into two 4 MiB buffers a worker, 16 threads moved 37.5-46.2
+ * GB/s, into a 1 MiB ring 58.8-71.4 (bench/fill-limits step 5, H100
+ * hosts: bench/results/fill-limits-h100.txt). (The copy out is
  * copy-out.c.)
  */
 #include <errno.h>
@@ -83,13 +84,13 @@ typedef struct slot {
 /* A worker's means on one device: a stream, a ring of pieces through
  * which raw chunks stream (each piece read, checked as it goes, and put
  * on the bus while the next is read; a ring small enough to stay in the
- * CPU's cache reads fastest), and a buffer for a whole compressed chunk,
- * made at its first use. */
+ * CPU's cache reads fastest), and after it, slot[WHOLE], a buffer for a
+ * whole compressed chunk, made at its first use. */
+#define WHOLE PIECES_MAX
 typedef struct lane {
 	CUstream stream;
-	slot ring[PIECES_MAX];
+	slot slot[PIECES_MAX + 1];
 	uint64_t turn; /* pieces used so far */
-	slot whole;
 } lane;
 
 static uint64_t chunks_of(uint64_t size, uint32_t cs)
@@ -123,6 +124,15 @@ static int settle(engine_filler *f, slot *s, char *err, size_t errlen)
 	if (f->prog)
 		atomic_fetch_add(&f->prog->fill_wait_ns, now_ns() - t0);
 	return r ? driver_fail(r, err, errlen, "copying the image to the device") : 0;
+}
+
+/* Makes s's pinned buffer of bytes and its event, where not yet made. */
+static CUresult slot_make(slot *s, size_t bytes)
+{
+	CUresult r = s->buf ? CUDA_SUCCESS : cu.cuMemAllocHost(&s->buf, bytes);
+	if (!r && !s->done)
+		r = cu.cuEventCreate(&s->done, CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING);
+	return r;
 }
 
 /* Queues the copy of len bytes of s to dst on l's stream. */
@@ -159,15 +169,13 @@ static int fill(engine_filler *f, phosimg_stream *st, lane *l, uint32_t obj, uin
 	uint64_t rd = 0;
 	int e = phosimg_stream_start(st, obj, index, &raw);
 	if (e == -ENOTSUP) {
-		slot *w = &l->whole;
+		slot *w = &l->slot[WHOLE];
 		e = settle(f, w, err, errlen);
-		CUresult r = e || w->buf ? CUDA_SUCCESS : cu.cuMemAllocHost(&w->buf, f->cs);
-		if (!r && !e && !w->done)
-			r = cu.cuEventCreate(&w->done, CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING);
-		if (r)
-			return driver_fail(r, err, errlen, "making pinned staging");
 		if (e)
 			return e;
+		CUresult r = slot_make(w, f->cs);
+		if (r)
+			return driver_fail(r, err, errlen, "making pinned staging");
 		uint64_t t0 = f->prog ? now_ns() : 0;
 		e = phosimg_read(f->img, obj, index * f->cs, w->buf, len);
 		if (e)
@@ -181,7 +189,7 @@ static int fill(engine_filler *f, phosimg_stream *st, lane *l, uint32_t obj, uin
 	if (e)
 		return read_failed(e, err, errlen);
 	for (uint64_t at = 0; at < len && !e; at += f->piece) {
-		slot *s = &l->ring[l->turn++ % (uint64_t)f->pieces];
+		slot *s = &l->slot[l->turn++ % (uint64_t)f->pieces];
 		e = settle(f, s, err, errlen);
 		if (e)
 			break;
@@ -207,21 +215,16 @@ static int fill(engine_filler *f, phosimg_stream *st, lane *l, uint32_t obj, uin
 static int lane_make(engine_filler *f, lane *l, char *err, size_t errlen)
 {
 	CUresult r = l->stream ? CUDA_SUCCESS : cu.cuStreamCreate(&l->stream, CU_STREAM_NON_BLOCKING);
-	for (int i = 0; i < f->pieces && !r; i++) {
-		slot *s = &l->ring[i];
-		if (!s->buf)
-			r = cu.cuMemAllocHost(&s->buf, f->piece);
-		if (!r && !s->done)
-			r = cu.cuEventCreate(&s->done, CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING);
-	}
+	for (int i = 0; i < f->pieces && !r; i++)
+		r = slot_make(&l->slot[i], f->piece);
 	return r ? driver_fail(r, err, errlen, "making pinned staging") : 0;
 }
 
 /* Frees what lane_make and fill made of l. */
 static void lane_free(lane *l)
 {
-	for (int i = 0; i <= PIECES_MAX; i++) {
-		slot *s = i < PIECES_MAX ? &l->ring[i] : &l->whole;
+	for (int i = 0; i <= WHOLE; i++) {
+		slot *s = &l->slot[i];
 		if (s->done)
 			cu.cuEventDestroy(s->done);
 		if (s->buf)
@@ -255,9 +258,8 @@ static void run(engine_filler *f, pass *p, phosimg_stream *st, lane *l)
 		e = fill(f, st, l, p->ids[p->objs[i]], index, len, m->va + off, err, sizeof(err));
 	}
 	/* Every copy queued ends before the pass does. */
-	for (int i = 0; i <= PIECES_MAX; i++) {
-		slot *s = i < PIECES_MAX ? &l->ring[i] : &l->whole;
-		int de = settle(f, s, e ? NULL : err, sizeof(err));
+	for (int i = 0; i <= WHOLE; i++) {
+		int de = settle(f, &l->slot[i], e ? NULL : err, sizeof(err));
 		e = e ? e : de;
 	}
 	if (e)
