@@ -79,13 +79,6 @@ struct engine_copy {
 	int nc, nw; /* copiers and writers started */
 };
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 static void fail(outjob *j, int e, const char *msg)
 {
 	pthread_mutex_lock(&j->lock);
@@ -235,7 +228,7 @@ static void pause_for_app(outjob *j)
 			busy |= j->cow->m[i].t && atomic_load(&j->cow->m[i].t->pcie_pending) > 0;
 		if (!busy)
 			return;
-		uint64_t now = now_ns();
+		uint64_t now = engine_now_ns();
 		if (!from)
 			from = now;
 		else if (now - from > PCIE_PAUSE_MAX_NS)
@@ -261,7 +254,7 @@ static void chunk_off(outjob *j, cow_header *t, _Atomic uint32_t *st, uint32_t s
 	}
 	if (atomic_fetch_sub(&j->left, 1) == 1) {
 		if (j->prog && j->t1_ns)
-			atomic_store(&j->prog->off_ns, now_ns() - j->t1_ns);
+			atomic_store(&j->prog->off_ns, engine_now_ns() - j->t1_ns);
 		if (j->cow)
 			engine_cow_end(j->cow);
 		pthread_mutex_lock(&j->lock);
@@ -400,7 +393,7 @@ int engine_staging_alloc(engine_staging *s, int fd, uint64_t want, uint32_t chun
 	int e = driver_use(0, err, errlen);
 	if (e)
 		return e;
-	uint64_t t0 = now_ns(), min = 4ull * chunk;
+	uint64_t t0 = engine_now_ns(), min = 4ull * chunk;
 	want = want < min ? min : want / chunk * chunk;
 	struct stat st;
 	if (fd >= 0 && fstat(fd, &st) == 0 && (uint64_t)st.st_size >= min) {
@@ -408,7 +401,7 @@ int engine_staging_alloc(engine_staging *s, int fd, uint64_t want, uint32_t chun
 		void *p = mmap(NULL, b, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
 		/* Portable: the copiers of every GPU's context copy into it. */
 		if (p != MAP_FAILED && cu.cuMemHostRegister(p, b, CU_MEMHOSTREGISTER_PORTABLE) == CUDA_SUCCESS) {
-			*s = (engine_staging){ .buf = p, .bytes = b, .registered = true, .pin_ns = now_ns() - t0 };
+			*s = (engine_staging){ .buf = p, .bytes = b, .registered = true, .pin_ns = engine_now_ns() - t0 };
 			return 0;
 		}
 		if (p != MAP_FAILED)
@@ -417,7 +410,7 @@ int engine_staging_alloc(engine_staging *s, int fd, uint64_t want, uint32_t chun
 	for (uint64_t b = want; b >= min; b = b / 2 / chunk * chunk) {
 		if (cu.cuMemAllocHost(&s->buf, b) == CUDA_SUCCESS) {
 			s->bytes = b;
-			s->pin_ns = now_ns() - t0;
+			s->pin_ns = engine_now_ns() - t0;
 			return 0;
 		}
 		s->buf = NULL;
@@ -554,7 +547,7 @@ int engine_copy_begin(const engine_parked *objs, phosimg_writer *w, const engine
 		if (j->cow)
 			engine_cow_end(j->cow);
 		if (prog && j->t1_ns)
-			atomic_store(&prog->off_ns, now_ns() - j->t1_ns);
+			atomic_store(&prog->off_ns, engine_now_ns() - j->t1_ns);
 	}
 	j->copiers = COPIERS;
 	for (; j->nc < (j->nchunks ? COPIERS : 0); j->nc++)

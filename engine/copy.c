@@ -32,13 +32,6 @@
 
 engine_fill_tuning engine_fill_tune;
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 /* One device's share of a fill, which the workers take chunks (the
  * image's) from. */
 typedef struct pass {
@@ -114,7 +107,7 @@ static int settle(engine_filler *f, slot *s, char *err, size_t errlen)
 	if (!s->busy)
 		return 0;
 	s->busy = false;
-	uint64_t t0 = f->prog ? now_ns() : 0;
+	uint64_t t0 = f->prog ? engine_now_ns() : 0;
 	CUresult r;
 	if (f->spin)
 		while ((r = cu.cuEventQuery(s->done)) == CUDA_ERROR_NOT_READY)
@@ -122,7 +115,7 @@ static int settle(engine_filler *f, slot *s, char *err, size_t errlen)
 	else if ((r = cu.cuEventQuery(s->done)) == CUDA_ERROR_NOT_READY)
 		r = cu.cuEventSynchronize(s->done);
 	if (f->prog)
-		atomic_fetch_add(&f->prog->fill_wait_ns, now_ns() - t0);
+		atomic_fetch_add(&f->prog->fill_wait_ns, engine_now_ns() - t0);
 	return r ? driver_fail(r, err, errlen, "copying the image to the device") : 0;
 }
 
@@ -138,7 +131,7 @@ static CUresult slot_make(slot *s, size_t bytes)
 /* Queues the copy of len bytes of s to dst on l's stream. */
 static int queue(engine_filler *f, lane *l, slot *s, CUdeviceptr dst, size_t len, char *err, size_t errlen)
 {
-	uint64_t t0 = f->prog ? now_ns() : 0;
+	uint64_t t0 = f->prog ? engine_now_ns() : 0;
 	CUresult r = cu.cuMemcpyHtoDAsync(dst, s->buf, len, l->stream);
 	if (!r && (r = cu.cuEventRecord(s->done, l->stream)) != CUDA_SUCCESS)
 		cu.cuStreamSynchronize(l->stream); /* the copy queued must end before its buffer is used again */
@@ -147,7 +140,7 @@ static int queue(engine_filler *f, lane *l, slot *s, CUdeviceptr dst, size_t len
 	s->busy = true;
 	if (f->prog) {
 		atomic_fetch_add(&f->prog->done, len);
-		atomic_fetch_add(&f->prog->fill_queue_ns, now_ns() - t0);
+		atomic_fetch_add(&f->prog->fill_queue_ns, engine_now_ns() - t0);
 	}
 	return 0;
 }
@@ -176,12 +169,12 @@ static int fill(engine_filler *f, phosimg_stream *st, lane *l, uint32_t obj, uin
 		CUresult r = slot_make(w, f->cs);
 		if (r)
 			return driver_fail(r, err, errlen, "making pinned staging");
-		uint64_t t0 = f->prog ? now_ns() : 0;
+		uint64_t t0 = f->prog ? engine_now_ns() : 0;
 		e = phosimg_read(f->img, obj, index * f->cs, w->buf, len);
 		if (e)
 			return read_failed(e, err, errlen);
 		if (f->prog)
-			atomic_fetch_add(&f->prog->fill_read_ns, now_ns() - t0);
+			atomic_fetch_add(&f->prog->fill_read_ns, engine_now_ns() - t0);
 		return queue(f, l, w, dst, len, err, errlen);
 	}
 	if (!e && raw != len)
@@ -194,18 +187,18 @@ static int fill(engine_filler *f, phosimg_stream *st, lane *l, uint32_t obj, uin
 		if (e)
 			break;
 		size_t n = len - at < f->piece ? (size_t)(len - at) : f->piece;
-		uint64_t r0 = f->prog ? now_ns() : 0;
+		uint64_t r0 = f->prog ? engine_now_ns() : 0;
 		e = phosimg_stream_read(st, s->buf, n);
 		if (f->prog)
-			rd += now_ns() - r0;
+			rd += engine_now_ns() - r0;
 		if (e)
 			return read_failed(e, err, errlen);
 		e = queue(f, l, s, dst + at, n, err, errlen);
 	}
-	uint64_t r0 = f->prog ? now_ns() : 0;
+	uint64_t r0 = f->prog ? engine_now_ns() : 0;
 	int ee = phosimg_stream_end(st);
 	if (f->prog)
-		atomic_fetch_add(&f->prog->fill_read_ns, rd + now_ns() - r0);
+		atomic_fetch_add(&f->prog->fill_read_ns, rd + engine_now_ns() - r0);
 	if (!e && ee)
 		e = read_failed(ee, err, errlen);
 	return e;

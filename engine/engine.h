@@ -20,6 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
+#include <time.h>
 
 #include "../common/cow.h"
 #include "../common/wire.h"
@@ -108,6 +109,21 @@ typedef struct engine_progress {
 	 * before its buffer is read into again. */
 	_Atomic uint64_t fill_read_ns, fill_queue_ns, fill_wait_ns;
 } engine_progress;
+
+/* Clock c now, in nanoseconds. */
+static inline uint64_t engine_clock_ns(clockid_t c)
+{
+	struct timespec ts;
+	clock_gettime(c, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* The monotonic clock now, in nanoseconds: what jobs time their steps,
+ * copies and waits with. */
+static inline uint64_t engine_now_ns(void)
+{
+	return engine_clock_ns(CLOCK_MONOTONIC);
+}
 
 /* Moves p to step, adding the time since the last move to the step it
  * leaves. STEP_DONE ends the accounting. */

@@ -24,13 +24,6 @@
  * sizes staging above the bytes), so that it runs at the bus's speed. */
 #define RESERVE_MIN 8
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 /* TRACK: the objects of pid, still mapped in the process. */
 static int collect(pid_t pid, int conn, engine_parked *out, char *err, size_t errlen)
 {
@@ -212,7 +205,7 @@ static int by_pid_va(const void *a, const void *b, void *arg)
 int engine_recopy_copy(engine_recopy *r, void *staging, uint64_t staging_bytes, engine_progress *prog, char *err,
 		       size_t errlen)
 {
-	uint64_t t0 = now_ns();
+	uint64_t t0 = engine_now_ns();
 	int n = r->objs.n;
 	r->first = calloc((size_t)n + 1, sizeof(*r->first));
 	mapping *maps = calloc(n ? (size_t)n : 1, sizeof(*maps));
@@ -279,7 +272,7 @@ int engine_recopy_copy(engine_recopy *r, void *staging, uint64_t staging_bytes, 
 	pthread_mutex_destroy(&p.lock);
 	mapping_unmap_all(maps, mapped);
 	free(maps);
-	r->copy_ns = now_ns() - t0;
+	r->copy_ns = engine_now_ns() - t0;
 	return e;
 }
 

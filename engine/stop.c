@@ -52,13 +52,6 @@ const char *engine_step_name(int step)
 	return step >= 0 && step <= STEP_DONE ? names[step] : "?";
 }
 
-static uint64_t now_ns(clockid_t c)
-{
-	struct timespec ts;
-	clock_gettime(c, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 /* The process's argv, uid and gid, for the manifest. */
 static int describe(pid_t pid, phosimg_meta *m, char **cmdline)
 {
@@ -94,7 +87,7 @@ static int describe(pid_t pid, phosimg_meta *m, char **cmdline)
 
 void engine_step(engine_progress *p, int step)
 {
-	uint64_t now = now_ns(CLOCK_MONOTONIC);
+	uint64_t now = engine_now_ns();
 	int was = atomic_exchange(&p->step, step);
 	uint64_t at = atomic_exchange(&p->step_at, now);
 	if (at && was > STEP_IDLE && was < STEP_DONE)
@@ -248,7 +241,7 @@ int engine_stop(const engine_stop_args *a, char *err, size_t errlen)
 	 * do not write is copied; the stall below is the final one (t2). */
 	engine_recopy rc = { 0 };
 	if (recopy) {
-		meta.t1_ns = now_ns(CLOCK_REALTIME); /* tracking starts */
+		meta.t1_ns = engine_clock_ns(CLOCK_REALTIME); /* tracking starts */
 		engine_step(prog, STEP_TRACK);
 		e = engine_recopy_track(&rc, a->traced, a->ntraced, chunk, err, errlen);
 		if (!e)
@@ -274,8 +267,8 @@ int engine_stop(const engine_stop_args *a, char *err, size_t errlen)
 			return e;
 		}
 	}
-	uint64_t t0 = now_ns(CLOCK_MONOTONIC);
-	*(recopy ? &meta.t2_ns : &meta.t1_ns) = now_ns(CLOCK_REALTIME);
+	uint64_t t0 = engine_now_ns();
+	*(recopy ? &meta.t2_ns : &meta.t1_ns) = engine_clock_ns(CLOCK_REALTIME);
 	e = phosimg_writer_set_meta(w, &meta);
 	if (e)
 		engine_fail(e, err, errlen, "describing the image: %s", strerror(-e));
@@ -385,7 +378,7 @@ int engine_stop(const engine_stop_args *a, char *err, size_t errlen)
 	int e2 = bring_back(a, m, ms, n, &parked, !e && (cow || protect) ? &tables : NULL, dumped, err2, sizeof(err2));
 	free(ms);
 	free(m);
-	atomic_store(&prog->stall_ns, now_ns(CLOCK_MONOTONIC) - t0);
+	atomic_store(&prog->stall_ns, engine_now_ns() - t0);
 	if (!e && e2) {
 		e = e2;
 		snprintf(err, errlen, "%s", err2);
@@ -428,6 +421,6 @@ int engine_stop(const engine_stop_args *a, char *err, size_t errlen)
 	if (e)
 		return engine_fail(e, err, errlen, "publishing the image failed: %s",
 				   *phosimg_last_error() ? phosimg_last_error() : strerror(-e));
-	atomic_store(&prog->publish_ns, now_ns(CLOCK_MONOTONIC) - t0);
+	atomic_store(&prog->publish_ns, engine_now_ns() - t0);
 	return 0;
 }

@@ -15,17 +15,10 @@
 
 #include "steps.h"
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 int restore_eager(const restore_args *a, char *err, size_t errlen)
 {
 	engine_progress *prog = a->prog;
-	uint64_t t0 = now_ns();
+	uint64_t t0 = engine_now_ns();
 	restore_ctx c;
 	engine_parked objs = { 0 };
 	int e = restore_begin(a, &c, err, errlen);
@@ -48,13 +41,13 @@ int restore_eager(const restore_args *a, char *err, size_t errlen)
 	}
 	engine_parked_free(&objs);
 	if (!e) {
-		atomic_store(&prog->resume_ns, now_ns() - t0);
+		atomic_store(&prog->resume_ns, engine_now_ns() - t0);
 		if (a->resumed)
 			atomic_store(a->resumed, c.host[c.job]);
 		e = restore_pages_wait(a, &c, t0, err, errlen);
 	}
 	if (!e)
-		atomic_store(&prog->full_ns, now_ns() - t0);
+		atomic_store(&prog->full_ns, engine_now_ns() - t0);
 	restore_end(&c, e);
 	return e;
 }

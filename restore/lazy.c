@@ -31,13 +31,6 @@
 
 #define END_TIMEOUT_MS 30000 /* for the tracers to map the last objects */
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 /* Whether image object o comes back before the process runs. */
 static bool eager(const phosimg_object *o)
 {
@@ -195,9 +188,9 @@ static int finish(lazy *l, char *err, size_t errlen)
 	for (int m = 0; !e && m < l->tables.n; m++) {
 		engine_cow_member *tm = &l->tables.m[m];
 		int i = engine_tree_member(l->c->m, l->c->n, tm->pid);
-		uint64_t from = now_ns();
+		uint64_t from = engine_now_ns();
 		while (!e && i >= 0 && l->conns[i] >= 0 && atomic_load(&tm->t->off) < tm->t->nobjs) {
-			if (now_ns() - from > END_TIMEOUT_MS * 1000000ull)
+			if (engine_now_ns() - from > END_TIMEOUT_MS * 1000000ull)
 				e = engine_fail(-ETIMEDOUT, err, errlen,
 						"process %d did not map its device memory within %d s", (int)tm->pid,
 						END_TIMEOUT_MS / 1000);
@@ -249,7 +242,7 @@ int restore_lazy(const restore_args *a, char *err, size_t errlen)
 {
 	engine_progress *prog = a->prog;
 	atomic_store(&prog->lazy, true);
-	uint64_t t0 = now_ns();
+	uint64_t t0 = engine_now_ns();
 	restore_ctx c;
 	lazy l = { .c = &c, .prog = prog, .fill_threads = a->fill_threads };
 	engine_parked objs = { 0 };
@@ -292,7 +285,7 @@ int restore_lazy(const restore_args *a, char *err, size_t errlen)
 	}
 	engine_parked_free(&objs);
 	if (!e) {
-		atomic_store(&prog->resume_ns, now_ns() - t0);
+		atomic_store(&prog->resume_ns, engine_now_ns() - t0);
 		if (a->resumed)
 			atomic_store(a->resumed, c.host[c.job]);
 		engine_step(prog, STEP_LAZY);
@@ -303,7 +296,7 @@ int restore_lazy(const restore_args *a, char *err, size_t errlen)
 	if (!e)
 		e = restore_pages_wait(a, &c, t0, err, errlen);
 	if (!e)
-		atomic_store(&prog->full_ns, now_ns() - t0);
+		atomic_store(&prog->full_ns, engine_now_ns() - t0);
 	if (e && c.restored && atomic_load(&prog->resume_ns)) {
 		size_t len = strlen(err);
 		snprintf(err + len, errlen - len, "; the restored process was killed, its memory incomplete");
