@@ -320,7 +320,7 @@ $(BUNDLE)/progs/%.cubin: tests/gpu/kernels/%.cu
 	$(NVCC) -cubin -arch=sm_90 -o $@ $<
 
 GPU_BENCH := $(BUNDLE)/bench/launch-rate $(BUNDLE)/bench/launch.cubin $(BUNDLE)/bench/step-app $(BUNDLE)/bench/step.cubin \
-	     $(BUNDLE)/bench/h2d-ring
+	     $(BUNDLE)/bench/h2d-ring $(BUNDLE)/bench/h2d-mapped
 
 # The restore's fill alone (the driver is loaded at run time; the bundle
 # carries it as bin/fill, with its libraries).
@@ -336,6 +336,10 @@ $(BUNDLE)/bench/step-app: bench/step-app.c
 $(BUNDLE)/bench/h2d-ring: bench/h2d-ring.c
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) $(XCFLAGS) $(CFLAGS) -o $@ $< -L$(CUDA_HOME)/lib64/stubs -lcuda -lpthread
+
+$(BUNDLE)/bench/h2d-mapped: bench/h2d-mapped.c
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) $(XCFLAGS) $(CFLAGS) -o $@ $< -L$(CUDA_HOME)/lib64/stubs -lcuda -lxxhash -lpthread
 
 $(BUNDLE)/bench/step.cubin: bench/kernels/step.cu
 	@mkdir -p $(@D)

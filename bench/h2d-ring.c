@@ -12,6 +12,8 @@
  *
  * prints "h2d-ring threads T ring PxK mode M GB/s X wait_s W" (the best
  * of three rounds; W: the threads' time waiting for a piece, summed).
+ * H2D_RING_STREAMS=N has the threads share N streams (thread i queues on
+ * stream i mod N; the line then ends "streams N") rather than one each.
  */
 #include <cuda.h>
 #include <pthread.h>
@@ -53,9 +55,12 @@ typedef struct worker {
 } worker;
 
 /* Makes w's stream, ring, events and source, outside the timed rounds. */
-static void setup(worker *w, int write)
+static void setup(worker *w, int write, CUstream shared)
 {
-	check(cuStreamCreate(&w->s, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+	if (shared)
+		w->s = shared;
+	else
+		check(cuStreamCreate(&w->s, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
 	check(cuMemAllocHost((void **)&w->ring, (size_t)w->pieces * w->piece), "cuMemAllocHost");
 	w->done = calloc((size_t)w->pieces, sizeof(*w->done));
 	w->src = write ? malloc(SOURCE) : NULL;
@@ -70,11 +75,12 @@ static void setup(worker *w, int write)
 		check(cuEventCreate(&w->done[i], CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING), "cuEventCreate");
 }
 
-static void teardown(worker *w)
+static void teardown(worker *w, int own_stream)
 {
 	for (int i = 0; i < w->pieces; i++)
 		cuEventDestroy(w->done[i]);
-	cuStreamDestroy(w->s);
+	if (own_stream)
+		cuStreamDestroy(w->s);
 	cuMemFreeHost(w->ring);
 	free(w->done);
 	free(w->src);
@@ -104,7 +110,8 @@ static void *run(void *arg)
 		check(cuMemcpyHtoDAsync(w->dst + at, p, len, w->s), "cuMemcpyHtoDAsync");
 		check(cuEventRecord(w->done[i], w->s), "cuEventRecord");
 	}
-	check(cuStreamSynchronize(w->s), "cuStreamSynchronize");
+	for (int i = 0; i < w->pieces; i++)
+		check(cuEventSynchronize(w->done[i]), "cuEventSynchronize");
 	return NULL;
 }
 
@@ -136,12 +143,17 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	worker *w = calloc((size_t)threads, sizeof(*w));
-	if (!w)
+	const char *ns = getenv("H2D_RING_STREAMS");
+	int nstreams = ns ? atoi(ns) : 0;
+	CUstream *streams = calloc(nstreams > 0 ? (size_t)nstreams : 1, sizeof(*streams));
+	if (!w || !streams)
 		return 2;
+	for (int i = 0; i < nstreams; i++)
+		check(cuStreamCreate(&streams[i], CU_STREAM_NON_BLOCKING), "cuStreamCreate");
 	for (int i = 0; i < threads; i++) {
 		w[i] = (worker){ .ctx = ctx, .dst = d + (size_t)i * share, .bytes = share, .piece = piece,
 				 .pieces = pieces };
-		setup(&w[i], !strcmp(argv[5], "write"));
+		setup(&w[i], !strcmp(argv[5], "write"), nstreams > 0 ? streams[i % nstreams] : NULL);
 	}
 	double best = 0, best_wait = 0;
 	for (int round = 0; round < 3; round++) {
@@ -163,10 +175,16 @@ int main(int argc, char **argv)
 			best_wait = wait;
 		}
 	}
-	printf("h2d-ring threads %d ring %dx%zu mode %s GB/s %.1f wait_s %.2f\n", threads, pieces, piece >> 10, argv[5],
+	printf("h2d-ring threads %d ring %dx%zu mode %s GB/s %.1f wait_s %.2f", threads, pieces, piece >> 10, argv[5],
 	       best, best_wait);
+	if (nstreams > 0)
+		printf(" streams %d", nstreams);
+	printf("\n");
 	for (int i = 0; i < threads; i++)
-		teardown(&w[i]);
+		teardown(&w[i], nstreams <= 0);
+	for (int i = 0; i < nstreams; i++)
+		cuStreamDestroy(streams[i]);
+	free(streams);
 	free(w);
 	cuMemFree(d);
 	return 0;
