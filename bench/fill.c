@@ -15,7 +15,7 @@
  * wait_s W", summed over the workers (reading and checking the image,
  * queueing copies, waiting for a copy before reusing its buffer).
  * PHOS_FILL_PIECES=N gives each worker a ring of N pinned pieces
- * (default 4), PHOS_FILL_PIECE_KIB their size (default 1024), and
+ * (default 2), PHOS_FILL_PIECE_KIB their size (default 2048), and
  * PHOS_FILL_SPIN=1 has it poll for a copy's end rather than sleep
  * (engine_fill_tune). Needs a GPU.
  */

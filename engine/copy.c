@@ -8,11 +8,17 @@
  * every worker at once. A worker streams a raw chunk through a small ring
  * of pinned pieces (a stream per device): each piece is read, hashed
  * while still in the cache, and put on the bus while the next is read.
- * A ring that fits in the cache is what makes the read fast: reading and
- * checking into two 4 MiB buffers a worker, 16 threads moved 37.5-46.2
- * GB/s, into a 1 MiB ring 58.8-71.4 (bench/fill-limits step 5, H100
- * hosts: bench/results/fill-limits-h100.txt). (The copy out is
- * copy-out.c.)
+ * Two 2 MiB pieces a worker are the measured best: the workers' reads
+ * are the limit, and they are fastest when the pinned memory they write
+ * into stays small (4 MiB a worker), while the GPU's copies need to be
+ * large (from 16 streams, 1 MiB copies reach 42-45 GB/s of a 53 GB/s
+ * bus, 2 MiB 47-48.5, 4 MiB 50-52). With 16 threads on an H100 host the
+ * fill ran at 34.4-35.4 GB/s with 2 x 2 MiB, 31.4-31.8 with 4 x 1 MiB,
+ * 24.7-26.1 with 4 x 2 MiB and 26.3-27.1 with 2 x 4 MiB, in one run
+ * (bench/fill-limits steps 4 and 6: bench/results/fill-limits-h100.txt).
+ * Copying straight out of the page cache, with no CPU copy, is slower:
+ * registering the store's pages with the driver runs at 13-20 GB/s and
+ * no faster from many threads (step 7). (The copy out is copy-out.c.)
  */
 #include <errno.h>
 #include <pthread.h>
@@ -25,9 +31,9 @@
 
 #include "mapping.h"
 
-#define PIECES 4             /* pinned pieces a worker has on each device, by default */
+#define PIECES 2             /* pinned pieces a worker has on each device, by default */
 #define PIECES_MAX 16
-#define PIECE (1u << 20)     /* bytes of each, by default */
+#define PIECE (2u << 20)     /* bytes of each, by default */
 #define PIECE_MAX (16u << 20)
 
 engine_fill_tuning engine_fill_tune;

@@ -521,8 +521,8 @@ void engine_filler_stop(engine_filler *f);
 /* How the fill's workers run, for bench/fill to try other ways; set it
  * before a filler starts. Zero fields keep the defaults. */
 typedef struct engine_fill_tuning {
-	int pieces;    /* pinned pieces in a worker's ring, per device (default 4, at most 16) */
-	int piece_kib; /* KiB of each (default 1024, at most 16384) */
+	int pieces;    /* pinned pieces in a worker's ring, per device (default 2, at most 16) */
+	int piece_kib; /* KiB of each (default 2048, at most 16384) */
 	bool spin;     /* wait for a copy by polling, not sleeping */
 } engine_fill_tuning;
 extern engine_fill_tuning engine_fill_tune;
