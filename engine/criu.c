@@ -123,6 +123,23 @@ void criu_explain(const char *log, pid_t pid, char *out, size_t len)
 			 "%s: process %d of the image cannot have its pid back, which another process holds now; CRIU "
 			 "restores every process with its old pid: end that process first",
 			 msg, mpid);
+	} else if (strstr(msg, "Connected TCP socket")) {
+		snprintf(out, len,
+			 "%s: a process of the tree has an open TCP connection (such as a client of a server it "
+			 "runs, or torchrun's store); phos does not checkpoint open TCP connections (it does not "
+			 "pass CRIU that option): close them, or checkpoint when none is open",
+			 msg);
+	} else if (strstr(msg, "In-flight connection")) {
+		snprintf(out, len,
+			 "%s: a listening TCP socket of the tree has connections it has not accepted yet; phos does "
+			 "not checkpoint those: checkpoint again once the server has accepted them",
+			 msg);
+	} else if (strstr(msg, "Can't bind inet socket") && strstr(msg, "Address already in use")) {
+		snprintf(out, len,
+			 "%s: a TCP or UDP port of the image is in use on this machine (by the original process, "
+			 "if it still runs, or by another program); CRIU restores a socket on its old address and "
+			 "port: end what holds the port, or restore on a machine where it is free",
+			 msg);
 	} else if (strstr(msg, "is not a session leader")) {
 		snprintf(out, len, "%s: start the job with `phos run`, which makes it a session of its own", msg);
 	} else {
