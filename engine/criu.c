@@ -123,22 +123,14 @@ void criu_explain(const char *log, pid_t pid, char *out, size_t len)
 			 "%s: process %d of the image cannot have its pid back, which another process holds now; CRIU "
 			 "restores every process with its old pid: end that process first",
 			 msg, mpid);
-	} else if (strstr(msg, "Connected TCP socket")) {
+	} else if ((strstr(msg, "Can't bind inet socket") && strstr(msg, "Address already in use")) ||
+		   (strstr(msg, "Can't connect inet socket back") && strstr(msg, "Cannot assign requested address"))) {
 		snprintf(out, len,
-			 "%s: a process of the tree has an open TCP connection (such as a client of a server it "
-			 "runs, or torchrun's store); phos does not checkpoint open TCP connections (it does not "
-			 "pass CRIU that option): close them, or checkpoint when none is open",
-			 msg);
-	} else if (strstr(msg, "In-flight connection")) {
-		snprintf(out, len,
-			 "%s: a listening TCP socket of the tree has connections it has not accepted yet; phos does "
-			 "not checkpoint those: checkpoint again once the server has accepted them",
-			 msg);
-	} else if (strstr(msg, "Can't bind inet socket") && strstr(msg, "Address already in use")) {
-		snprintf(out, len,
-			 "%s: a TCP or UDP port of the image is in use on this machine (by the original process, "
-			 "if it still runs, or by another program); CRIU restores a socket on its old address and "
-			 "port: end what holds the port, or restore on a machine where it is free",
+			 "%s: a TCP or UDP socket of the image cannot have its address and port back: they are in "
+			 "use on this machine, by the original process if it still runs, by another program, or, "
+			 "for a minute after the original ended, by its closed connections (TIME_WAIT; a server "
+			 "that sets SO_REUSEADDR does not wait for those); end what holds them, or restore where "
+			 "they are free",
 			 msg);
 	} else if (strstr(msg, "is not a session leader")) {
 		snprintf(out, len, "%s: start the job with `phos run`, which makes it a session of its own", msg);
@@ -256,6 +248,15 @@ int criu_dump(const char *criu, pid_t pid, const char *dir, bool kill, const cha
 	argv[n++] = "-v2";
 	if (!kill)
 		argv[n++] = "--leave-running";
+	/* TCP connections are saved (their sockets put in repair mode while
+	 * CRIU reads them), and connections a listener has not accepted yet
+	 * are left out. Nothing filters the network meanwhile (no iptables
+	 * or nftables rules): the tree is frozen, and a connection between
+	 * its own processes carries nothing while it is. */
+	argv[n++] = "--tcp-established";
+	argv[n++] = "--skip-in-flight";
+	argv[n++] = "--network-lock";
+	argv[n++] = "skip";
 	if (!session_leader(pid))
 		argv[n++] = "--shell-job";
 	if (own_mounts(pid)) {
@@ -287,10 +288,10 @@ int criu_restore(const char *criu, const char *dir, const char *lazy_dir, const 
 	if (snprintf(pidfile, sizeof(pidfile), "%s.pid", log) >= (int)sizeof(pidfile))
 		return engine_fail(-ENAMETOOLONG, err, errlen, "CRIU's log path %s is too long", log);
 	unlink(pidfile);
-	/* room for every option below (20 at most) */
+	/* room for every option below (21 at most) */
 	char *argv[32] = { (char *)criu, "restore", "-D", (char *)dir, "-o", (char *)log, "-v2", "-d", "--shell-job",
-			   "--pidfile", pidfile };
-	int n = 11;
+			   "--pidfile", pidfile, "--tcp-established" };
+	int n = 12;
 	if (engine_criu_plugins && *engine_criu_plugins) {
 		argv[n++] = "-L";
 		argv[n++] = (char *)engine_criu_plugins;

@@ -1,0 +1,201 @@
+/*
+ * A job whose processes talk over TCP, as torchrun's agent and its
+ * workers do through their store, on a real mount with real CRIU:
+ *
+ *   phos run -- THIS --tcp-app
+ *     THIS --tcp-app     listens on 127.0.0.1, accepts one connection,
+ *     │                  and answers each request n with n * 3
+ *     └ child            connects, sends 1, 2, 3, … every 10 ms and
+ *                        checks each answer
+ *
+ * The server prints "count N" for each request it answered, after
+ * checking that N follows the one before; either side prints a FAILED
+ * line and exits on a break. Then:
+ *
+ *   1. checkpoint stop kill (CRIU ends the job with its connection in
+ *      repair mode, so nothing is sent and no port lingers): restored,
+ *      the job counts on over the same connection;
+ *   2. checkpoint stop (the job runs on over its connection), then the
+ *      job is killed and restored, and counts on; its server sets
+ *      SO_REUSEADDR, as servers do, since the killed connection's port
+ *      lingers in TIME_WAIT;
+ *   3. the image restored again beside the restored job fails, because
+ *      its addresses are taken, and status says so.
+ */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
+#include "phosfs_test.h"
+
+/* ---- the job ------------------------------------------------------------ */
+
+static int tcp_app(bool reuse)
+{
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t al = sizeof(a);
+	int l = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+	if (l < 0 || (reuse && setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one))) || bind(l, (struct sockaddr *)&a, sizeof(a)) || listen(l, 1) ||
+	    getsockname(l, (struct sockaddr *)&a, &al)) {
+		printf("FAILED: cannot listen: %s\n", strerror(errno));
+		return 1;
+	}
+	printf("port %d\n", ntohs(a.sin_port));
+	pid_t c = fork();
+	if (c == 0) {
+		int s = socket(AF_INET, SOCK_STREAM, 0);
+		if (s < 0 || connect(s, (struct sockaddr *)&a, sizeof(a))) {
+			printf("FAILED: client cannot connect: %s\n", strerror(errno));
+			_exit(1);
+		}
+		for (uint64_t n = 1;; n++) {
+			uint64_t r;
+			if (write(s, &n, sizeof(n)) != (ssize_t)sizeof(n) || read(s, &r, sizeof(r)) != (ssize_t)sizeof(r)) {
+				printf("FAILED: client lost the connection at %llu: %s\n", (unsigned long long)n,
+				       strerror(errno));
+				_exit(1);
+			}
+			if (r != n * 3) {
+				printf("FAILED: client got %llu for %llu\n", (unsigned long long)r, (unsigned long long)n);
+				_exit(1);
+			}
+			usleep(10000);
+		}
+	}
+	int s = accept(l, NULL, NULL);
+	if (s < 0) {
+		printf("FAILED: cannot accept: %s\n", strerror(errno));
+		return 1;
+	}
+	for (uint64_t expect = 1;; expect++) {
+		uint64_t n;
+		ssize_t got = read(s, &n, sizeof(n));
+		if (got != (ssize_t)sizeof(n)) {
+			printf("FAILED: server lost the connection at %llu: %s\n", (unsigned long long)expect,
+			       got < 0 ? strerror(errno) : "end of stream");
+			return 1;
+		}
+		if (n != expect) {
+			printf("FAILED: server got %llu, expected %llu\n", (unsigned long long)n,
+			       (unsigned long long)expect);
+			return 1;
+		}
+		uint64_t r = n * 3;
+		if (write(s, &r, sizeof(r)) != (ssize_t)sizeof(r)) {
+			printf("FAILED: server cannot answer %llu: %s\n", (unsigned long long)n, strerror(errno));
+			return 1;
+		}
+		printf("count %llu\n", (unsigned long long)n);
+	}
+}
+
+/* Whether out has a FAILED line (shown). */
+static int failed(const char *out)
+{
+	char l[256] = "";
+	if (!rig_line(out, "FAILED", 0, l, sizeof(l)))
+		return 0;
+	diag("%s", l);
+	return 1;
+}
+
+/* Starts the job (its server with SO_REUSEADDR or not); its output path
+ * into out. Reports its start as a test. */
+static pid_t start(rig *r, const char *self, bool reuse, char *out)
+{
+	char *const cmd[] = { (char *)self, "--tcp-app", reuse ? "reuse" : "plain", NULL };
+	pid_t job = rig_phos_run(r, cmd);
+	rig_out(r, job, out, PATH_MAX);
+	ok(job > 0 && rig_line(out, "count 20", 15000, NULL, 0) && !failed(out),
+	   "the job's two processes talk over a TCP connection (%d, %s)", (int)job,
+	   reuse ? "the server with SO_REUSEADDR" : "a plain server");
+	return job;
+}
+
+/* Checkpoints job with cmd as image `name`; reports it as a test. */
+static int checkpoint(rig *r, pid_t job, const char *cmd, const char *what)
+{
+	char path[256], st[4096], last[256] = "";
+	snprintf(path, sizeof(path), "%s/%d/ctl", r->mnt, (int)job);
+	int e = rig_ctl(path, cmd, strlen(cmd));
+	int dumped = e == 0 && rig_job_done(r, job, 30000, last, sizeof(last)) && strstr(last, "done");
+	ok(dumped, "%s of a job with an open TCP connection (%s)", what, e ? strerror(e) : last);
+	if (!dumped) {
+		snprintf(path, sizeof(path), "%s/%d/status", r->mnt, (int)job);
+		diag("%s", rig_read(path, st, sizeof(st)) ? st : "");
+	}
+	return dumped;
+}
+
+/* Restores image (its process gone) into *back; whether the restored job
+ * then counts 20 past where the output was. Reports it as a test. */
+static int restored_counts(rig *r, const char *image, pid_t *back, const char *out, const char *what)
+{
+	char st[4096] = "";
+	long c = rig_count(out);
+	int e = rig_restore(r, image, back, st, sizeof(st));
+	int on = e == 0 && rig_alive(*back) && rig_counts_past(out, c + 20, 10000) && !failed(out);
+	ok(on, "%s, the job counts on over the same connection", what);
+	if (!on)
+		diag("%s", st);
+	return on;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc > 2 && !strcmp(argv[1], "--tcp-app"))
+		return tcp_app(!strcmp(argv[2], "reuse"));
+	rig r;
+	rig_require(&r);
+	char self[PATH_MAX];
+	ssize_t sl = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	self[sl > 0 ? sl : 0] = 0;
+	plan(9);
+	if (rig_mount(&r, NULL))
+		bail("phosfs did not mount");
+	char out[PATH_MAX], image[PATH_MAX], st[4096];
+
+	/* 1. checkpoint stop kill: CRIU ends the job, its connection closed
+	 * in repair mode (nothing is sent, no port lingers), and the image
+	 * restores at once. */
+	pid_t a = start(&r, self, false, out);
+	int dumped = checkpoint(&r, a, "checkpoint stop kill name=k\n", "checkpoint stop kill");
+	for (int i = 0; i < 100 && rig_alive(a); i++)
+		usleep(20000);
+	rig_reap();
+	snprintf(image, sizeof(image), "%s/%d/k", r.store, (int)a);
+	pid_t a2 = 0;
+	if (dumped)
+		restored_counts(&r, image, &a2, out, "restored after stop kill");
+	else
+		ok(0, "restored after stop kill: no image");
+
+	/* 2. checkpoint stop: the job runs on over its connection; killed
+	 * and restored, it counts on (its server sets SO_REUSEADDR, as
+	 * servers do: the killed connection's port lingers in TIME_WAIT). */
+	pid_t b = start(&r, self, true, out);
+	dumped = checkpoint(&r, b, "checkpoint stop name=s\n", "checkpoint stop");
+	long c0 = rig_count(out);
+	ok(dumped && rig_counts_past(out, c0 + 20, 10000) && !failed(out), "the job counts on over it after the dump");
+	snprintf(image, sizeof(image), "%s/%d/s", r.store, (int)b);
+	kill(b, SIGKILL);
+	for (int i = 0; i < 100 && rig_alive(b); i++)
+		usleep(20000);
+	rig_reap();
+	pid_t b2 = 0;
+	int back = dumped && restored_counts(&r, image, &b2, out, "killed and restored");
+
+	/* 3. The same image beside the restored job: its addresses are
+	 * taken, and status says so. */
+	pid_t clone = 0;
+	int e = back ? rig_restore(&r, image, &clone, st, sizeof(st)) : -1;
+	ok(e > 0 && strstr(st, "in use on this machine"), "a second restore beside it fails: its addresses are taken");
+	if (e <= 0 || !strstr(st, "in use on this machine"))
+		diag("%s", st);
+	ok(back && rig_alive(b2) && rig_counts_past(out, rig_count(out) + 5, 5000) && !failed(out),
+	   "and the restored job runs on");
+	pid_t all[] = { a, a2, b, b2, clone };
+	rig_kill_all(all, sizeof(all) / sizeof(*all));
+	rig_cleanup(&r);
+	return done();
+}
