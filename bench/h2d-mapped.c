@@ -11,7 +11,8 @@
  *             runs (the fill's check, which reads each byte once);
  *   whole     the whole file is registered at once, then chunks are
  *             copied and hashed, then it is unregistered;
- *   seg       the file is registered in segments of SEG_MIB, each by
+ *   seg       the file is registered in segments of SEG_MIB (a multiple
+ *             of CHUNK_MIB, so that no copy spans two), each by
  *             the first thread that needs it, and unregistered at the
  *             end of the round (both timed); chunks are copied and
  *             hashed;
@@ -142,7 +143,8 @@ static void *run(void *arg)
 	check(cuCtxSetCurrent(sh->ctx), "cuCtxSetCurrent");
 	flight fl[DEPTH_MAX] = { 0 };
 	w->reg_s = w->unreg_s = w->queue_s = w->wait_s = w->hash_s = 0;
-	size_t mine = sh->bytes / (size_t)sh->threads / 4096 * 4096, from = mine * (size_t)w->idx;
+	/* PAR: whole chunks, so that no copy spans two registrations. */
+	size_t mine = sh->bytes / (size_t)sh->threads / sh->chunk * sh->chunk, from = mine * (size_t)w->idx;
 	if (w->idx == sh->threads - 1)
 		mine = sh->bytes - from;
 	if (sh->mode == PAR) {
@@ -210,7 +212,7 @@ int main(int argc, char **argv)
 	int threads = atoi(argv[2]), depth = argc > 6 ? atoi(argv[6]) : 2;
 	size_t chunk = (size_t)strtoull(argv[3], NULL, 10) << 20;
 	size_t seg = (size_t)strtoull(argc > 5 ? argv[5] : "256", NULL, 10) << 20;
-	if (mode < 0 || threads < 1 || threads > 256 || !chunk || !seg || depth < 1 || depth > DEPTH_MAX) {
+	if (mode < 0 || threads < 1 || threads > 256 || !chunk || !seg || seg % chunk || depth < 1 || depth > DEPTH_MAX) {
 		fprintf(stderr, "h2d-mapped: bad arguments\n");
 		return 2;
 	}

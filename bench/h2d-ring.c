@@ -13,7 +13,8 @@
  * prints "h2d-ring threads T ring PxK mode M GB/s X wait_s W" (the best
  * of three rounds; W: the threads' time waiting for a piece, summed).
  * H2D_RING_STREAMS=N has the threads share N streams (thread i queues on
- * stream i mod N; the line then ends "streams N") rather than one each.
+ * stream i mod N; the line then ends "streams N") rather than one each;
+ * W then also counts a thread's wait behind the others' copies.
  */
 #include <cuda.h>
 #include <pthread.h>

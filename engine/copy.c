@@ -326,6 +326,14 @@ int engine_filler_start(phosimg *img, int threads, engine_progress *prog, engine
 	f->piece = engine_fill_tune.piece_kib > 0 ? (size_t)engine_fill_tune.piece_kib << 10 : PIECE;
 	if (f->piece > PIECE_MAX)
 		f->piece = PIECE_MAX;
+	/* Chunks smaller than a piece: pieces of a chunk, as many as keep the
+	 * same bytes in flight. */
+	if (!engine_fill_tune.piece_kib && f->cs < f->piece) {
+		f->piece = f->cs;
+		if (!engine_fill_tune.pieces)
+			f->pieces = (int)((size_t)PIECES * PIECE / f->piece < PIECES_MAX ? (size_t)PIECES * PIECE / f->piece
+											: PIECES_MAX);
+	}
 	f->spin = engine_fill_tune.spin;
 	pthread_mutex_init(&f->lock, NULL);
 	pthread_cond_init(&f->go, NULL);

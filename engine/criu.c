@@ -123,6 +123,12 @@ void criu_explain(const char *log, pid_t pid, char *out, size_t len)
 			 "%s: process %d of the image cannot have its pid back, which another process holds now; CRIU "
 			 "restores every process with its old pid: end that process first",
 			 msg, mpid);
+	} else if (strstr(msg, "In-flight connection")) {
+		snprintf(out, len,
+			 "%s: a listening TCP socket of the tree has connections it has not accepted yet, which CRIU "
+			 "cannot save (their clients would be cut off): checkpoint again once the server has "
+			 "accepted them",
+			 msg);
 	} else if ((strstr(msg, "Can't bind inet socket") && strstr(msg, "Address already in use")) ||
 		   (strstr(msg, "Can't connect inet socket back") && strstr(msg, "Cannot assign requested address"))) {
 		snprintf(out, len,
@@ -248,13 +254,12 @@ int criu_dump(const char *criu, pid_t pid, const char *dir, bool kill, const cha
 	argv[n++] = "-v2";
 	if (!kill)
 		argv[n++] = "--leave-running";
-	/* TCP connections are saved (their sockets put in repair mode while
-	 * CRIU reads them), and connections a listener has not accepted yet
-	 * are left out. Nothing filters the network meanwhile (no iptables
-	 * or nftables rules): the tree is frozen, and a connection between
-	 * its own processes carries nothing while it is. */
+	/* TCP connections are saved, their sockets in repair mode while CRIU
+	 * reads them, with no firewall rule around them: engine_stop refused
+	 * a job with one whose peer is outside it (tcp.c), and a connection
+	 * between the frozen tree's own processes carries nothing while CRIU
+	 * reads it. */
 	argv[n++] = "--tcp-established";
-	argv[n++] = "--skip-in-flight";
 	argv[n++] = "--network-lock";
 	argv[n++] = "skip";
 	if (!session_leader(pid))

@@ -314,6 +314,14 @@ int engine_proc_stat(pid_t pid, pid_t *ppid, char comm[PHOSIMG_COMM_MAX]);
 /* The index of pid among m[0..n), or -ENOENT. */
 int engine_tree_member(const phosimg_member *m, uint32_t n, pid_t pid);
 
+/* ---- tcp.c: a job's TCP connections --------------------------------------- */
+
+/* Whether a TCP connection of the processes m[0..n) has its peer outside
+ * them (CRIU would save it without holding its peer off): 1, and what
+ * says which (process, addresses); 0 if none. Errors: -ENOMEM, errno of
+ * reading /proc. */
+int engine_tcp_outside(const phosimg_member *m, uint32_t n, char *what, size_t len);
+
 /* ---- criu.c ------------------------------------------------------------- */
 
 /* CRIU plugins (criu -L): phos's, for device files that forked children

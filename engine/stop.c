@@ -152,6 +152,17 @@ static int members_of(const engine_stop_args *a, phosimg_member **mp, member_sta
 	int e = engine_tree(a->pid, &m, &n);
 	if (e)
 		return engine_fail(e, err, errlen, "process %d is gone", (int)a->pid);
+	char tcp[256];
+	e = engine_tcp_outside(m, n, tcp, sizeof(tcp));
+	if (e) {
+		free(m);
+		return e < 0 ? engine_fail(e, err, errlen, "cannot list the job's TCP connections: %s", strerror(-e))
+			     : engine_fail(-EOPNOTSUPP, err, errlen,
+					   "%s; phos checkpoints TCP connections between the job's own processes "
+					   "only (data its peer sent during the dump would be lost): close it, or "
+					   "checkpoint when none is open",
+					   tcp);
+	}
 	member_state *ms = calloc(n, sizeof(*ms));
 	if (!ms) {
 		free(m);

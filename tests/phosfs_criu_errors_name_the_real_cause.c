@@ -9,8 +9,9 @@
  *     process: it said so once at start, and the checkpoint's error says
  *     why; the process runs on;
  *   - the errors that need a GPU to happen (a forked child's /dev/nvidia
- *     mapping and files), a pid taken at restore, and a port taken at
- *     restore, from CRIU log lines as CRIU writes them.
+ *     mapping and files), a pid taken at restore, connections a server
+ *     has not accepted at dump, and an address taken at restore, from
+ *     CRIU log lines as CRIU writes them.
  */
 #include <linux/capability.h>
 
@@ -54,6 +55,13 @@ static void explained(rig *r)
 	ok(strstr(why, "Can't fork for 4243") && strstr(why, "process 4243") && strstr(why, "old pid"),
 	   "a pid taken at restore: which one, and that it must be free");
 
+	write_log(log, "(00.2) Error (criu/sk-inet.c:185): inet: In-flight connection (l) for 1a2b\n"
+		       "(00.2) Error (criu/sk-inet.c:186): inet: In-flight connections can be ignored with the "
+		       "--skip-in-flight option.\n");
+	criu_explain(log, 4240, why, sizeof(why));
+	ok(strstr(why, "In-flight connection (l) for 1a2b") && strstr(why, "not accepted"),
+	   "connections a server has not accepted at dump: what they are, and to checkpoint again");
+
 	write_log(log, "(00.4) 4240: Error (criu/sk-inet.c:1059): inet: Can't bind inet socket (id 12): Address "
 		       "already in use\n");
 	criu_explain(log, 0, why, sizeof(why));
@@ -93,7 +101,7 @@ int main(void)
 {
 	rig r;
 	rig_require(&r);
-	plan(11);
+	plan(12);
 	explained(&r);
 
 	/* 1. A file that grows after the dump. */

@@ -20,10 +20,15 @@
  *      SO_REUSEADDR, as servers do, since the killed connection's port
  *      lingers in TIME_WAIT;
  *   3. the image restored again beside the restored job fails, because
- *      its addresses are taken, and status says so.
+ *      its addresses are taken, and status says so;
+ *   4. a job connected to a peer outside it (this test) is not
+ *      checkpointed: CRIU would save the connection without holding the
+ *      peer off. The checkpoint fails naming the connection, and the job
+ *      runs on.
  */
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <sys/stat.h>
 
 #include "phosfs_test.h"
 
@@ -89,14 +94,63 @@ static int tcp_app(bool reuse)
 	}
 }
 
-/* Whether out has a FAILED line (shown). */
+/* A job that connects to port on 127.0.0.1 (a peer outside it) and
+ * counts while it stays connected. */
+static int client_app(int port)
+{
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
+				 .sin_port = htons((uint16_t)port) };
+	int s = socket(AF_INET, SOCK_STREAM, 0);
+	if (s < 0 || connect(s, (struct sockaddr *)&a, sizeof(a))) {
+		printf("FAILED: cannot connect: %s\n", strerror(errno));
+		return 1;
+	}
+	for (long n = 1;; n++) {
+		printf("count %ld\n", n);
+		usleep(10000);
+	}
+}
+
+/* Whether out has a FAILED line from byte `from` on (shown). */
+static int failed_from(const char *out, long from)
+{
+	FILE *f = fopen(out, "r");
+	char l[256];
+	int bad = 0;
+	if (f && fseek(f, from, SEEK_SET) == 0)
+		while (!bad && fgets(l, sizeof(l), f))
+			if (!strncmp(l, "FAILED", 6)) {
+				diag("%s", l);
+				bad = 1;
+			}
+	if (f)
+		fclose(f);
+	return bad;
+}
+
 static int failed(const char *out)
 {
-	char l[256] = "";
-	if (!rig_line(out, "FAILED", 0, l, sizeof(l)))
-		return 0;
-	diag("%s", l);
-	return 1;
+	return failed_from(out, 0);
+}
+
+/* The size of file path now. */
+static long size_of(const char *path)
+{
+	struct stat sb;
+	return stat(path, &sb) == 0 ? (long)sb.st_size : 0;
+}
+
+/* Kills the job of pid (its namespace's init, so every process of it
+ * goes) and waits until pid is gone. */
+static void kill_job(pid_t pid)
+{
+	pid_t root = rig_job_root(pid);
+	kill(root, SIGKILL);
+	kill(pid, SIGKILL);
+	for (int i = 0; i < 250 && (rig_alive(root) || rig_alive(pid)); i++)
+		usleep(20000);
+	rig_reap();
 }
 
 /* Starts the job (its server with SO_REUSEADDR or not); its output path
@@ -132,9 +186,9 @@ static int checkpoint(rig *r, pid_t job, const char *cmd, const char *what)
 static int restored_counts(rig *r, const char *image, pid_t *back, const char *out, const char *what)
 {
 	char st[4096] = "";
-	long c = rig_count(out);
+	long c = rig_count(out), from = size_of(out);
 	int e = rig_restore(r, image, back, st, sizeof(st));
-	int on = e == 0 && rig_alive(*back) && rig_counts_past(out, c + 20, 10000) && !failed(out);
+	int on = e == 0 && rig_alive(*back) && rig_counts_past(out, c + 20, 10000) && !failed_from(out, from);
 	ok(on, "%s, the job counts on over the same connection", what);
 	if (!on)
 		diag("%s", st);
@@ -145,12 +199,14 @@ int main(int argc, char **argv)
 {
 	if (argc > 2 && !strcmp(argv[1], "--tcp-app"))
 		return tcp_app(!strcmp(argv[2], "reuse"));
+	if (argc > 2 && !strcmp(argv[1], "--client-app"))
+		return client_app(atoi(argv[2]));
 	rig r;
 	rig_require(&r);
 	char self[PATH_MAX];
 	ssize_t sl = readlink("/proc/self/exe", self, sizeof(self) - 1);
 	self[sl > 0 ? sl : 0] = 0;
-	plan(9);
+	plan(10);
 	if (rig_mount(&r, NULL))
 		bail("phosfs did not mount");
 	char out[PATH_MAX], image[PATH_MAX], st[4096];
@@ -160,9 +216,7 @@ int main(int argc, char **argv)
 	 * restores at once. */
 	pid_t a = start(&r, self, false, out);
 	int dumped = checkpoint(&r, a, "checkpoint stop kill name=k\n", "checkpoint stop kill");
-	for (int i = 0; i < 100 && rig_alive(a); i++)
-		usleep(20000);
-	rig_reap();
+	kill_job(a);
 	snprintf(image, sizeof(image), "%s/%d/k", r.store, (int)a);
 	pid_t a2 = 0;
 	if (dumped)
@@ -178,10 +232,7 @@ int main(int argc, char **argv)
 	long c0 = rig_count(out);
 	ok(dumped && rig_counts_past(out, c0 + 20, 10000) && !failed(out), "the job counts on over it after the dump");
 	snprintf(image, sizeof(image), "%s/%d/s", r.store, (int)b);
-	kill(b, SIGKILL);
-	for (int i = 0; i < 100 && rig_alive(b); i++)
-		usleep(20000);
-	rig_reap();
+	kill_job(b);
 	pid_t b2 = 0;
 	int back = dumped && restored_counts(&r, image, &b2, out, "killed and restored");
 
@@ -192,10 +243,48 @@ int main(int argc, char **argv)
 	ok(e > 0 && strstr(st, "in use on this machine"), "a second restore beside it fails: its addresses are taken");
 	if (e <= 0 || !strstr(st, "in use on this machine"))
 		diag("%s", st);
-	ok(back && rig_alive(b2) && rig_counts_past(out, rig_count(out) + 5, 5000) && !failed(out),
+	ok(back && rig_alive(b2) && rig_counts_past(out, rig_count(out) + 5, 5000) && !failed_from(out, size_of(out) / 2),
 	   "and the restored job runs on");
 	pid_t all[] = { a, a2, b, b2, clone };
-	rig_kill_all(all, sizeof(all) / sizeof(*all));
+	for (size_t i = 0; i < sizeof(all) / sizeof(*all); i++)
+		if (all[i] > 0)
+			kill_job(all[i]);
+
+	/* 4. A connection to a peer outside the job (this test): the
+	 * checkpoint fails before anything is parked, status says why, the
+	 * job runs on and nothing is published. */
+	struct sockaddr_in la = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t ll = sizeof(la);
+	int l = socket(AF_INET, SOCK_STREAM, 0);
+	if (l < 0 || bind(l, (struct sockaddr *)&la, sizeof(la)) || listen(l, 1) ||
+	    getsockname(l, (struct sockaddr *)&la, &ll))
+		bail("cannot listen on 127.0.0.1");
+	char port[16];
+	snprintf(port, sizeof(port), "%d", ntohs(la.sin_port));
+	char *const ccmd[] = { self, "--client-app", port, NULL };
+	pid_t c = rig_phos_run(&r, ccmd);
+	int peer = accept(l, NULL, NULL);
+	rig_out(&r, c, out, sizeof(out));
+	char path[256], last[256] = "";
+	int started = c > 0 && peer >= 0 && rig_line(out, "count 5", 10000, NULL, 0);
+	snprintf(path, sizeof(path), "%s/%d/ctl", r.mnt, (int)c);
+	e = started ? rig_ctl(path, "checkpoint stop name=out\n", 25) : -1;
+	if (e == 0)
+		rig_job_done(&r, c, 30000, last, sizeof(last));
+	snprintf(path, sizeof(path), "%s/%d/status", r.mnt, (int)c);
+	rig_read(path, st, sizeof(st));
+	snprintf(image, sizeof(image), "%s/%d/out", r.store, (int)c);
+	long cn = rig_count(out);
+	ok(e == 0 && strstr(last, "failed") && strstr(st, "outside the job") && strstr(st, port) &&
+		   access(image, F_OK) != 0 && rig_counts_past(out, cn + 5, 5000),
+	   "a connection to a peer outside the job fails the checkpoint, naming it; the job runs on, no image");
+	if (!strstr(st, "outside the job"))
+		diag("%s", st);
+	if (c > 0)
+		kill_job(c);
+	if (peer >= 0)
+		close(peer);
+	close(l);
 	rig_cleanup(&r);
 	return done();
 }
