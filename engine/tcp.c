@@ -15,7 +15,9 @@
  * "socket:[INODE]"); the connections are the tree's network namespace's
  * /proc/PID/net/tcp and tcp6 rows, each with its addresses, state and
  * inode. A connected socket of the tree whose reverse (local and remote
- * swapped) is not a socket of the tree has its peer outside.
+ * swapped) is not a socket of the tree has its peer outside. IPv4
+ * addresses are compared as IPv4-mapped IPv6 ones: a dual-stack server
+ * (listening on ::) sees an IPv4 client as ::ffff:a.b.c.d.
  */
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -30,12 +32,12 @@
 #define TCP_LISTEN 0x0A /* /proc/net/tcp's states (include/net/tcp_states.h) */
 #define TCP_CLOSE 0x07
 
-/* A row of /proc/net/tcp or tcp6: addresses as the file writes them. */
+/* A row of /proc/net/tcp or tcp6, its addresses as IPv6 ones (an IPv4
+ * address as ::ffff:a.b.c.d, as a dual-stack socket sees its peer). */
 typedef struct conn {
-	char local[40], remote[40]; /* hex */
+	unsigned char local[16], remote[16];
 	unsigned lport, rport, state;
 	unsigned long inode;
-	int v6;
 } conn;
 
 /* The tree's socket inodes, sorted, and the pid holding each. */
@@ -91,6 +93,32 @@ static int sockets_of(pid_t pid, owned **o, size_t *n, size_t *cap)
 	return e;
 }
 
+/* An address as /proc/net/tcp writes it (the words of the address in the
+ * machine's byte order) into a[16], as IPv6. */
+static void parse(const char *hex, int v6, unsigned char a[16])
+{
+	memset(a, 0, 16);
+	if (!v6) {
+		a[10] = a[11] = 0xff;
+	}
+	for (int w = 0; w < (v6 ? 4 : 1); w++) {
+		char word[9] = "";
+		memcpy(word, hex + 8 * w, 8);
+		uint32_t x = (uint32_t)strtoul(word, NULL, 16);
+		memcpy(a + (v6 ? 4 * w : 12), &x, 4);
+	}
+}
+
+/* An address and port as text. */
+static void show(const unsigned char a[16], unsigned port, char *out, size_t len)
+{
+	static const unsigned char mapped[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
+	int v4 = !memcmp(a, mapped, 12);
+	char ip[INET6_ADDRSTRLEN] = "?";
+	inet_ntop(v4 ? AF_INET : AF_INET6, v4 ? a + 12 : a, ip, sizeof(ip));
+	snprintf(out, len, v4 ? "%s:%u" : "[%s]:%u", ip, port);
+}
+
 /* Appends the rows of /proc/PID/net/<file> to *c (*n of *cap). */
 static int rows_of(pid_t pid, const char *file, int v6, conn **c, size_t *n, size_t *cap)
 {
@@ -101,10 +129,13 @@ static int rows_of(pid_t pid, const char *file, int v6, conn **c, size_t *n, siz
 		return errno == ENOENT ? 0 : -errno; /* no IPv6 here, or pid gone */
 	int e = 0;
 	while (!e && fgets(line, sizeof(line), f)) {
-		conn r = { .v6 = v6 };
-		if (sscanf(line, " %*u: %39[0-9A-Fa-f]:%x %39[0-9A-Fa-f]:%x %x %*s %*s %*s %*u %*u %lu", r.local, &r.lport,
-			   r.remote, &r.rport, &r.state, &r.inode) != 6)
+		conn r = { 0 };
+		char l[40], rm[40];
+		if (sscanf(line, " %*u: %39[0-9A-Fa-f]:%x %39[0-9A-Fa-f]:%x %x %*s %*s %*s %*u %*u %lu", l, &r.lport, rm,
+			   &r.rport, &r.state, &r.inode) != 6)
 			continue; /* the header */
+		parse(l, v6, r.local);
+		parse(rm, v6, r.remote);
 		if (*n == *cap) {
 			size_t k = *cap ? *cap * 2 : 64;
 			conn *g = realloc(*c, k * sizeof(*g));
@@ -119,22 +150,6 @@ static int rows_of(pid_t pid, const char *file, int v6, conn **c, size_t *n, siz
 	}
 	fclose(f);
 	return e;
-}
-
-/* An address as /proc/net/tcp writes it (the words of the address in the
- * machine's byte order), as text. */
-static void show(const char *hex, unsigned port, int v6, char *out, size_t len)
-{
-	unsigned char a[16] = { 0 };
-	for (int w = 0; w < (v6 ? 4 : 1); w++) {
-		char word[9] = "";
-		memcpy(word, hex + 8 * w, 8);
-		uint32_t x = (uint32_t)strtoul(word, NULL, 16);
-		memcpy(a + 4 * w, &x, 4);
-	}
-	char ip[INET6_ADDRSTRLEN] = "?";
-	inet_ntop(v6 ? AF_INET6 : AF_INET, a, ip, sizeof(ip));
-	snprintf(out, len, v6 ? "[%s]:%u" : "%s:%u", ip, port);
 }
 
 int engine_tcp_outside(const phosimg_member *m, uint32_t n, char *what, size_t len)
@@ -159,14 +174,14 @@ int engine_tcp_outside(const phosimg_member *m, uint32_t n, char *what, size_t l
 			continue;
 		int inside = 0;
 		for (size_t j = 0; j < nc && !inside; j++)
-			inside = j != i && c[j].v6 == c[i].v6 && c[j].lport == c[i].rport && c[j].rport == c[i].lport &&
-				 !strcmp(c[j].local, c[i].remote) && !strcmp(c[j].remote, c[i].local) &&
+			inside = j != i && c[j].lport == c[i].rport && c[j].rport == c[i].lport &&
+				 !memcmp(c[j].local, c[i].remote, 16) && !memcmp(c[j].remote, c[i].local, 16) &&
 				 find_owned(o, no, c[j].inode);
 		if (inside)
 			continue;
 		char l[64], r[64];
-		show(c[i].local, c[i].lport, c[i].v6, l, sizeof(l));
-		show(c[i].remote, c[i].rport, c[i].v6, r, sizeof(r));
+		show(c[i].local, c[i].lport, l, sizeof(l));
+		show(c[i].remote, c[i].rport, r, sizeof(r));
 		snprintf(what, len, "process %d has a TCP connection from %s to %s, outside the job", (int)mine->pid, l,
 			 r);
 		found = 1;

@@ -21,7 +21,9 @@
  *      lingers in TIME_WAIT;
  *   3. the image restored again beside the restored job fails, because
  *      its addresses are taken, and status says so;
- *   4. a job connected to a peer outside it (this test) is not
+ *   4. the same with a dual-stack server (on [::]) and an IPv4 client,
+ *      whose connection's server end has IPv4-mapped addresses;
+ *   5. a job connected to a peer outside it (this test) is not
  *      checkpointed: CRIU would save the connection without holding the
  *      peer off. The checkpoint fails naming the connection, and the job
  *      runs on.
@@ -34,18 +36,39 @@
 
 /* ---- the job ------------------------------------------------------------ */
 
-static int tcp_app(bool reuse)
+/* The server's listening socket on 127.0.0.1 (dual: on [::], taking
+ * IPv4 clients too, as a dual-stack server does); its port into *port. */
+static int listener(bool reuse, bool dual, int *port)
+{
+	int one = 1, zero = 0, l = socket(dual ? AF_INET6 : AF_INET, SOCK_STREAM, 0);
+	if (l < 0 || (reuse && setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one))) ||
+	    (dual && setsockopt(l, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero))))
+		return -1;
+	struct sockaddr_in a4 = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	struct sockaddr_in6 a6 = { .sin6_family = AF_INET6, .sin6_addr = IN6ADDR_ANY_INIT };
+	socklen_t al = dual ? sizeof(a6) : sizeof(a4);
+	struct sockaddr *a = dual ? (struct sockaddr *)&a6 : (struct sockaddr *)&a4;
+	if (bind(l, a, al) || listen(l, 1) || getsockname(l, a, &al))
+		return -1;
+	*port = ntohs(dual ? a6.sin6_port : a4.sin_port);
+	return l;
+}
+
+static int tcp_app(bool reuse, bool dual)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	socklen_t al = sizeof(a);
-	int l = socket(AF_INET, SOCK_STREAM, 0), one = 1;
-	if (l < 0 || (reuse && setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one))) || bind(l, (struct sockaddr *)&a, sizeof(a)) || listen(l, 1) ||
-	    getsockname(l, (struct sockaddr *)&a, &al)) {
+	int port = 0, l = listener(reuse, dual, &port);
+	if (l < 0 && dual && (errno == EAFNOSUPPORT || errno == EADDRNOTAVAIL)) {
+		printf("no IPv6\n");
+		return 0;
+	}
+	if (l < 0) {
 		printf("FAILED: cannot listen: %s\n", strerror(errno));
 		return 1;
 	}
-	printf("port %d\n", ntohs(a.sin_port));
+	printf("port %d\n", port);
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
+				 .sin_port = htons((uint16_t)port) };
 	pid_t c = fork();
 	if (c == 0) {
 		int s = socket(AF_INET, SOCK_STREAM, 0);
@@ -153,16 +176,19 @@ static void kill_job(pid_t pid)
 	rig_reap();
 }
 
-/* Starts the job (its server with SO_REUSEADDR or not); its output path
- * into out. Reports its start as a test. */
-static pid_t start(rig *r, const char *self, bool reuse, char *out)
+/* Starts the job, its server plain, with SO_REUSEADDR ("reuse") or
+ * dual-stack ("dual"); its output path into out. Reports its start as a
+ * test; 0 when a dual-stack server finds no IPv6 here (then skipped). */
+static pid_t start(rig *r, const char *self, const char *mode, char *out)
 {
-	char *const cmd[] = { (char *)self, "--tcp-app", reuse ? "reuse" : "plain", NULL };
+	char *const cmd[] = { (char *)self, "--tcp-app", (char *)mode, NULL };
 	pid_t job = rig_phos_run(r, cmd);
 	rig_out(r, job, out, PATH_MAX);
-	ok(job > 0 && rig_line(out, "count 20", 15000, NULL, 0) && !failed(out),
-	   "the job's two processes talk over a TCP connection (%d, %s)", (int)job,
-	   reuse ? "the server with SO_REUSEADDR" : "a plain server");
+	int up = job > 0 && rig_line(out, "count 20", 15000, NULL, 0);
+	if (!up && job > 0 && rig_line(out, "no IPv6", 0, NULL, 0))
+		return 0;
+	ok(up && !failed(out), "the job's two processes talk over a TCP connection (%d, the server %s)", (int)job,
+	   !strcmp(mode, "reuse") ? "with SO_REUSEADDR" : !strcmp(mode, "dual") ? "dual-stack, on [::]" : "plain");
 	return job;
 }
 
@@ -198,7 +224,7 @@ static int restored_counts(rig *r, const char *image, pid_t *back, const char *o
 int main(int argc, char **argv)
 {
 	if (argc > 2 && !strcmp(argv[1], "--tcp-app"))
-		return tcp_app(!strcmp(argv[2], "reuse"));
+		return tcp_app(!strcmp(argv[2], "reuse"), !strcmp(argv[2], "dual"));
 	if (argc > 2 && !strcmp(argv[1], "--client-app"))
 		return client_app(atoi(argv[2]));
 	rig r;
@@ -206,7 +232,7 @@ int main(int argc, char **argv)
 	char self[PATH_MAX];
 	ssize_t sl = readlink("/proc/self/exe", self, sizeof(self) - 1);
 	self[sl > 0 ? sl : 0] = 0;
-	plan(10);
+	plan(13);
 	if (rig_mount(&r, NULL))
 		bail("phosfs did not mount");
 	char out[PATH_MAX], image[PATH_MAX], st[4096];
@@ -214,7 +240,7 @@ int main(int argc, char **argv)
 	/* 1. checkpoint stop kill: CRIU ends the job, its connection closed
 	 * in repair mode (nothing is sent, no port lingers), and the image
 	 * restores at once. */
-	pid_t a = start(&r, self, false, out);
+	pid_t a = start(&r, self, "plain", out);
 	int dumped = checkpoint(&r, a, "checkpoint stop kill name=k\n", "checkpoint stop kill");
 	kill_job(a);
 	snprintf(image, sizeof(image), "%s/%d/k", r.store, (int)a);
@@ -227,7 +253,7 @@ int main(int argc, char **argv)
 	/* 2. checkpoint stop: the job runs on over its connection; killed
 	 * and restored, it counts on (its server sets SO_REUSEADDR, as
 	 * servers do: the killed connection's port lingers in TIME_WAIT). */
-	pid_t b = start(&r, self, true, out);
+	pid_t b = start(&r, self, "reuse", out);
 	dumped = checkpoint(&r, b, "checkpoint stop name=s\n", "checkpoint stop");
 	long c0 = rig_count(out);
 	ok(dumped && rig_counts_past(out, c0 + 20, 10000) && !failed(out), "the job counts on over it after the dump");
@@ -250,7 +276,26 @@ int main(int argc, char **argv)
 		if (all[i] > 0)
 			kill_job(all[i]);
 
-	/* 4. A connection to a peer outside the job (this test): the
+	/* 4. A dual-stack server and its IPv4 client: the server's end is
+	 * an IPv6 socket with IPv4-mapped addresses, still inside the job. */
+	pid_t d = start(&r, self, "dual", out);
+	if (d == 0) {
+		for (int k = 0; k < 3; k++)
+			skip("no IPv6 on this machine");
+	} else {
+		dumped = checkpoint(&r, d, "checkpoint stop kill name=d\n", "checkpoint stop kill");
+		kill_job(d);
+		snprintf(image, sizeof(image), "%s/%d/d", r.store, (int)d);
+		pid_t d2 = 0;
+		if (dumped)
+			restored_counts(&r, image, &d2, out, "restored (dual-stack)");
+		else
+			ok(0, "restored (dual-stack): no image");
+		if (d2 > 0)
+			kill_job(d2);
+	}
+
+	/* 5. A connection to a peer outside the job (this test): the
 	 * checkpoint fails before anything is parked, status says why, the
 	 * job runs on and nothing is published. */
 	struct sockaddr_in la = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
