@@ -222,13 +222,18 @@ TEST_SH  := $(wildcard tests/*.sh)
 TEST_BIN := $(TEST_C:tests/%.c=$(BUILD)/tests/%) $(TEST_SH:tests/%.sh=$(BUILD)/tests/%)
 
 # Programs the tests run under phos (tests/apps/), against simcuda or a GPU.
-TEST_APPS := $(BUILD)/tests/apps/cow_app $(BUILD)/tests/apps/two_gpu_app
+TEST_APPS := $(BUILD)/tests/apps/cow_app $(BUILD)/tests/apps/two_gpu_app $(BUILD)/tests/apps/tcp_app
 
 .PHONY: tests
 tests: $(TEST_BIN) $(KERNELS) $(TEST_APPS)
 $(BUILD)/tests/apps/%: tests/apps/%.c tests/simcuda/simcuda.h $(SIMCUDA_LIB)
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) $(XCFLAGS) $(CFLAGS) -o $@ $< $(XLDFLAGS) $(LDFLAGS) -rdynamic -L$(BUILD)/simcuda -lcuda
+
+# Without the sanitizers, even in SANITIZE builds (tests/apps/tcp_app.c says why).
+$(BUILD)/tests/apps/tcp_app: tests/apps/tcp_app.c
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) -std=c11 -Wall -Wextra -Werror $(CFLAGS) -o $@ $<
 
 # Tests that call into engine/ directly link its objects.
 ENGINE_TESTS := $(BUILD)/tests/phosfs_criu_errors_name_the_real_cause $(BUILD)/tests/restore_gives_clones_free_socket_names
@@ -245,7 +250,7 @@ $(BUILD)/tests/%: tests/%.sh
 	install -m 0755 $< $@
 
 # Tests find the project's CRIU and the kernels through these.
-TEST_ENV := PHOS_CRIU=$(abspath $(CRIU)) PHOS_KERNELS=$(abspath $(BUILD)/kernels) PHOS_SRCDIR=$(CURDIR) PHOS_LIBPHOS=$(abspath $(LIBPHOS)) PHOS_PHOSFS=$(abspath $(PHOSFS)) PHOS_CLI=$(abspath $(PHOS_CLI)) PHOS_COUNTER=$(abspath $(BUILD)/examples/counter) PHOS_SIMCUDA=$(abspath $(BUILD)/simcuda) PHOS_CRIU_PLUGINS=$(abspath $(CRIU_PLUGIN_DIR)) PHOS_COW_APP=$(abspath $(BUILD)/tests/apps/cow_app) PHOS_TWO_GPU_APP=$(abspath $(BUILD)/tests/apps/two_gpu_app)
+TEST_ENV := PHOS_CRIU=$(abspath $(CRIU)) PHOS_KERNELS=$(abspath $(BUILD)/kernels) PHOS_SRCDIR=$(CURDIR) PHOS_LIBPHOS=$(abspath $(LIBPHOS)) PHOS_PHOSFS=$(abspath $(PHOSFS)) PHOS_CLI=$(abspath $(PHOS_CLI)) PHOS_COUNTER=$(abspath $(BUILD)/examples/counter) PHOS_SIMCUDA=$(abspath $(BUILD)/simcuda) PHOS_CRIU_PLUGINS=$(abspath $(CRIU_PLUGIN_DIR)) PHOS_COW_APP=$(abspath $(BUILD)/tests/apps/cow_app) PHOS_TWO_GPU_APP=$(abspath $(BUILD)/tests/apps/two_gpu_app) PHOS_TCP_APP=$(abspath $(BUILD)/tests/apps/tcp_app)
 
 check: all
 	$(TEST_ENV) $(PROVE) $(PROVE_FLAGS) $(TEST_BIN)

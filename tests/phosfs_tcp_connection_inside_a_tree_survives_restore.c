@@ -2,8 +2,8 @@
  * A job whose processes talk over TCP, as torchrun's agent and its
  * workers do through their store, on a real mount with real CRIU:
  *
- *   phos run -- THIS --tcp-app
- *     THIS --tcp-app     listens on 127.0.0.1, accepts one connection,
+ *   phos run -- tcp_app server
+ *     tcp_app server     listens on 127.0.0.1, accepts one connection,
  *     │                  and answers each request n with n * 3
  *     └ child            connects, sends 1, 2, 3, … every 10 ms and
  *                        checks each answer
@@ -30,110 +30,10 @@
  */
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/stat.h>
 
 #include "phosfs_test.h"
-
-/* ---- the job ------------------------------------------------------------ */
-
-/* The server's listening socket on 127.0.0.1 (dual: on [::], taking
- * IPv4 clients too, as a dual-stack server does); its port into *port. */
-static int listener(bool reuse, bool dual, int *port)
-{
-	int one = 1, zero = 0, l = socket(dual ? AF_INET6 : AF_INET, SOCK_STREAM, 0);
-	if (l < 0 || (reuse && setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one))) ||
-	    (dual && setsockopt(l, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero))))
-		return -1;
-	struct sockaddr_in a4 = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	struct sockaddr_in6 a6 = { .sin6_family = AF_INET6, .sin6_addr = IN6ADDR_ANY_INIT };
-	socklen_t al = dual ? sizeof(a6) : sizeof(a4);
-	struct sockaddr *a = dual ? (struct sockaddr *)&a6 : (struct sockaddr *)&a4;
-	if (bind(l, a, al) || listen(l, 1) || getsockname(l, a, &al))
-		return -1;
-	*port = ntohs(dual ? a6.sin6_port : a4.sin_port);
-	return l;
-}
-
-static int tcp_app(bool reuse, bool dual)
-{
-	setvbuf(stdout, NULL, _IOLBF, 0);
-	int port = 0, l = listener(reuse, dual, &port);
-	if (l < 0 && dual && (errno == EAFNOSUPPORT || errno == EADDRNOTAVAIL)) {
-		printf("no IPv6\n");
-		return 0;
-	}
-	if (l < 0) {
-		printf("FAILED: cannot listen: %s\n", strerror(errno));
-		return 1;
-	}
-	printf("port %d\n", port);
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
-				 .sin_port = htons((uint16_t)port) };
-	pid_t c = fork();
-	if (c == 0) {
-		int s = socket(AF_INET, SOCK_STREAM, 0);
-		if (s < 0 || connect(s, (struct sockaddr *)&a, sizeof(a))) {
-			printf("FAILED: client cannot connect: %s\n", strerror(errno));
-			_exit(1);
-		}
-		for (uint64_t n = 1;; n++) {
-			uint64_t r;
-			if (write(s, &n, sizeof(n)) != (ssize_t)sizeof(n) || read(s, &r, sizeof(r)) != (ssize_t)sizeof(r)) {
-				printf("FAILED: client lost the connection at %llu: %s\n", (unsigned long long)n,
-				       strerror(errno));
-				_exit(1);
-			}
-			if (r != n * 3) {
-				printf("FAILED: client got %llu for %llu\n", (unsigned long long)r, (unsigned long long)n);
-				_exit(1);
-			}
-			usleep(10000);
-		}
-	}
-	int s = accept(l, NULL, NULL);
-	if (s < 0) {
-		printf("FAILED: cannot accept: %s\n", strerror(errno));
-		return 1;
-	}
-	for (uint64_t expect = 1;; expect++) {
-		uint64_t n;
-		ssize_t got = read(s, &n, sizeof(n));
-		if (got != (ssize_t)sizeof(n)) {
-			printf("FAILED: server lost the connection at %llu: %s\n", (unsigned long long)expect,
-			       got < 0 ? strerror(errno) : "end of stream");
-			return 1;
-		}
-		if (n != expect) {
-			printf("FAILED: server got %llu, expected %llu\n", (unsigned long long)n,
-			       (unsigned long long)expect);
-			return 1;
-		}
-		uint64_t r = n * 3;
-		if (write(s, &r, sizeof(r)) != (ssize_t)sizeof(r)) {
-			printf("FAILED: server cannot answer %llu: %s\n", (unsigned long long)n, strerror(errno));
-			return 1;
-		}
-		printf("count %llu\n", (unsigned long long)n);
-	}
-}
-
-/* A job that connects to port on 127.0.0.1 (a peer outside it) and
- * counts while it stays connected. */
-static int client_app(int port)
-{
-	setvbuf(stdout, NULL, _IOLBF, 0);
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
-				 .sin_port = htons((uint16_t)port) };
-	int s = socket(AF_INET, SOCK_STREAM, 0);
-	if (s < 0 || connect(s, (struct sockaddr *)&a, sizeof(a))) {
-		printf("FAILED: cannot connect: %s\n", strerror(errno));
-		return 1;
-	}
-	for (long n = 1;; n++) {
-		printf("count %ld\n", n);
-		usleep(10000);
-	}
-}
 
 /* Whether out has a FAILED line from byte `from` on (shown). */
 static int failed_from(const char *out, long from)
@@ -181,7 +81,7 @@ static void kill_job(pid_t pid)
  * test; 0 when a dual-stack server finds no IPv6 here (then skipped). */
 static pid_t start(rig *r, const char *self, const char *mode, char *out)
 {
-	char *const cmd[] = { (char *)self, "--tcp-app", (char *)mode, NULL };
+	char *const cmd[] = { (char *)self, "server", (char *)mode, NULL };
 	pid_t job = rig_phos_run(r, cmd);
 	rig_out(r, job, out, PATH_MAX);
 	int up = job > 0 && rig_line(out, "count 20", 15000, NULL, 0);
@@ -221,17 +121,14 @@ static int restored_counts(rig *r, const char *image, pid_t *back, const char *o
 	return on;
 }
 
-int main(int argc, char **argv)
+int main(void)
 {
-	if (argc > 2 && !strcmp(argv[1], "--tcp-app"))
-		return tcp_app(!strcmp(argv[2], "reuse"), !strcmp(argv[2], "dual"));
-	if (argc > 2 && !strcmp(argv[1], "--client-app"))
-		return client_app(atoi(argv[2]));
 	rig r;
 	rig_require(&r);
 	char self[PATH_MAX];
-	ssize_t sl = readlink("/proc/self/exe", self, sizeof(self) - 1);
-	self[sl > 0 ? sl : 0] = 0;
+	snprintf(self, sizeof(self), "%s", test_path("PHOS_TCP_APP", "apps/tcp_app"));
+	if (access(self, X_OK))
+		skip_all("no tests/apps/tcp_app");
 	plan(13);
 	if (rig_mount(&r, NULL))
 		bail("phosfs did not mount");
@@ -306,9 +203,10 @@ int main(int argc, char **argv)
 		bail("cannot listen on 127.0.0.1");
 	char port[16];
 	snprintf(port, sizeof(port), "%d", ntohs(la.sin_port));
-	char *const ccmd[] = { self, "--client-app", port, NULL };
+	char *const ccmd[] = { self, "client", port, NULL };
 	pid_t c = rig_phos_run(&r, ccmd);
-	int peer = accept(l, NULL, NULL);
+	struct pollfd pl = { .fd = l, .events = POLLIN };
+	int peer = c > 0 && poll(&pl, 1, 10000) == 1 ? accept(l, NULL, NULL) : -1;
 	rig_out(&r, c, out, sizeof(out));
 	char path[256], last[256] = "";
 	int started = c > 0 && peer >= 0 && rig_line(out, "count 5", 10000, NULL, 0);
