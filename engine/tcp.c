@@ -58,6 +58,20 @@ static const owned *find_owned(const owned *o, size_t n, unsigned long inode)
 	return inode ? bsearch(&key, o, n, sizeof(*o), by_inode) : NULL;
 }
 
+/* The array a (elements of size bytes, n used of *cap) with room for one
+ * more: a itself, or a larger copy (a freed); NULL if out of memory (a
+ * kept). */
+static void *room(void *a, size_t size, size_t n, size_t *cap)
+{
+	if (n < *cap)
+		return a;
+	size_t c = *cap ? *cap * 2 : 64;
+	void *g = realloc(a, c * size);
+	if (g)
+		*cap = c;
+	return g;
+}
+
 /* Appends the socket inodes pid's fds name to *o (*n of *cap). */
 static int sockets_of(pid_t pid, owned **o, size_t *n, size_t *cap)
 {
@@ -77,17 +91,13 @@ static int sockets_of(pid_t pid, owned **o, size_t *n, size_t *cap)
 		link[l] = 0;
 		if (sscanf(link, "socket:[%lu]", &ino) != 1)
 			continue;
-		if (*n == *cap) {
-			size_t c = *cap ? *cap * 2 : 64;
-			owned *g = realloc(*o, c * sizeof(*g));
-			if (!g) {
-				e = -ENOMEM;
-				break;
-			}
-			*o = g;
-			*cap = c;
+		owned *g = room(*o, sizeof(**o), *n, cap);
+		if (!g) {
+			e = -ENOMEM;
+			break;
 		}
-		(*o)[(*n)++] = (owned){ ino, pid };
+		*o = g;
+		g[(*n)++] = (owned){ ino, pid };
 	}
 	closedir(d);
 	return e;
@@ -136,17 +146,13 @@ static int rows_of(pid_t pid, const char *file, int v6, conn **c, size_t *n, siz
 			continue; /* the header */
 		parse(l, v6, r.local);
 		parse(rm, v6, r.remote);
-		if (*n == *cap) {
-			size_t k = *cap ? *cap * 2 : 64;
-			conn *g = realloc(*c, k * sizeof(*g));
-			if (!g) {
-				e = -ENOMEM;
-				break;
-			}
-			*c = g;
-			*cap = k;
+		conn *g = room(*c, sizeof(**c), *n, cap);
+		if (!g) {
+			e = -ENOMEM;
+			break;
 		}
-		(*c)[(*n)++] = r;
+		*c = g;
+		g[(*n)++] = r;
 	}
 	fclose(f);
 	return e;
