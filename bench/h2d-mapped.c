@@ -36,7 +36,6 @@
  * unregistrations. The file's first 4096 bytes (gpu.data's header) are
  * skipped.
  */
-#include <cuda.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -49,24 +48,9 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "cuda-bench.h"
+
 #define DEPTH_MAX 8
-
-static void check(CUresult r, const char *what)
-{
-	if (r != CUDA_SUCCESS) {
-		const char *s = "?";
-		cuGetErrorString(r, &s);
-		fprintf(stderr, "h2d-mapped: %s failed: %s\n", what, s);
-		exit(2);
-	}
-}
-
-static double now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 enum { REG, REG_HASH, WHOLE, SEG, HASH, PAR };
 
@@ -170,8 +154,8 @@ static void *run(void *arg)
 				check(cuMemHostRegister((void *)p, len, CU_MEMHOSTREGISTER_READ_ONLY),
 				      "cuMemHostRegister");
 			else if (sh->mode == SEG)
-				for (size_t k = at / sh->seg; k <= (at + len - 1) / sh->seg; k++)
-					seg_get(sh, k);
+				for (size_t g = at / sh->seg; g <= (at + len - 1) / sh->seg; g++)
+					seg_get(sh, g);
 			double t1 = now();
 			w->reg_s += t1 - t0;
 			check(cuMemcpyHtoDAsync(sh->dst + at, p, len, w->s), "cuMemcpyHtoDAsync");
@@ -223,12 +207,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	size_t size = (size_t)sb.st_size;
-	CUdevice dev;
-	CUcontext ctx;
-	check(cuInit(0), "cuInit");
-	check(cuDeviceGet(&dev, 0), "cuDeviceGet");
-	check(cuDevicePrimaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain");
-	check(cuCtxSetCurrent(ctx), "cuCtxSetCurrent");
+	CUcontext ctx = primary_context();
 	shared sh = { .ctx = ctx, .bytes = size - 4096, .chunk = chunk, .seg = seg, .mode = mode, .depth = depth };
 	pthread_mutex_init(&sh.lock, NULL);
 	pthread_cond_init(&sh.made, NULL);

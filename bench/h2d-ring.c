@@ -16,31 +16,15 @@
  * stream i mod N; the line then ends "streams N") rather than one each;
  * W then also counts a thread's wait behind the others' copies.
  */
-#include <cuda.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "cuda-bench.h"
+
 #define SOURCE (16u << 20) /* what a writing thread copies from, over and over */
-
-static void check(CUresult r, const char *what)
-{
-	if (r != CUDA_SUCCESS) {
-		const char *s = "?";
-		cuGetErrorString(r, &s);
-		fprintf(stderr, "h2d-ring: %s failed: %s\n", what, s);
-		exit(2);
-	}
-}
-
-static double now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 typedef struct worker {
 	pthread_t th;
@@ -129,12 +113,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "h2d-ring: bad sizes\n");
 		return 2;
 	}
-	CUdevice dev;
-	CUcontext ctx;
-	check(cuInit(0), "cuInit");
-	check(cuDeviceGet(&dev, 0), "cuDeviceGet");
-	check(cuDevicePrimaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain");
-	check(cuCtxSetCurrent(ctx), "cuCtxSetCurrent");
+	CUcontext ctx = primary_context();
 	CUdeviceptr d;
 	check(cuMemAlloc(&d, bytes), "cuMemAlloc");
 	/* Each thread its share, in whole pieces. */
