@@ -126,9 +126,7 @@ int main(void)
 	rig r;
 	rig_require(&r);
 	char self[PATH_MAX];
-	snprintf(self, sizeof(self), "%s", test_path("PHOS_TCP_APP", "apps/tcp_app"));
-	if (access(self, X_OK))
-		skip_all("no tests/apps/tcp_app");
+	rig_app_path("PHOS_TCP_APP", "apps/tcp_app", self);
 	plan(13);
 	if (rig_mount(&r, NULL))
 		bail("phosfs did not mount");

@@ -401,6 +401,18 @@ static inline void rig_cow_app_paths(char *app, char *cubin)
 		skip_all("tests/apps/cow_app or its cubin is not built (the cubin needs nvcc)");
 }
 
+/* The test program tests/<rel> (env names it elsewhere) into app
+ * (PATH_MAX), or skips the whole test when it is not built. */
+static inline void rig_app_path(const char *env, const char *rel, char *app)
+{
+	snprintf(app, PATH_MAX, "%s", test_path(env, rel));
+	if (access(app, X_OK)) {
+		char why[PATH_MAX + 32];
+		snprintf(why, sizeof(why), "tests/%s is not built", rel);
+		skip_all(why);
+	}
+}
+
 /* Starts `cow_app CUBIN MIB SEED` under phos run and waits up to ms for
  * its 200th operation, then for status to show it traced. Returns its
  * pid, or -1 if it did not get that far. */

@@ -50,9 +50,7 @@ int main(void)
 	rig r;
 	rig_require(&r);
 	char app[PATH_MAX];
-	snprintf(app, sizeof(app), "%s", test_path("PHOS_TWO_GPU_APP", "apps/two_gpu_app"));
-	if (access(app, X_OK))
-		skip_all("tests/apps/two_gpu_app is not built");
+	rig_app_path("PHOS_TWO_GPU_APP", "apps/two_gpu_app", app);
 	plan(7);
 	if (rig_mount(&r, NULL))
 		bail("phosfs did not mount");
