@@ -330,9 +330,9 @@ int engine_filler_start(phosimg *img, int threads, engine_progress *prog, engine
 	 * same bytes in flight. */
 	if (!engine_fill_tune.piece_kib && f->cs < f->piece) {
 		f->piece = f->cs;
+		size_t fit = (size_t)PIECES * PIECE / f->piece;
 		if (!engine_fill_tune.pieces)
-			f->pieces = (int)((size_t)PIECES * PIECE / f->piece < PIECES_MAX ? (size_t)PIECES * PIECE / f->piece
-											: PIECES_MAX);
+			f->pieces = fit < PIECES_MAX ? (int)fit : PIECES_MAX;
 	}
 	f->spin = engine_fill_tune.spin;
 	pthread_mutex_init(&f->lock, NULL);
