@@ -340,7 +340,7 @@ $(BUNDLE)/bench/step-app: bench/step-app.c
 
 $(BUNDLE)/bench/h2d-ring: bench/h2d-ring.c bench/cuda-bench.h
 	@mkdir -p $(@D)
-	$(CC) $(CPPFLAGS) $(XCFLAGS) $(CFLAGS) -o $@ $< -L$(CUDA_HOME)/lib64/stubs -lcuda -lpthread
+	$(CC) $(CPPFLAGS) $(XCFLAGS) $(CFLAGS) -o $@ $< -L$(CUDA_HOME)/lib64/stubs -lcuda -lxxhash -lpthread
 
 $(BUNDLE)/bench/h2d-mapped: bench/h2d-mapped.c bench/cuda-bench.h
 	@mkdir -p $(@D)

@@ -6,9 +6,16 @@
  * for the copy that last used it (a blocking-sync event). With `write`,
  * each thread first writes every piece from memory of its own (as the
  * fill's read does), so the CPUs' writes and the GPU's reads share the
- * memory bus; with `none` the pieces are only copied.
+ * memory bus; with `write-nt` it writes them with non-temporal stores
+ * (SSE2 streaming stores, around the CPU's caches, then a fence), so the
+ * GPU reads pieces that no CPU cache holds; with `read` each thread
+ * preads every piece from its share of the file H2D_RING_FILE (in the
+ * page cache: the fill's read, without its check), and with `read+hash`
+ * it also hashes each 4 MiB of it with XXH3-128 in 256 KiB steps right
+ * after their read (the fill's read and check, image-format/hash.c);
+ * with `none` the pieces are only copied.
  *
- *   h2d-ring MIB THREADS PIECES KIB none|write
+ *   h2d-ring MIB THREADS PIECES KIB none|write|write-nt|read|read+hash
  *
  * prints "h2d-ring threads T ring PxK mode M GB/s X wait_s W" (the best
  * of three rounds; W: the threads' time waiting for a piece, summed).
@@ -16,15 +23,24 @@
  * stream i mod N; the line then ends "streams N") rather than one each;
  * W then also counts a thread's wait behind the others' copies.
  */
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
+#include <xxhash.h>
 
 #include "cuda-bench.h"
 
+#if defined(__x86_64__)
+#include <emmintrin.h>
+#endif
+
 #define SOURCE (16u << 20) /* what a writing thread copies from, over and over */
+#define CHUNK (4u << 20)   /* read+hash: the bytes of one checksum */
+#define STEP (256u << 10)  /* read+hash: read, then hashed while in the cache */
 
 typedef struct worker {
 	pthread_t th;
@@ -36,6 +52,12 @@ typedef struct worker {
 	char *ring;      /* pieces x piece, pinned */
 	CUevent *done;   /* each piece's last copy */
 	char *src;       /* write: what the pieces are written from */
+	int nt;          /* write them with non-temporal stores */
+	int fd;          /* read: the file the pieces are read from; else -1 */
+	off_t off;       /* where this thread's share of it starts */
+	int hash;        /* read+hash: hash what is read */
+	XXH3_state_t *st;
+	uint64_t sink;   /* the hashes, so that they are not optimised away */
 	double wait_s;
 } worker;
 
@@ -71,6 +93,60 @@ static void teardown(worker *w, int own_stream)
 	free(w->src);
 }
 
+/* Copies len bytes (a multiple of 64; both 16-byte aligned) around the
+ * CPU's caches. */
+static void copy_nt(char *dst, const char *src, size_t len)
+{
+#if defined(__x86_64__)
+	for (size_t i = 0; i < len; i += 64) {
+		__m128i a = _mm_load_si128((const __m128i *)(src + i));
+		__m128i b = _mm_load_si128((const __m128i *)(src + i + 16));
+		__m128i c = _mm_load_si128((const __m128i *)(src + i + 32));
+		__m128i d = _mm_load_si128((const __m128i *)(src + i + 48));
+		_mm_stream_si128((__m128i *)(dst + i), a);
+		_mm_stream_si128((__m128i *)(dst + i + 16), b);
+		_mm_stream_si128((__m128i *)(dst + i + 32), c);
+		_mm_stream_si128((__m128i *)(dst + i + 48), d);
+	}
+	_mm_sfence();
+#else
+	memcpy(dst, src, len);
+#endif
+}
+
+static void read_all(int fd, char *p, size_t len, off_t off)
+{
+	while (len) {
+		ssize_t n = pread(fd, p, len, off);
+		if (n <= 0) {
+			perror("h2d-ring: pread");
+			exit(2);
+		}
+		p += n;
+		len -= (size_t)n;
+		off += n;
+	}
+}
+
+/* Reads the piece at `at` of w's share into p; with hash, in steps that
+ * it hashes as they come, a checksum every CHUNK bytes. */
+static void read_piece(worker *w, char *p, size_t at, size_t len)
+{
+	if (!w->hash) {
+		read_all(w->fd, p, len, w->off + (off_t)at);
+		return;
+	}
+	for (size_t i = 0; i < len; i += STEP) {
+		size_t n = len - i < STEP ? len - i : STEP;
+		if ((at + i) % CHUNK == 0)
+			XXH3_128bits_reset(w->st);
+		read_all(w->fd, p + i, n, w->off + (off_t)(at + i));
+		XXH3_128bits_update(w->st, p + i, n);
+		if ((at + i + n) % CHUNK == 0 || at + i + n == w->bytes)
+			w->sink += XXH3_128bits_digest(w->st).low64;
+	}
+}
+
 static void *run(void *arg)
 {
 	worker *w = arg;
@@ -86,10 +162,15 @@ static void *run(void *arg)
 			check(cuEventSynchronize(w->done[i]), "cuEventSynchronize");
 			w->wait_s += now() - t0;
 		}
-		if (w->src) {
+		if (w->fd >= 0) {
+			read_piece(w, p, at, len);
+		} else if (w->src) {
 			if (from + len > SOURCE)
 				from = 0;
-			memcpy(p, w->src + from, len);
+			if (w->nt)
+				copy_nt(p, w->src + from, len);
+			else
+				memcpy(p, w->src + from, len);
 			from += len;
 		}
 		check(cuMemcpyHtoDAsync(w->dst + at, p, len, w->s), "cuMemcpyHtoDAsync");
@@ -102,9 +183,23 @@ static void *run(void *arg)
 
 int main(int argc, char **argv)
 {
-	if (argc != 6 || (strcmp(argv[5], "none") && strcmp(argv[5], "write"))) {
-		fprintf(stderr, "usage: h2d-ring MIB THREADS PIECES KIB none|write\n");
+	static const char *modes[] = { "none", "write", "write-nt", "read", "read+hash" };
+	int mode = -1;
+	for (int i = 0; argc == 6 && i < 5; i++)
+		if (!strcmp(argv[5], modes[i]))
+			mode = i;
+	if (mode < 0) {
+		fprintf(stderr, "usage: h2d-ring MIB THREADS PIECES KIB none|write|write-nt|read|read+hash\n");
 		return 2;
+	}
+	int fd = -1;
+	if (mode >= 3) {
+		const char *file = getenv("H2D_RING_FILE");
+		fd = file ? open(file, O_RDONLY) : -1;
+		if (fd < 0) {
+			fprintf(stderr, "h2d-ring: %s needs H2D_RING_FILE, a file of MIB MiB at least\n", argv[5]);
+			return 2;
+		}
 	}
 	size_t bytes = (size_t)strtoull(argv[1], NULL, 10) << 20;
 	int threads = atoi(argv[2]), pieces = atoi(argv[3]);
@@ -133,7 +228,13 @@ int main(int argc, char **argv)
 	for (int i = 0; i < threads; i++) {
 		w[i] = (worker){ .ctx = ctx, .dst = d + (size_t)i * share, .bytes = share, .piece = piece,
 				 .pieces = pieces };
-		setup(&w[i], !strcmp(argv[5], "write"), nstreams > 0 ? streams[i % nstreams] : NULL);
+		w[i].nt = mode == 2;
+		w[i].fd = fd;
+		w[i].off = (off_t)(i * share);
+		w[i].hash = mode == 4;
+		if (w[i].hash && !(w[i].st = XXH3_createState()))
+			return 2;
+		setup(&w[i], mode == 1 || mode == 2, nstreams > 0 ? streams[i % nstreams] : NULL);
 	}
 	double best = 0, best_wait = 0;
 	for (int round = 0; round < 3; round++) {
@@ -160,8 +261,16 @@ int main(int argc, char **argv)
 	if (nstreams > 0)
 		printf(" streams %d", nstreams);
 	printf("\n");
-	for (int i = 0; i < threads; i++)
+	uint64_t sink = 0;
+	for (int i = 0; i < threads; i++) {
+		sink ^= w[i].sink;
+		XXH3_freeState(w[i].st);
 		teardown(&w[i], nstreams <= 0);
+	}
+	if (fd >= 0)
+		close(fd);
+	if (sink == 1) /* never, but the hashes are used */
+		printf("\n");
 	for (int i = 0; i < nstreams; i++)
 		cuStreamDestroy(streams[i]);
 	free(streams);
