@@ -544,11 +544,24 @@ static bool loads_cuda(pid_t pid)
 	return found;
 }
 
+/* Whether a lazy restore of root's tree is still bringing its device
+ * memory back: its job holds the tracers' connections until then, so
+ * they are not registered. */
+static bool restoring(pid_t root)
+{
+	target *r = target_root();
+	pthread_mutex_lock(&r->lock);
+	pid_t back = r->busy && r->kind == CTL_RESTORE ? r->restored : 0;
+	pthread_mutex_unlock(&r->lock);
+	return back > 0 && (back == root || job_root(back) == root);
+}
+
 /* The processes of root's tree, and which of them use the GPU: traced
- * (parked by a job, or registered), forked from a traced process (the
- * driver library is loaded but CUDA is not fork-safe: it does not use
- * the GPU), untraced CUDA, or none. */
-static void add_members(pid_t root, const target *tg, text *t)
+ * (parked by a job, or registered), restoring (CUDA, in a tree whose lazy
+ * restore is under way: back), forked from either (the driver library is
+ * loaded but CUDA is not fork-safe: it does not use the GPU), untraced
+ * CUDA, or none. */
+static void add_members(pid_t root, const target *tg, bool back, text *t)
 {
 	phosimg_member *m;
 	uint32_t n;
@@ -568,7 +581,9 @@ static void add_members(pid_t root, const target *tg, text *t)
 			gpu = "traced";
 		} else if (loads_cuda(m[i].pid)) {
 			int up = engine_tree_member(m, i, m[i].ppid);
-			gpu = up >= 0 && traced[up] ? "forked" : "untraced";
+			gpu = up >= 0 && traced[up] ? "forked" : back ? "restoring" : "untraced";
+			/* Its children are forked from it. */
+			traced[i] = !strcmp(gpu, "restoring");
 		}
 		add(t, "member: %d %s gpu=%s\n", (int)m[i].pid, m[i].comm, gpu);
 	}
@@ -579,6 +594,7 @@ static void add_members(pid_t root, const target *tg, text *t)
 static int make_status(pid_t pid, text *t)
 {
 	pid_t root = job_root(pid), name = job_name(pid);
+	bool back = restoring(root);
 	target *tg = target_get(name, false);
 	bool busy = false;
 	if (tg) {
@@ -611,8 +627,15 @@ static int make_status(pid_t pid, text *t)
 		add(t, "device bytes: %" PRIu64 "\n", bytes);
 		add(t, "app transfers pending: %u\n", p->table ? atomic_load(&p->table->pcie_pending) : 0);
 	} else {
-		add(t, "state: %s\n", busy ? "checkpointing" : alive ? "running" : "gone");
-		add(t, "traced: %s\n", busy && tg->traced ? "yes (parked)" : "no");
+		add(t, "state: %s\n",
+		    busy     ? "checkpointing"
+		    : !alive ? "gone"
+		    : back   ? "restoring (it runs; device memory is still coming back)"
+			     : "running");
+		add(t, "traced: %s\n",
+		    busy && tg->traced        ? "yes (parked)"
+		    : back && loads_cuda(pid) ? "by its restore, until all its device memory is back"
+					      : "no");
 	}
 	free(v);
 	if (p)
@@ -620,7 +643,7 @@ static int make_status(pid_t pid, text *t)
 	if (alive) {
 		if (tg)
 			pthread_mutex_lock(&tg->lock);
-		add_members(root, tg, t);
+		add_members(root, tg, back, t);
 		if (tg)
 			pthread_mutex_unlock(&tg->lock);
 	}

@@ -813,12 +813,13 @@ static void copy_task(void *arg)
 	memmove(c->dst, c->src, c->n);
 }
 
-/* $SIMCUDA_D2H_MBPS: a copy from device to host memory takes as long as
- * it would over a bus of that many MB/s (unset or 0: as long as memmove
- * takes), so that a test can see what happens while a copy runs. */
-static uint64_t d2h_ns(size_t n)
+/* $SIMCUDA_D2H_MBPS and $SIMCUDA_H2D_MBPS: a copy from device to host
+ * memory, or from host to device memory, takes as long as it would over a
+ * bus of that many MB/s (unset or 0: as long as memmove takes), so that a
+ * test can see what happens while a copy runs. */
+static uint64_t bus_ns(const char *var, size_t n)
 {
-	const char *v = getenv("SIMCUDA_D2H_MBPS");
+	const char *v = getenv(var);
 	unsigned long mbps = v ? strtoul(v, NULL, 10) : 0;
 	return mbps ? (uint64_t)n * 1000u / mbps : 0;
 }
@@ -872,7 +873,10 @@ static CUresult copy(uintptr_t dst, bool dst_dev, uintptr_t src, bool src_dev, s
 	r = check_copy(dst, dst_dev, src, src_dev, n, peer);
 	if (r || n == 0)
 		return r;
-	copy_args c = { (void *)dst, (const void *)src, n, src_dev && !dst_dev ? d2h_ns(n) : 0 };
+	uint64_t ns = src_dev && !dst_dev   ? bus_ns("SIMCUDA_D2H_MBPS", n)
+		      : !src_dev && dst_dev ? bus_ns("SIMCUDA_H2D_MBPS", n)
+					    : 0;
+	copy_args c = { (void *)dst, (const void *)src, n, ns };
 	if (async)
 		return sc_stream_submit(s, copy_task, &c, sizeof(c));
 	/* A synchronous copy is ordered after all earlier work. */
