@@ -18,7 +18,11 @@
  * (bench/fill-limits steps 4 and 6: bench/results/fill-limits-h100.txt).
  * Copying straight out of the page cache, with no CPU copy, is slower:
  * registering the store's pages with the driver runs at 13-20 GB/s and
- * no faster from many threads (step 7). (The copy out is copy-out.c.)
+ * no faster from many threads (step 7). Writing the pieces with
+ * non-temporal stores slows the GPU's copies (step 6: 36-40 against
+ * 45 GB/s), and more threads than 16 do not fill faster, even with 32
+ * CPUs (bench/results/fill-limits-h100.txt, fifth session). (The copy
+ * out is copy-out.c.)
  */
 #include <errno.h>
 #include <pthread.h>
