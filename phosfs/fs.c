@@ -630,11 +630,11 @@ static int make_status(pid_t pid, text *t)
 		add(t, "state: %s\n",
 		    busy     ? "checkpointing"
 		    : !alive ? "gone"
-		    : back   ? "restoring (it runs; device memory is still coming back)"
+		    : back   ? "restoring"
 			     : "running");
 		add(t, "traced: %s\n",
 		    busy && tg->traced        ? "yes (parked)"
-		    : back && loads_cuda(pid) ? "by its restore, until all its device memory is back"
+		    : back && loads_cuda(pid) ? "restoring"
 					      : "no");
 	}
 	free(v);

@@ -176,7 +176,7 @@ static int cmd_ls(void)
 		fprintf(stderr, "phos: %s: %s\n", mnt(), strerror(errno));
 		return 1;
 	}
-	printf("%-8s %-14s %-8s %-12s %s\n", "PID", "STATE", "TRACED", "LAST", "JOB");
+	printf("%-8s %-14s %-9s %-12s %s\n", "PID", "STATE", "TRACED", "LAST", "JOB");
 	struct dirent *de;
 	while ((de = readdir(d))) {
 		if (de->d_name[0] < '1' || de->d_name[0] > '9')
@@ -191,7 +191,7 @@ static int cmd_ls(void)
 		field(st, "traced", traced, sizeof(traced));
 		field(st, "last checkpoint", last, sizeof(last));
 		field(st, "job", job, sizeof(job));
-		printf("%-8s %-14s %-8.8s %-12s %s\n", de->d_name, state, traced, last, job);
+		printf("%-8s %-14s %-9.9s %-12s %s\n", de->d_name, state, traced, last, job);
 		free(st);
 	}
 	closedir(d);

@@ -60,7 +60,7 @@ int main(void)
 	int e = saved ? rig_restore(&r, image, &pid, st, sizeof(st)) : -1;
 	int back = e == 0 && rig_alive(pid);
 	rig_files(&r, pid, ctl, status);
-	const char *during[] = { "state: restoring", "traced: by its restore", "gpu=restoring", NULL };
+	const char *during[] = { "state: restoring\n", "traced: restoring\n", "gpu=restoring", NULL };
 	int shown = back && status_says(status, during, 0, st, sizeof(st));
 	/* The restore must still be under way for the look to mean anything. */
 	char root[8192];
