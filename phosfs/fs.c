@@ -544,18 +544,6 @@ static bool loads_cuda(pid_t pid)
 	return found;
 }
 
-/* Whether a lazy restore of root's tree is still bringing its device
- * memory back: its job holds the tracers' connections until then, so
- * they are not registered. */
-static bool restoring(pid_t root)
-{
-	target *r = target_root();
-	pthread_mutex_lock(&r->lock);
-	pid_t back = r->busy && r->kind == CTL_RESTORE ? r->restored : 0;
-	pthread_mutex_unlock(&r->lock);
-	return back > 0 && (back == root || job_root(back) == root);
-}
-
 /* The processes of root's tree, and which of them use the GPU: traced
  * (parked by a job, or registered), restoring (CUDA, in a tree whose lazy
  * restore is under way: back), forked from either (the driver library is
@@ -594,7 +582,7 @@ static void add_members(pid_t root, const target *tg, bool back, text *t)
 static int make_status(pid_t pid, text *t)
 {
 	pid_t root = job_root(pid), name = job_name(pid);
-	bool back = restoring(root);
+	bool back = job_restoring(root);
 	target *tg = target_get(name, false);
 	bool busy = false;
 	if (tg) {

@@ -363,10 +363,27 @@ static uint64_t table_bytes(const proc *p)
 	return sum;
 }
 
+bool job_restoring(pid_t root)
+{
+	target *r = target_root();
+	pthread_mutex_lock(&r->lock);
+	pid_t back = r->busy && r->kind == CTL_RESTORE ? r->restored : 0;
+	pthread_mutex_unlock(&r->lock);
+	return back > 0 && (back == root || job_root(back) == root);
+}
+
 int job_checkpoint(target *t, const ctl_cmd *c, char *err, size_t errlen)
 {
 	char dir[PATH_MAX], image[PATH_MAX + 80], logdir[PATH_MAX + 16], log[PATH_MAX + 120];
 	snprintf(dir, sizeof(dir), "%s/%d", phosfs_store, (int)t->pid);
+	/* Its tracers are the restore's until all device memory is back: a
+	 * checkpoint now would see them as untraced, and the driver would
+	 * copy memory still being filled. */
+	if (job_restoring(job_root(t->pid)))
+		return engine_fail(-EBUSY, err, errlen,
+				   "process %d is still being restored (its device memory is coming back); checkpoint "
+				   "it once /phos/status says job: none",
+				   (int)t->pid);
 	pthread_mutex_lock(&t->lock);
 	if (t->busy) {
 		pthread_mutex_unlock(&t->lock);

@@ -4,7 +4,9 @@
  * by the restore (it is not registered with phosfs until then), and its
  * member line says gpu=restoring rather than untraced. Once the restore
  * is over, the tracer is back: "traced: yes", gpu=traced, and its device
- * bytes are shown.
+ * bytes are shown. A checkpoint asked before then is refused: its tree
+ * would look untraced, and the driver would copy memory still being
+ * filled.
  *
  * The fill is slowed down (simcuda's $SIMCUDA_H2D_MBPS, in phosfs alone,
  * with two fill threads) so that the 32 MiB of examples/counter take
@@ -36,7 +38,7 @@ int main(void)
 	r.opts[1] = "2";
 	if (rig_mount(&r, NULL))
 		bail("phosfs did not mount");
-	plan(4);
+	plan(5);
 	pid_t pid = rig_counter(&r, 32);
 	char out[PATH_MAX], ctl[160], status[160], st[8192], last[256] = "";
 	rig_out(&r, pid, out, sizeof(out));
@@ -71,6 +73,17 @@ int main(void)
 		diag("restore: %s; under way: %d; status: %s", e > 0 ? strerror(e) : "not tried", underway, st);
 	ok(shown && underway,
 	   "while its lazy restore fills, status says the process is restoring and its tracer is the restore's");
+
+	/* Untraced, the driver would copy memory still being filled. */
+	const char early[] = "checkpoint stop name=b\n";
+	int e2 = back ? rig_ctl(ctl, early, sizeof(early) - 1) : -1;
+	char b[PATH_MAX];
+	snprintf(b, sizeof(b), "%s/%d/b", r.store, (int)pid);
+	int refused = e2 == EBUSY && rig_read(status, st, sizeof(st)) && strstr(st, "is still being restored") &&
+		      access(b, F_OK) != 0 && rig_alive(pid);
+	if (!refused)
+		diag("checkpoint during the restore: %s; %s", e2 > 0 ? strerror(e2) : "not tried", st);
+	ok(refused, "a checkpoint while it is restoring is refused (EBUSY), says why, and leaves nothing");
 
 	int over = back && rig_restore_done(&r, 60000, root, sizeof(root));
 	int again = over && status_says(status, traced, 10000, st, sizeof(st)) && !strstr(st, "restoring");
