@@ -28,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -192,21 +193,27 @@ int main(int argc, char **argv)
 		fprintf(stderr, "usage: h2d-ring MIB THREADS PIECES KIB none|write|write-nt|read|read+hash\n");
 		return 2;
 	}
+	size_t bytes = (size_t)strtoull(argv[1], NULL, 10) << 20;
+	int threads = atoi(argv[2]), pieces = atoi(argv[3]);
+	size_t piece = (size_t)strtoull(argv[4], NULL, 10) << 10;
+	if (threads < 1 || threads > 256 || pieces < 1 || pieces > 1024 || !piece || !bytes ||
+	    ((mode == 1 || mode == 2) && piece > SOURCE)) {
+		fprintf(stderr, "h2d-ring: bad sizes\n");
+		return 2;
+	}
 	int fd = -1;
 	if (mode >= 3) {
 		const char *file = getenv("H2D_RING_FILE");
 		fd = file ? open(file, O_RDONLY) : -1;
-		if (fd < 0) {
+		struct stat st;
+		if (fd < 0 || fstat(fd, &st) != 0 || (size_t)st.st_size < bytes) {
 			fprintf(stderr, "h2d-ring: %s needs H2D_RING_FILE, a file of MIB MiB at least\n", argv[5]);
 			return 2;
 		}
-	}
-	size_t bytes = (size_t)strtoull(argv[1], NULL, 10) << 20;
-	int threads = atoi(argv[2]), pieces = atoi(argv[3]);
-	size_t piece = (size_t)strtoull(argv[4], NULL, 10) << 10;
-	if (threads < 1 || threads > 256 || pieces < 1 || pieces > 1024 || !piece || !bytes) {
-		fprintf(stderr, "h2d-ring: bad sizes\n");
-		return 2;
+		if (mode == 4 && piece % STEP && CHUNK % piece) {
+			fprintf(stderr, "h2d-ring: read+hash needs pieces of a multiple of 256 KiB, or that divide 4 MiB\n");
+			return 2;
+		}
 	}
 	CUcontext ctx = primary_context();
 	CUdeviceptr d;

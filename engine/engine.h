@@ -30,6 +30,7 @@
 #define ENGINE_CHUNK (4u << 20)          /* default staging, CoW and image chunk size */
 #define ENGINE_FILL_THREADS 16           /* threads that fill device memory on restore, at most one a usable CPU */
 #define ENGINE_FILL_THREADS_MAX 64
+#define ENGINE_SERVED_MAX 64             /* processes whose tracers a restore tells phosfs of */
 #define ENGINE_STAGING (4ull << 30)      /* default host staging pool */
 #define ENGINE_SHADOW_POOL (2ull << 30)  /* default CoW shadow pool, per process */
 #define ENGINE_WRITERS 8                 /* threads, and data files, writing an image */
@@ -545,7 +546,12 @@ typedef struct engine_shared {
 	_Atomic int finished; /* result and err are final */
 	int32_t result;       /* 0 or a negative errno */
 	_Atomic int32_t pid;  /* restore: the restored pid, once known */
-	_Atomic int32_t resumed; /* restore: the root's pid, once the tree runs (a lazy one's memory may still come) */
+	_Atomic int32_t resumed; /* restore: the job's pid, once the tree runs (a lazy one's memory may still come) */
+	/* restore: the processes whose tracers it woke (unparked), written
+	 * before resumed; until the job ends it serves them, and then they
+	 * register with phosfs again. */
+	_Atomic int32_t served[ENGINE_SERVED_MAX];
+	_Atomic uint32_t nserved;
 	char err[ENGINE_ERR_MAX];
 } engine_shared;
 

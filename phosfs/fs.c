@@ -544,12 +544,26 @@ static bool loads_cuda(pid_t pid)
 	return found;
 }
 
+/* A restore's processes whose tracers it serves (job_served). */
+typedef struct served {
+	pid_t pid[ENGINE_SERVED_MAX];
+	int n;
+} served;
+
+static bool is_served(const served *s, pid_t pid)
+{
+	for (int i = 0; i < s->n; i++)
+		if (s->pid[i] == pid)
+			return true;
+	return false;
+}
+
 /* The processes of root's tree, and which of them use the GPU: traced
- * (parked by a job, or registered), restoring (CUDA, in a tree whose lazy
- * restore is under way: back), forked from either (the driver library is
+ * (parked by a job, or registered), restoring (its tracer served by the
+ * restore under way, sv), forked from either (the driver library is
  * loaded but CUDA is not fork-safe: it does not use the GPU), untraced
  * CUDA, or none. */
-static void add_members(pid_t root, const target *tg, bool back, text *t)
+static void add_members(pid_t root, const target *tg, const served *sv, text *t)
 {
 	phosimg_member *m;
 	uint32_t n;
@@ -564,14 +578,14 @@ static void add_members(pid_t root, const target *tg, bool back, text *t)
 			registry_put(p);
 		for (int k = 0; tg && k < tg->nparked; k++)
 			traced[i] = traced[i] || (tg->busy && tg->parked[k] == m[i].pid);
+		bool restoring = !traced[i] && is_served(sv, m[i].pid);
 		const char *gpu = "none";
-		if (traced[i]) {
-			gpu = "traced";
+		if (traced[i] || restoring) {
+			gpu = restoring ? "restoring" : "traced";
+			traced[i] = true; /* for its children, forked from it */
 		} else if (loads_cuda(m[i].pid)) {
 			int up = engine_tree_member(m, i, m[i].ppid);
-			gpu = up >= 0 && traced[up] ? "forked" : back ? "restoring" : "untraced";
-			/* Its children are forked from it. */
-			traced[i] = !strcmp(gpu, "restoring");
+			gpu = up >= 0 && traced[up] ? "forked" : "untraced";
 		}
 		add(t, "member: %d %s gpu=%s\n", (int)m[i].pid, m[i].comm, gpu);
 	}
@@ -582,7 +596,9 @@ static void add_members(pid_t root, const target *tg, bool back, text *t)
 static int make_status(pid_t pid, text *t)
 {
 	pid_t root = job_root(pid), name = job_name(pid);
-	bool back = job_restoring(root);
+	served sv;
+	sv.n = job_served(sv.pid, ENGINE_SERVED_MAX);
+	bool back = is_served(&sv, pid);
 	target *tg = target_get(name, false);
 	bool busy = false;
 	if (tg) {
@@ -622,7 +638,7 @@ static int make_status(pid_t pid, text *t)
 			     : "running");
 		add(t, "traced: %s\n",
 		    busy && tg->traced        ? "yes (parked)"
-		    : back && loads_cuda(pid) ? "restoring"
+		    : back && alive           ? "restoring"
 					      : "no");
 	}
 	free(v);
@@ -631,7 +647,7 @@ static int make_status(pid_t pid, text *t)
 	if (alive) {
 		if (tg)
 			pthread_mutex_lock(&tg->lock);
-		add_members(root, tg, back, t);
+		add_members(root, tg, &sv, t);
 		if (tg)
 			pthread_mutex_unlock(&tg->lock);
 	}

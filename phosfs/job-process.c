@@ -187,7 +187,8 @@ int job_process_main(int argc, char **argv)
 		pid_t rpid = 0;
 		restore_args a = { .image = image, .devices = devices, .criu = criu, .log = log, .lazy_pages = lazy_pages,
 				   .fill_threads = fill_threads, .tracer = &t,
-				   .prog = &sh->prog, .pid = &rpid, .resumed = &sh->resumed };
+				   .prog = &sh->prog, .pid = &rpid, .resumed = &sh->resumed,
+				   .served = sh->served, .nserved = &sh->nserved };
 		e = lazy ? restore_lazy(&a, err, sizeof(err)) : restore_eager(&a, err, sizeof(err));
 		atomic_store(&sh->pid, rpid);
 	} else {

@@ -26,6 +26,11 @@
 #include "../common/pidns.h"
 #include "phosfs.h"
 
+/* How long a checkpoint waits for a restore of its tree to end, and a
+ * restore's end for its processes' tracers to register again. */
+#define RESTORE_WAIT_MS 300000
+#define REGISTER_WAIT_MS 2000
+
 /* Guards targets (the list, not the targets' fields). */
 static pthread_mutex_t targets_lock = PTHREAD_MUTEX_INITIALIZER;
 static target *targets;
@@ -288,6 +293,84 @@ static int spawn_job(char *const *args, const int *keep, int nkeep, spawn *s, ch
 	return 0;
 }
 
+/* The served pids of restore target r's job into out (r->lock held). */
+static int served_locked(target *r, pid_t *out, int max)
+{
+	if (!r->busy || r->kind != CTL_RESTORE || !r->sh)
+		return 0;
+	uint32_t n = atomic_load(&r->sh->nserved);
+	int k = 0;
+	for (uint32_t i = 0; i < n && i < ENGINE_SERVED_MAX && k < max; i++)
+		out[k++] = atomic_load(&r->sh->served[i]);
+	return k;
+}
+
+int job_served(pid_t *out, int max)
+{
+	target *r = target_root();
+	pthread_mutex_lock(&r->lock);
+	int k = served_locked(r, out, max);
+	pthread_mutex_unlock(&r->lock);
+	return k;
+}
+
+/* Whether one of the n members m is in served (k pids). */
+static bool any_served(const phosimg_member *m, uint32_t n, const pid_t *served, int k)
+{
+	for (uint32_t i = 0; i < n; i++)
+		for (int j = 0; j < k; j++)
+			if (m[i].pid == served[j])
+				return true;
+	return false;
+}
+
+/* Waits, up to ms, until no restore serves a process of pid's tree: a
+ * checkpoint before then would find its tracers unregistered, and the
+ * driver would copy memory still being filled. 0, or -EBUSY. */
+static int await_restored(pid_t pid, int ms, char *err, size_t errlen)
+{
+	phosimg_member *m = NULL;
+	uint32_t n = 0;
+	if (engine_tree(job_root(pid), &m, &n))
+		return 0; /* gone: the checkpoint says so */
+	target *r = target_root();
+	struct timespec until;
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += ms / 1000;
+	pid_t served[ENGINE_SERVED_MAX];
+	int e = 0;
+	pthread_mutex_lock(&r->lock);
+	for (int k; (k = served_locked(r, served, ENGINE_SERVED_MAX)) > 0 && any_served(m, n, served, k);)
+		if (pthread_cond_timedwait(&r->done, &r->lock, &until) == ETIMEDOUT) {
+			e = engine_fail(-EBUSY, err, errlen,
+					"process %d is still being restored (its device memory is coming back); try "
+					"again once the mount's status says job: none",
+					(int)pid);
+			break;
+		}
+	pthread_mutex_unlock(&r->lock);
+	free(m);
+	return e;
+}
+
+/* After a restore's job ended: waits, up to ms, until each process whose
+ * tracer it served (and that still runs) has registered again, so that
+ * once the restore is over, its processes are seen traced. */
+static void await_registered(const pid_t *served, int k, int ms)
+{
+	for (int i = 0; i < k; i++)
+		for (int t = 0; t < ms; t += 10) {
+			proc *p = registry_get(served[i]);
+			if (p)
+				registry_put(p);
+			if (p || !engine_alive(served[i]))
+				break;
+			struct timespec ts = { 0, 10000000 };
+			nanosleep(&ts, NULL);
+			ms -= 10;
+		}
+}
+
 /* Waits for a job process and records how it ended in t. */
 static void finish_job(target *t, spawn *s, bool checkpoint)
 {
@@ -295,6 +378,13 @@ static void finish_job(target *t, spawn *s, bool checkpoint)
 	while (waitpid(s->child, &st, 0) < 0 && errno == EINTR)
 		;
 	engine_shared *sh = s->sh;
+	if (!checkpoint) {
+		pid_t served[ENGINE_SERVED_MAX];
+		int k = 0;
+		for (uint32_t i = 0; i < atomic_load(&sh->nserved) && i < ENGINE_SERVED_MAX; i++)
+			served[k++] = atomic_load(&sh->served[i]);
+		await_registered(served, k, REGISTER_WAIT_MS);
+	}
 	pthread_mutex_lock(&t->lock);
 	if (atomic_load(&sh->finished)) {
 		t->result = sh->result;
@@ -363,27 +453,14 @@ static uint64_t table_bytes(const proc *p)
 	return sum;
 }
 
-bool job_restoring(pid_t root)
-{
-	target *r = target_root();
-	pthread_mutex_lock(&r->lock);
-	pid_t back = r->busy && r->kind == CTL_RESTORE ? r->restored : 0;
-	pthread_mutex_unlock(&r->lock);
-	return back > 0 && (back == root || job_root(back) == root);
-}
-
 int job_checkpoint(target *t, const ctl_cmd *c, char *err, size_t errlen)
 {
 	char dir[PATH_MAX], image[PATH_MAX + 80], logdir[PATH_MAX + 16], log[PATH_MAX + 120];
 	snprintf(dir, sizeof(dir), "%s/%d", phosfs_store, (int)t->pid);
-	/* Its tracers are the restore's until all device memory is back: a
-	 * checkpoint now would see them as untraced, and the driver would
-	 * copy memory still being filled. */
-	if (job_restoring(job_root(t->pid)))
-		return engine_fail(-EBUSY, err, errlen,
-				   "process %d is still being restored (its device memory is coming back); checkpoint "
-				   "it once /phos/status says job: none",
-				   (int)t->pid);
+	/* Its tracers are the restore's until all device memory is back. */
+	int we = await_restored(t->pid, RESTORE_WAIT_MS, err, errlen);
+	if (we)
+		return we;
 	pthread_mutex_lock(&t->lock);
 	if (t->busy) {
 		pthread_mutex_unlock(&t->lock);

@@ -105,10 +105,10 @@ int job_process_main(int argc, char **argv);
  * it (the session leader that phos run started, which carries PHOS_JOB),
  * else pid itself. */
 pid_t job_root(pid_t pid);
-/* Whether a lazy restore of root's tree is still bringing its device
- * memory back: its job serves the tracers until then, so they are not
- * registered, and the tree cannot be checkpointed. */
-bool job_restoring(pid_t root);
+/* The processes whose tracers the restore under way serves (until it
+ * ends they are not registered, and their trees cannot be checkpointed):
+ * up to max pids into out; their number (0 when no restore runs). */
+int job_served(pid_t *out, int max);
 /* The pid that names pid's job in /phos and the store: what `phos run`
  * printed. The root, or, when the root is the init of the job's own pid
  * namespace, the job it started (pid 2 there). */

@@ -37,6 +37,8 @@ int restore_eager(const restore_args *a, char *err, size_t errlen)
 		else if (tid > 0 && a->tracer) {
 			engine_step(prog, STEP_UNPARK);
 			e = engine_unpark(c.host[i], tid, a->tracer, &mine, NULL, err, errlen);
+			if (!e)
+				restore_served(a, c.host[i]);
 		}
 	}
 	engine_parked_free(&objs);

@@ -281,6 +281,8 @@ int restore_lazy(const restore_args *a, char *err, size_t errlen)
 			const engine_cow_member *tm = engine_cow_of(&l.tables, c.m[i].pid);
 			e = tm ? engine_unpark_lazy(c.host[i], tid, a->tracer, &mine, tm, &l.conns[i], err, errlen)
 			       : engine_unpark(c.host[i], tid, a->tracer, &mine, NULL, err, errlen);
+			if (!e)
+				restore_served(a, c.host[i]);
 		}
 	}
 	engine_parked_free(&objs);

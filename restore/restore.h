@@ -25,7 +25,11 @@ typedef struct restore_args {
 	const engine_tracer *tracer;
 	engine_progress *prog;
 	pid_t *pid; /* the restored tree's root, once known */
-	_Atomic int32_t *resumed; /* set to the root's pid once the tree runs (NULL: not told) */
+	_Atomic int32_t *resumed; /* set to the job's pid once the tree runs (NULL: not told) */
+	/* Each process whose tracer the restore wakes, before resumed (up to
+	 * ENGINE_SERVED_MAX; NULL: not told). */
+	_Atomic int32_t *served;
+	_Atomic uint32_t *nserved;
 } restore_args;
 
 /* Checks the syntax of a --device list: "OLD=NEW[,OLD=NEW…]", each side an

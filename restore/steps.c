@@ -158,6 +158,17 @@ pid_t restore_tracer_of(restore_ctx *c, uint32_t i, const engine_parked *mine, c
 			   (int)c->m[i].pid);
 }
 
+void restore_served(const restore_args *a, pid_t pid)
+{
+	if (!a->served || !a->nserved)
+		return;
+	uint32_t n = atomic_load(a->nserved);
+	if (n >= ENGINE_SERVED_MAX)
+		return;
+	atomic_store(&a->served[n], pid);
+	atomic_store(a->nserved, n + 1);
+}
+
 void restore_end(restore_ctx *c, int e)
 {
 	for (uint32_t i = 0; e && c->restored && i < c->n; i++)

@@ -54,4 +54,7 @@ pid_t restore_tracer_of(restore_ctx *c, uint32_t i, const engine_parked *mine, c
  * image is closed and c freed. */
 void restore_end(restore_ctx *c, int e);
 
+/* Tells a->served (when asked) that the restore woke pid's tracer. */
+void restore_served(const restore_args *a, pid_t pid);
+
 #endif
