@@ -353,18 +353,18 @@ static int await_restored(pid_t pid, int ms, char *err, size_t errlen)
 	return e;
 }
 
-/* After a restore's job ended: waits, up to ms, until each process whose
- * tracer it served (and that still runs) has registered again, so that
- * once the restore is over, its processes are seen traced. */
+/* After a restore's job ended: waits, up to ms in all, until each process
+ * whose tracer it served (and that still runs) has registered again, so
+ * that once the restore is over, its processes are seen traced. */
 static void await_registered(const pid_t *served, int k, int ms)
 {
 	for (int i = 0; i < k; i++)
-		for (int t = 0; t < ms; t += 10) {
+		while (ms > 0 && engine_alive(served[i])) {
 			proc *p = registry_get(served[i]);
-			if (p)
+			if (p) {
 				registry_put(p);
-			if (p || !engine_alive(served[i]))
 				break;
+			}
 			struct timespec ts = { 0, 10000000 };
 			nanosleep(&ts, NULL);
 			ms -= 10;
