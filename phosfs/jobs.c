@@ -293,16 +293,21 @@ static int spawn_job(char *const *args, const int *keep, int nkeep, spawn *s, ch
 	return 0;
 }
 
+/* The pids whose tracers restore job sh woke, up to max into out; their
+ * number. */
+static int served_of(const engine_shared *sh, pid_t *out, int max)
+{
+	uint32_t n = atomic_load(&sh->nserved);
+	int k = 0;
+	for (uint32_t i = 0; i < n && i < ENGINE_SERVED_MAX && k < max; i++)
+		out[k++] = atomic_load(&sh->served[i]);
+	return k;
+}
+
 /* The served pids of restore target r's job into out (r->lock held). */
 static int served_locked(target *r, pid_t *out, int max)
 {
-	if (!r->busy || r->kind != CTL_RESTORE || !r->sh)
-		return 0;
-	uint32_t n = atomic_load(&r->sh->nserved);
-	int k = 0;
-	for (uint32_t i = 0; i < n && i < ENGINE_SERVED_MAX && k < max; i++)
-		out[k++] = atomic_load(&r->sh->served[i]);
-	return k;
+	return r->busy && r->kind == CTL_RESTORE && r->sh ? served_of(r->sh, out, max) : 0;
 }
 
 int job_served(pid_t *out, int max)
@@ -329,6 +334,9 @@ static bool any_served(const phosimg_member *m, uint32_t n, const pid_t *served,
  * driver would copy memory still being filled. 0, or -EBUSY. */
 static int await_restored(pid_t pid, int ms, char *err, size_t errlen)
 {
+	pid_t served[ENGINE_SERVED_MAX];
+	if (!job_served(served, ENGINE_SERVED_MAX))
+		return 0; /* no restore serves a tracer: no tree to look through */
 	phosimg_member *m = NULL;
 	uint32_t n = 0;
 	if (engine_tree(job_root(pid), &m, &n))
@@ -337,7 +345,6 @@ static int await_restored(pid_t pid, int ms, char *err, size_t errlen)
 	struct timespec until;
 	clock_gettime(CLOCK_REALTIME, &until);
 	until.tv_sec += ms / 1000;
-	pid_t served[ENGINE_SERVED_MAX];
 	int e = 0;
 	pthread_mutex_lock(&r->lock);
 	for (int k; (k = served_locked(r, served, ENGINE_SERVED_MAX)) > 0 && any_served(m, n, served, k);)
@@ -380,10 +387,7 @@ static void finish_job(target *t, spawn *s, bool checkpoint)
 	engine_shared *sh = s->sh;
 	if (!checkpoint) {
 		pid_t served[ENGINE_SERVED_MAX];
-		int k = 0;
-		for (uint32_t i = 0; i < atomic_load(&sh->nserved) && i < ENGINE_SERVED_MAX; i++)
-			served[k++] = atomic_load(&sh->served[i]);
-		await_registered(served, k, REGISTER_WAIT_MS);
+		await_registered(served, served_of(sh, served, ENGINE_SERVED_MAX), REGISTER_WAIT_MS);
 	}
 	pthread_mutex_lock(&t->lock);
 	if (atomic_load(&sh->finished)) {
