@@ -121,6 +121,21 @@ static int restored_counts(rig *r, const char *image, pid_t *back, const char *o
 	return on;
 }
 
+/* Checkpoints job with stop kill as image `name`, ends it, and restores
+ * the image into *back: two tests, the checkpoint and (what) the restore. */
+static void stop_kill_restored(rig *r, pid_t job, const char *name, pid_t *back, const char *out, const char *what)
+{
+	char cmd[64], image[PATH_MAX];
+	snprintf(cmd, sizeof(cmd), "checkpoint stop kill name=%s\n", name);
+	int dumped = checkpoint(r, job, cmd, "checkpoint stop kill");
+	kill_job(job);
+	snprintf(image, sizeof(image), "%s/%d/%s", r->store, (int)job, name);
+	if (dumped)
+		restored_counts(r, image, back, out, what);
+	else
+		ok(0, "%s: no image", what);
+}
+
 int main(void)
 {
 	rig r;
@@ -136,20 +151,14 @@ int main(void)
 	 * in repair mode (nothing is sent, no port lingers), and the image
 	 * restores at once. */
 	pid_t a = start(&r, self, "plain", out);
-	int dumped = checkpoint(&r, a, "checkpoint stop kill name=k\n", "checkpoint stop kill");
-	kill_job(a);
-	snprintf(image, sizeof(image), "%s/%d/k", r.store, (int)a);
 	pid_t a2 = 0;
-	if (dumped)
-		restored_counts(&r, image, &a2, out, "restored after stop kill");
-	else
-		ok(0, "restored after stop kill: no image");
+	stop_kill_restored(&r, a, "k", &a2, out, "restored after stop kill");
 
 	/* 2. checkpoint stop: the job runs on over its connection; killed
 	 * and restored, it counts on (its server sets SO_REUSEADDR, as
 	 * servers do: the killed connection's port lingers in TIME_WAIT). */
 	pid_t b = start(&r, self, "reuse", out);
-	dumped = checkpoint(&r, b, "checkpoint stop name=s\n", "checkpoint stop");
+	int dumped = checkpoint(&r, b, "checkpoint stop name=s\n", "checkpoint stop");
 	long c0 = rig_count(out);
 	ok(dumped && rig_counts_past(out, c0 + 20, 10000) && !failed(out), "the job counts on over it after the dump");
 	snprintf(image, sizeof(image), "%s/%d/s", r.store, (int)b);
@@ -178,14 +187,8 @@ int main(void)
 		for (int k = 0; k < 3; k++)
 			skip("no IPv6 on this machine");
 	} else {
-		dumped = checkpoint(&r, d, "checkpoint stop kill name=d\n", "checkpoint stop kill");
-		kill_job(d);
-		snprintf(image, sizeof(image), "%s/%d/d", r.store, (int)d);
 		pid_t d2 = 0;
-		if (dumped)
-			restored_counts(&r, image, &d2, out, "restored (dual-stack)");
-		else
-			ok(0, "restored (dual-stack): no image");
+		stop_kill_restored(&r, d, "d", &d2, out, "restored (dual-stack)");
 		if (d2 > 0)
 			kill_job(d2);
 	}
