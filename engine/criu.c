@@ -67,10 +67,22 @@ void criu_explain(const char *log, pid_t pid, char *out, size_t len)
 	FILE *f = fopen(log, "re");
 	if (!f)
 		return;
-	char line[1024], *msg = NULL;
-	while (!msg && fgets(line, sizeof(line), f))
+	char line[1024], *msg = NULL, missing[256] = "";
+	while (!msg && fgets(line, sizeof(line), f)) {
 		msg = error_message(line);
+		/* Logged at info level: an image CRIU needed was not there. */
+		char *no = strstr(line, "No pagemap-");
+		if (!msg && no && !*missing)
+			snprintf(missing, sizeof(missing), "%.*s", (int)strcspn(no + 3, " \n"), no + 3);
+	}
 	fclose(f);
+	if (!msg && *missing) {
+		snprintf(out, len,
+			 "CRIU found no %s, which a restored process reads once inside its own mount namespace: the "
+			 "image's files must be reachable there",
+			 missing);
+		return;
+	}
 	if (!msg)
 		return;
 	char file[512], what[600];
@@ -193,8 +205,10 @@ static int run(const char *criu, char *const argv[], const char *log, const char
 		return 0;
 	char why[1400];
 	criu_explain(log, pid, why, sizeof(why));
-	return engine_fail(-EIO, err, errlen, "criu %s failed: %s (log: %s)", what,
-			   *why ? why : "no error logged", log);
+	if (!*why)
+		snprintf(why, sizeof(why), "it logged no error, and %s %d", WIFSIGNALED(st) ? "was killed by signal" : "exited with status",
+			 WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
+	return engine_fail(-EIO, err, errlen, "criu %s failed: %s (log: %s)", what, why, log);
 }
 
 /* Whether pid leads its own session: CRIU needs --shell-job otherwise. */
@@ -294,7 +308,8 @@ int criu_restore(const char *criu, const char *dir, const char *lazy_dir, const 
 		return engine_fail(-ENAMETOOLONG, err, errlen, "CRIU's log path %s is too long", log);
 	unlink(pidfile);
 	/* room for every option below (21 at most) */
-	char *argv[32] = { (char *)criu, "restore", "-D", (char *)dir, "-o", (char *)log, "-v2", "-d", "--shell-job",
+	/* -v3: CRIU logs some causes of a failed restore at info level only. */
+	char *argv[32] = { (char *)criu, "restore", "-D", (char *)dir, "-o", (char *)log, "-v3", "-d", "--shell-job",
 			   "--pidfile", pidfile, "--tcp-established" };
 	int n = 12;
 	if (engine_criu_plugins && *engine_criu_plugins) {

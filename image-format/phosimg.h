@@ -200,6 +200,11 @@ uint64_t phosimg_writer_data_ready(const phosimg_writer *w);
  * writer's earlier error, errno of fsync/rename. */
 int phosimg_writer_finish(phosimg_writer *w);
 
+/* Removes the half images in dir that writers which died left there
+ * (".NAME.tmp-PID.N" whose PID no longer runs); images being written
+ * stay. Errors: errno of opening dir. */
+int phosimg_clear_stale(const char *dir);
+
 /* Discards an unpublished image and frees w. */
 void phosimg_writer_abort(phosimg_writer *w);
 
@@ -299,6 +304,13 @@ int phosimg_stream_end(phosimg_stream *s);
  * whole chain is sound; on the first fault, its error (-EBADMSG, -ENOENT…)
  * with phosimg_last_error() describing it. */
 int phosimg_verify(phosimg *img);
+
+/* Checks the image's own CRIU files against its manifest's CRIU section
+ * (every format version has one): each one listed is there, of its size
+ * and checksum, and no other is. Errors: -ENOENT (a file is missing),
+ * -EBADMSG (a size, a checksum, a file not listed), -ENOMEM, with
+ * phosimg_last_error() naming the file. */
+int phosimg_verify_criu(phosimg *img);
 
 /* The message for the last error of this thread, or "" if none. */
 const char *phosimg_last_error(void);

@@ -740,6 +740,14 @@ static int verify_criu(phosimg *img)
 	return err;
 }
 
+int phosimg_verify_criu(phosimg *img)
+{
+	if (!img)
+		return -EINVAL;
+	fmt_clear_error();
+	return verify_criu(img);
+}
+
 int phosimg_verify(phosimg *img)
 {
 	if (!img)

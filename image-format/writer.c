@@ -117,23 +117,40 @@ static void rm_tree(int parentfd, const char *name)
 	unlinkat(parentfd, name, AT_REMOVEDIR);
 }
 
-/* Clears temporary directories that writers which died left for `base`. */
+/* Clears temporary directories that writers which died left in dfd: for
+ * `base`, or for any image when base is NULL (".NAME.tmp-PID.N"). */
 static void clear_stale(int dfd, const char *base)
 {
 	DIR *d = fdopendir(dup(dfd));
 	if (!d)
 		return;
 	char prefix[NAME_MAX + 16];
-	snprintf(prefix, sizeof(prefix), ".%s.tmp-", base);
+	snprintf(prefix, sizeof(prefix), ".%s.tmp-", base ? base : "");
 	size_t pl = strlen(prefix);
 	for (struct dirent *de; (de = readdir(d));) {
-		if (strncmp(de->d_name, prefix, pl) != 0)
+		const char *tail = NULL;
+		if (base)
+			tail = strncmp(de->d_name, prefix, pl) ? NULL : de->d_name + pl;
+		else if (de->d_name[0] == '.' && (tail = strstr(de->d_name + 1, ".tmp-")))
+			tail += 5;
+		if (!tail)
 			continue;
-		long pid = strtol(de->d_name + pl, NULL, 10);
-		if (pid > 0 && kill((pid_t)pid, 0) != 0 && errno == ESRCH)
+		char *end;
+		long pid = strtol(tail, &end, 10);
+		if (pid > 0 && *end == '.' && kill((pid_t)pid, 0) != 0 && errno == ESRCH)
 			rm_tree(dfd, de->d_name);
 	}
 	closedir(d);
+}
+
+int phosimg_clear_stale(const char *dir)
+{
+	int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd < 0)
+		return -errno;
+	clear_stale(dfd, NULL);
+	close(dfd);
+	return 0;
 }
 
 static int write_data_header(phosimg_writer *w)

@@ -2,8 +2,9 @@
  * The /phos tree:
  *
  *   /version                     r   phosfs, wire and image format versions, the store
- *   /ctl                         w   restore DIR [eager|lazy]          (root)
- *   /status                      r   the last restore: job, error
+ *   /ctl                         w   restore DIR [eager|lazy] …        (root; read back: "restore ID")
+ *   /status                      r   restores running and queued, the last one's outcome (root)
+ *   /restores/<id>               r   one restore: state, pid, steps, error (root)
  *   /<pid>/                      dr  root and the process owner only
  *   /<pid>/ctl                   w   checkpoint [cow|recopy|stop] [name=N] [kill] | cancel
  *   /<pid>/status                r   key: value lines
@@ -46,6 +47,8 @@ enum node {
 	N_VERSION,
 	N_ROOT_CTL,
 	N_ROOT_STATUS,
+	N_RESTORES,
+	N_RESTORE, /* /restores/<id> */
 	N_PROC,
 	N_CTL,
 	N_STATUS,
@@ -63,6 +66,7 @@ static const char *const proc_files[] = { "ctl", "status", "buffers", "kernels",
 typedef struct where {
 	enum node n;
 	pid_t pid;
+	unsigned id; /* N_RESTORE */
 	char name[CTL_NAME_MAX + 1]; /* N_IMAGE: the checkpoint */
 	const char *rest;            /* N_IMAGE: "" or "/…" inside it */
 } where;
@@ -78,7 +82,15 @@ static where parse(const char *path)
 		return w.n = N_ROOT_CTL, w;
 	if (!strcmp(path, "/status"))
 		return w.n = N_ROOT_STATUS, w;
+	if (!strcmp(path, "/restores"))
+		return w.n = N_RESTORES, w;
 	char *end;
+	if (!strncmp(path, "/restores/", 10)) {
+		unsigned long id = strtoul(path + 10, &end, 10);
+		if (path[10] >= '1' && path[10] <= '9' && !*end && id <= 0xffffffffu)
+			w.n = N_RESTORE, w.id = (unsigned)id;
+		return w;
+	}
 	long v = strtol(path + 1, &end, 10);
 	if (path[1] < '1' || path[1] > '9' || v <= 0 || v > 4194304 || (*end && *end != '/'))
 		return w;
@@ -143,13 +155,14 @@ static bool exists(pid_t pid, uid_t *uid)
 	return false;
 }
 
-/* Whether the caller may see /<pid>: root and the owner only. */
+/* Whether the caller may see into /<pid>: root and the owner only;
+ * -EACCES for another user's process, which readdir of / leaves out. */
 static int visible(pid_t pid, uid_t *uid)
 {
 	if (!exists(pid, uid))
 		return -ENOENT;
 	uid_t c = caller();
-	return c == 0 || c == *uid ? 0 : -ENOENT;
+	return c == 0 || c == *uid ? 0 : -EACCES;
 }
 
 static void store_path(char *out, size_t len, const where *w)
@@ -175,12 +188,25 @@ static int fs_getattr(const char *path, struct stat *st, struct fuse_file_info *
 		st->st_nlink = 2;
 		return 0;
 	case N_VERSION:
-	case N_ROOT_STATUS:
 		st->st_mode = S_IFREG | 0444;
 		return 0;
-	case N_ROOT_CTL:
-		st->st_mode = S_IFREG | 0200;
+	case N_ROOT_STATUS:
+		st->st_mode = S_IFREG | 0400;
 		return 0;
+	case N_ROOT_CTL:
+		st->st_mode = S_IFREG | 0600;
+		return 0;
+	case N_RESTORES:
+		st->st_mode = S_IFDIR | 0500;
+		st->st_nlink = 2;
+		return 0;
+	case N_RESTORE: {
+		restore_view *v = malloc(sizeof(*v));
+		int e = !v ? -ENOMEM : restore_view_get(w.id, v);
+		free(v);
+		st->st_mode = S_IFREG | 0400;
+		return e;
+	}
 	case N_NONE:
 		return -ENOENT;
 	default:
@@ -249,33 +275,85 @@ static void add_name(void *buf, fuse_fill_dir_t fill, pid_t pid)
 	fill(buf, name, NULL, 0, 0);
 }
 
+/* The pids that have a folder of checkpoints in the store; *out is
+ * malloc'd. Errors: -ENOMEM. */
+static int store_pids(pid_t **out, size_t *n)
+{
+	size_t k = 0, cap = 16;
+	pid_t *v = malloc(cap * sizeof(*v));
+	DIR *d = v ? opendir(phosfs_store) : NULL;
+	for (struct dirent *de; d && (de = readdir(d));) {
+		char *end;
+		long pid = strtol(de->d_name, &end, 10);
+		if (de->d_name[0] < '1' || de->d_name[0] > '9' || *end || pid > 4194304)
+			continue;
+		if (k == cap) {
+			pid_t *w = realloc(v, (cap *= 2) * sizeof(*v));
+			if (!w)
+				break;
+			v = w;
+		}
+		v[k++] = (pid_t)pid;
+	}
+	if (d)
+		closedir(d);
+	*out = v;
+	*n = k;
+	return v ? 0 : -ENOMEM;
+}
+
+/* Lists /restores: the restores phosfs still knows. */
+static int list_restores(void *buf, fuse_fill_dir_t fill)
+{
+	restore_view *v;
+	size_t n;
+	int running, queued;
+	if (restore_views(&v, &n, &running, &queued))
+		return -ENOMEM;
+	for (size_t i = 0; i < n; i++) {
+		char name[16];
+		snprintf(name, sizeof(name), "%u", v[i].id);
+		fill(buf, name, NULL, 0, 0);
+	}
+	free(v);
+	return 0;
+}
+
 static int list_root(void *buf, fuse_fill_dir_t fill)
 {
 	fill(buf, "version", NULL, 0, 0);
 	fill(buf, "ctl", NULL, 0, 0);
 	fill(buf, "status", NULL, 0, 0);
-	pid_t *a, *b;
-	size_t na, nb;
+	fill(buf, "restores", NULL, 0, 0);
+	pid_t *a, *b, *c;
+	size_t na, nb, nc;
 	if (registry_pids(&a, &na))
 		return -ENOMEM;
 	if (target_pids(&b, &nb)) {
 		free(a);
 		return -ENOMEM;
 	}
+	if (store_pids(&c, &nc)) {
+		free(a);
+		free(b);
+		return -ENOMEM;
+	}
 	/* A traced process shows as the job it belongs to. */
 	for (size_t i = 0; i < na; i++)
 		a[i] = job_name(a[i]);
-	for (size_t i = 0; i < na + nb; i++) {
-		pid_t pid = i < na ? a[i] : b[i - na];
+	size_t n = na + nb + nc;
+	for (size_t i = 0; i < n; i++) {
+		pid_t pid = i < na ? a[i] : i < na + nb ? b[i - na] : c[i - na - nb];
 		bool dup = false;
 		for (size_t k = 0; k < i && !dup; k++)
-			dup = (k < na ? a[k] : b[k - na]) == pid;
+			dup = (k < na ? a[k] : k < na + nb ? b[k - na] : c[k - na - nb]) == pid;
 		uid_t uid;
 		if (!dup && visible(pid, &uid) == 0)
 			add_name(buf, fill, pid);
 	}
 	free(a);
 	free(b);
+	free(c);
 	return 0;
 }
 
@@ -305,6 +383,13 @@ static int fs_readdir(const char *path, void *buf, fuse_fill_dir_t fill, off_t o
 		fill(buf, ".", NULL, 0, 0);
 		fill(buf, "..", NULL, 0, 0);
 		return list_root(buf, fill);
+	}
+	if (w.n == N_RESTORES) {
+		if (caller() != 0)
+			return -EACCES;
+		fill(buf, ".", NULL, 0, 0);
+		fill(buf, "..", NULL, 0, 0);
+		return list_restores(buf, fill);
 	}
 	if (w.n != N_PROC && w.n != N_CKPTS && w.n != N_IMAGE)
 		return w.n == N_NONE ? -ENOENT : -ENOTDIR;
@@ -470,15 +555,32 @@ static void restore_status(engine_progress *p, text *out)
 		add(out, "moved gpus: %.*s\n", (int)sizeof(p->devices), p->devices);
 }
 
-/* The job part of status, for a process or for the root. */
-static void job_status(target *t, text *out)
+/* "last checkpoint: N" from the store, for a pid whose checkpoints an
+ * earlier phosfs made. */
+static void stored_latest(pid_t pid, text *out)
+{
+	char p[PATH_MAX], link[PATH_MAX];
+	snprintf(p, sizeof(p), "%s/%d/latest", phosfs_store, (int)pid);
+	ssize_t n = readlink(p, link, sizeof(link) - 1);
+	if (n > 0 && (size_t)n < sizeof(link)) {
+		link[n] = 0;
+		add(out, "last checkpoint: %s\n", link);
+	}
+}
+
+/* The job part of a process's status. */
+static void job_status(pid_t pid, target *t, text *out)
 {
 	if (!t) {
-		add(out, "job: none\nerror: none\n");
+		add(out, "job: none\n");
+		stored_latest(pid, out);
+		add(out, "error: none\n");
 		return;
 	}
 	pthread_mutex_lock(&t->lock);
-	if (t->busy && t->sh) {
+	if (t->busy && !t->sh) {
+		add(out, "job: %s\nstep: waiting\n", t->job);
+	} else if (t->busy && t->sh) {
 		engine_progress *p = &t->sh->prog;
 		add(out, "job: %s\n", t->job);
 		add(out, "step: %s\n", engine_step_name(atomic_load(&p->step)));
@@ -492,8 +594,6 @@ static void job_status(target *t, text *out)
 					add(out, " %s %.1f", engine_step_name(st), ms(atomic_load(&p->step_ns[st])));
 			add(out, "\n");
 			copy_status(p, out);
-		} else if (t->kind == CTL_RESTORE) {
-			restore_status(p, out);
 		}
 	} else {
 		add(out, "job: none\n");
@@ -501,33 +601,111 @@ static void job_status(target *t, text *out)
 			add(out, "last job: %s: %s\n", t->job, t->result ? "failed" : "done");
 		if (*t->job && t->kind == CTL_CHECKPOINT)
 			add(out, "stall ms: %.1f\n", t->last_stall_ns / 1e6);
-		if (*t->job) {
+		if (*t->job && t->kind == CTL_CHECKPOINT) {
 			/* In the order the job goes through them. */
 			static const int ckpt[] = { STEP_PARK,   STEP_LOCK,   STEP_DUMP,  STEP_COPY,
 						    STEP_UNLOCK, STEP_UNPARK, STEP_DRAIN, STEP_PUBLISH };
-			static const int rest[] = { STEP_PREPARE, STEP_PIDWAIT, STEP_FILL,  STEP_RESTORE,
-						    STEP_UNLOCK,  STEP_UNPARK,  STEP_LAZY };
-			bool r = t->kind == CTL_RESTORE;
-			size_t n = r ? sizeof(rest) / sizeof(*rest) : sizeof(ckpt) / sizeof(*ckpt);
 			add(out, "steps ms:");
-			for (size_t i = 0; i < n; i++) {
-				int st = r ? rest[i] : ckpt[i];
-				if (t->last_step_ns[st])
-					add(out, " %s %.1f", engine_step_name(st), t->last_step_ns[st] / 1e6);
-			}
+			for (size_t i = 0; i < sizeof(ckpt) / sizeof(*ckpt); i++)
+				if (t->last_step_ns[ckpt[i]])
+					add(out, " %s %.1f", engine_step_name(ckpt[i]), t->last_step_ns[ckpt[i]] / 1e6);
 			add(out, "\n");
-		}
-		if (*t->job && t->kind == CTL_CHECKPOINT)
 			copy_status(&t->last_prog, out);
-		if (*t->job && t->kind == CTL_RESTORE && !t->pid)
-			restore_status(&t->last_prog, out);
+		}
 	}
 	if (*t->last)
 		add(out, "last checkpoint: %s\n", t->last);
-	if (!t->pid && t->restored > 0 && !t->result)
-		add(out, "restored pid: %d\n", (int)t->restored);
+	else
+		stored_latest(pid, out);
 	add(out, "error: %s\n", *t->error ? t->error : "none");
 	pthread_mutex_unlock(&t->lock);
+}
+
+/* The restore's steps, in the order it goes through them. */
+static void restore_steps(engine_progress *p, text *out)
+{
+	static const int rest[] = { STEP_PREPARE, STEP_PIDWAIT, STEP_FILL, STEP_RESTORE,
+				    STEP_UNLOCK,  STEP_UNPARK,  STEP_LAZY };
+	add(out, "steps ms:");
+	for (size_t i = 0; i < sizeof(rest) / sizeof(*rest); i++)
+		if (atomic_load(&p->step_ns[rest[i]]))
+			add(out, " %s %.1f", engine_step_name(rest[i]), ms(atomic_load(&p->step_ns[rest[i]])));
+	add(out, "\n");
+}
+
+static const char *const restore_state_name[] = { "queued", "running", "resumed", "done", "failed" };
+
+/* One restore, as /restores/<id> shows it. */
+static void restore_text(restore_view *v, text *out)
+{
+	bool live = v->state == RESTORE_RUNNING || v->state == RESTORE_RESUMED;
+	add(out, "id: %u\njob: %s\nstate: %s\n", v->id, v->job, restore_state_name[v->state]);
+	if (v->state == RESTORE_QUEUED)
+		add(out, "queue position: %d\n", v->position);
+	if (live) {
+		engine_progress *p = &v->prog;
+		add(out, "step: %s\n", engine_step_name(atomic_load(&p->step)));
+		add(out, "progress: %" PRIu64 "/%" PRIu64 " bytes\n", atomic_load(&p->done), atomic_load(&p->total));
+	}
+	if (v->pid > 0)
+		add(out, "restored pid: %d\n", (int)v->pid);
+	if (v->state != RESTORE_QUEUED) {
+		restore_status(&v->prog, out);
+		restore_steps(&v->prog, out);
+	}
+	add(out, "log: %s\n", v->log);
+	if (v->state == RESTORE_FAILED) {
+		const char *name = strerrorname_np(-v->result);
+		add(out, "errno: %d (%s)\n", -v->result, name ? name : "?");
+	}
+	add(out, "error: %s\n", v->state == RESTORE_FAILED ? v->error : "none");
+}
+
+/* /status: the restores running and queued, and the outcome of the last
+ * one that ended. */
+static int root_status(text *out)
+{
+	restore_view *v;
+	size_t n;
+	int running, queued;
+	if (restore_views(&v, &n, &running, &queued))
+		return -ENOMEM;
+	add(out, "restores: %d running, %d queued (at most %d side by side, %d queued)\n", running, queued,
+	    phosfs_restores, phosfs_restore_queue);
+	restore_view *live = NULL, *last = NULL, *pid = NULL;
+	for (size_t i = 0; i < n; i++) {
+		bool ended = v[i].state == RESTORE_DONE || v[i].state == RESTORE_FAILED;
+		if (!ended && v[i].state != RESTORE_QUEUED && !live)
+			live = &v[i];
+		if (ended && !last)
+			last = &v[i];
+		if (v[i].pid > 0 && v[i].state != RESTORE_FAILED && !pid)
+			pid = &v[i];
+	}
+	/* Oldest first, as they were asked for. */
+	for (size_t i = n; i-- > 0;)
+		if (v[i].state != RESTORE_DONE && v[i].state != RESTORE_FAILED)
+			add(out, "restore %u: %s %s\n", v[i].id, restore_state_name[v[i].state], v[i].job);
+	if (live) {
+		add(out, "job: %s\n", live->job);
+		add(out, "step: %s\n", engine_step_name(atomic_load(&live->prog.step)));
+		add(out, "progress: %" PRIu64 "/%" PRIu64 " bytes\n", atomic_load(&live->prog.done),
+		    atomic_load(&live->prog.total));
+		restore_status(&live->prog, out);
+	} else {
+		add(out, "job: none\n");
+	}
+	if (last) {
+		add(out, "last job: %s: %s\n", last->job, last->result ? "failed" : "done");
+		restore_steps(&last->prog, out);
+		if (!live)
+			restore_status(&last->prog, out);
+	}
+	if (pid)
+		add(out, "restored pid: %d\n", (int)pid->pid);
+	add(out, "error: %s\n", last && last->result ? last->error : "none");
+	free(v);
+	return 0;
 }
 
 /* Whether pid has the CUDA driver library loaded. */
@@ -651,7 +829,7 @@ static int make_status(pid_t pid, text *t)
 		if (tg)
 			pthread_mutex_unlock(&tg->lock);
 	}
-	job_status(tg, t);
+	job_status(name, tg, t);
 	return 0;
 }
 
@@ -698,6 +876,8 @@ typedef struct handle {
 	text t;
 	target *stream; /* gpu.data of a checkpoint being written, or NULL */
 	char name[CTL_NAME_MAX + 1]; /* that checkpoint */
+	bool ctl;   /* a ctl: t is the answer to its last write */
+	size_t got; /* how much of the answer was read: a ctl's reads go on from there, whatever the offset */
 } handle;
 
 /* Opens the unpublished gpu.data of checkpoint `name` of t; -1 if it is
@@ -719,9 +899,15 @@ static int make_text(const where *w, text *t)
 		    PHOSIMG_VERSION_MAJOR, PHOSIMG_VERSION_MINOR, phosfs_store);
 		return 0;
 	}
-	if (w->n == N_ROOT_STATUS) {
-		job_status(target_root(), t);
-		return 0;
+	if (w->n == N_ROOT_STATUS)
+		return root_status(t);
+	if (w->n == N_RESTORE) {
+		restore_view *v = malloc(sizeof(*v));
+		int e = !v ? -ENOMEM : restore_view_get(w->id, v);
+		if (!e)
+			restore_text(v, t);
+		free(v);
+		return e;
 	}
 	if (w->n == N_STATUS)
 		return make_status(w->pid, t);
@@ -741,16 +927,18 @@ static int fs_open(const char *path, struct fuse_file_info *fi)
 	if (w.n == N_NONE || w.n == N_ROOT)
 		return w.n == N_NONE ? -ENOENT : -EISDIR;
 	uid_t uid = 0;
-	if (w.n != N_VERSION && w.n != N_ROOT_STATUS && w.n != N_ROOT_CTL) {
+	bool root_only = w.n == N_ROOT_STATUS || w.n == N_ROOT_CTL || w.n == N_RESTORES || w.n == N_RESTORE;
+	if (w.n != N_VERSION && !root_only) {
 		int e = visible(w.pid, &uid);
 		if (e)
 			return e;
 	}
-	if (ctl ? acc != O_WRONLY : acc != O_RDONLY)
+	/* A ctl opened for reading and writing reads back its answer. */
+	if (ctl ? acc == O_RDONLY : acc != O_RDONLY)
 		return -EACCES;
-	if (w.n == N_ROOT_CTL && caller() != 0)
+	if (root_only && caller() != 0)
 		return -EACCES;
-	if (w.n == N_PROC || w.n == N_CKPTS)
+	if (w.n == N_PROC || w.n == N_CKPTS || w.n == N_RESTORES)
 		return -EISDIR;
 	handle *h = calloc(1, sizeof(*h));
 	if (!h)
@@ -782,6 +970,7 @@ static int fs_open(const char *path, struct fuse_file_info *fi)
 		free(h);
 		return e;
 	}
+	h->ctl = ctl;
 	fi->fh = (uint64_t)(uintptr_t)h;
 	fi->direct_io = 1;
 	return 0;
@@ -827,29 +1016,63 @@ static int fs_read(const char *path, char *buf, size_t size, off_t off, struct f
 		ssize_t n = pread(h->fd, buf, size, off);
 		return n < 0 ? -errno : (int)n;
 	}
+	if (h->ctl) /* its offset is past what was written */
+		off = (off_t)h->got;
 	if (off < 0 || (size_t)off >= h->t.len)
 		return 0;
 	size_t n = h->t.len - (size_t)off < size ? h->t.len - (size_t)off : size;
 	memcpy(buf, h->t.s + off, n);
+	if (h->ctl)
+		h->got += n;
 	return (int)n;
 }
 
+/* The answer a ctl opened for reading and writing reads back. */
+static void answer(handle *h, const char *fmt, ...)
+{
+	free(h->t.s);
+	h->t = (text){ 0 };
+	va_list ap;
+	va_start(ap, fmt);
+	char *s = NULL;
+	int n = vasprintf(&s, fmt, ap);
+	va_end(ap);
+	if (n >= 0) {
+		h->t.s = s;
+		h->t.len = h->t.cap = (size_t)n;
+	}
+	h->got = 0;
+}
+
+/* A write to a ctl: accepted (a job started, or a restore queued) or
+ * refused at once; it never waits for a job. */
 static int fs_write(const char *path, const char *buf, size_t size, off_t off, struct fuse_file_info *fi)
 {
-	(void)off, (void)fi;
+	(void)off;
 	where w = parse(path);
+	handle *h = (handle *)(uintptr_t)fi->fh;
 	char err[ENGINE_ERR_MAX + 100] = "";
 	ctl_cmd *c = malloc(sizeof(*c));
 	if (!c)
 		return -ENOMEM;
 	/* A member's ctl acts on its job: the image is always the whole tree. */
-	target *t = w.n == N_ROOT_CTL ? target_root() : target_get(job_name(w.pid), true);
-	int e = !t ? -ENOMEM : ctl_parse(buf, size, w.n == N_ROOT_CTL, c, err, sizeof(err));
+	target *t = w.n == N_ROOT_CTL ? NULL : target_get(job_name(w.pid), true);
+	int e = !t && w.n != N_ROOT_CTL ? -ENOMEM : ctl_parse(buf, size, w.n == N_ROOT_CTL, c, err, sizeof(err));
 	if (e == -EINVAL) {
-		target_error(t, "bad command: %s", err);
+		/* Not logged: any owner of a process could flood the log. */
+		if (t) {
+			pthread_mutex_lock(&t->lock);
+			snprintf(t->error, sizeof(t->error), "bad command: %s", err);
+			pthread_mutex_unlock(&t->lock);
+		}
+		answer(h, "error: bad command: %s\n", err);
 	} else if (!e && c->verb == CTL_RESTORE) {
-		pid_t pid = 0;
-		e = job_restore(c, &pid, err, sizeof(err));
+		unsigned id = 0;
+		e = restore_submit(c, &id, err, sizeof(err));
+		if (e)
+			answer(h, "error: %s\n", err);
+		else
+			answer(h, "restore %u\n", id);
 	} else if (!e) {
 		char proc_path[64];
 		snprintf(proc_path, sizeof(proc_path), "/proc/%d", (int)t->pid);
@@ -861,6 +1084,10 @@ static int fs_write(const char *path, const char *buf, size_t size, off_t off, s
 			e = job_checkpoint(t, c, err, sizeof(err));
 		if (e)
 			target_error(t, "%s", err);
+		if (e)
+			answer(h, "error: %s\n", err);
+		else
+			answer(h, "ok\n");
 	}
 	free(c);
 	if (e == -ENOSYS)

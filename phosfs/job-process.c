@@ -5,7 +5,7 @@
  *                        [--kill] [--cow] [--staging BYTES] [--staging-fd FD] [--chunk BYTES]
  *                        [--shadow-pool BYTES] [--plugins DIR] [--member PID:CONN:TID]…
  *   phosfs --job restore --shared FD --image PATH --criu CRIU --log LOG [--devices OLD=NEW,…] [--plugins DIR]
- *                        [--lazy] [--lazy-pages]
+ *                        [--fill-threads N] [--timeout SECONDS] [--lazy] [--lazy-pages]
  *
  * so that a job finishes even if phosfs is killed: the process it parked
  * gets its memory back, and the image is published or not at all. The
@@ -19,13 +19,22 @@
  *
  * A woken tracer finds the job on the abstract socket
  * "phos-resume.<pid>" (wire_listen_resume).
+ *
+ * A restore job is the subreaper of what it restores, and a watchdog
+ * gives each of its steps --timeout seconds (the fill's: without
+ * progress): a step that runs out of time fails the restore, which kills
+ * CRIU and every process it restored, and says which step it was.
  */
 #include <errno.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -88,6 +97,76 @@ static void rv_done(void *arg, pid_t pid)
 	r->conn = r->lfd = -1;
 }
 
+/* What the watchdog watches. */
+typedef struct watchdog {
+	engine_shared *sh;
+	int timeout_s;
+	const char *log;
+	_Atomic bool stop; /* the job is over: the watchdog ends */
+} watchdog;
+
+/* Kills every process below this one: CRIU, its lazy-pages daemon, and
+ * the tree it restored (this process is its subreaper). */
+static void kill_below(void)
+{
+	pid_t self = getpid();
+	for (int round = 0; round < 3; round++) {
+		DIR *d = opendir("/proc");
+		for (struct dirent *de; d && (de = readdir(d));) {
+			pid_t pid = (pid_t)atoi(de->d_name);
+			if (pid <= 0 || pid == self)
+				continue;
+			/* Below self: a chain of parents that reaches it. */
+			pid_t p = pid;
+			for (int hops = 0; p > 1 && p != self && hops < 4096; hops++) {
+				pid_t pp;
+				char comm[PHOSIMG_COMM_MAX];
+				if (engine_proc_stat(p, &pp, comm))
+					break;
+				p = pp;
+			}
+			if (p == self)
+				kill(pid, SIGKILL);
+		}
+		if (d)
+			closedir(d);
+	}
+}
+
+/* Ends the job when a step runs out of time; the fill's steps count time
+ * since their last progress. */
+static void *watchdog_main(void *arg)
+{
+	watchdog *w = arg;
+	engine_progress *p = &w->sh->prog;
+	int step = -1;
+	uint64_t done = 0, since = engine_now_ns(), limit = (uint64_t)w->timeout_s * 1000000000u;
+	while (!atomic_load(&w->stop)) {
+		struct timespec ts = { 0, 100000000 };
+		nanosleep(&ts, NULL);
+		int s = atomic_load(&p->step);
+		uint64_t d = atomic_load(&p->done), now = engine_now_ns();
+		if (s != step || ((s == STEP_FILL || s == STEP_LAZY) && d != done)) {
+			step = s;
+			done = d;
+			since = now;
+			continue;
+		}
+		if (s == STEP_DONE || now - since < limit)
+			continue;
+		kill_below();
+		snprintf(w->sh->err, sizeof(w->sh->err),
+			 "its step %s did not end within %d s%s: CRIU and the processes it restored were killed "
+			 "(phosfs --restore-timeout; CRIU's log: %s)",
+			 engine_step_name(s), w->timeout_s, s == STEP_FILL || s == STEP_LAZY ? " of no progress" : "",
+			 w->log);
+		w->sh->result = -ETIMEDOUT;
+		atomic_store(&w->sh->finished, 1);
+		_exit(1);
+	}
+	return NULL;
+}
+
 /* Points <dir>/latest at the image just published. */
 static void set_latest(const char *image)
 {
@@ -113,7 +192,7 @@ int job_process_main(int argc, char **argv)
 	int shared_fd = -1;
 	pid_t pid = 0;
 	bool kill = false, cow = false, recopy = false, lazy = false, lazy_pages = false;
-	int fill_threads = 0;
+	int fill_threads = 0, timeout_s = 0;
 	uint64_t staging = 0, chunk = 0, pool = 0;
 	int staging_fd = -1;
 	engine_traced *traced = calloc((size_t)argc, sizeof(*traced));
@@ -162,6 +241,8 @@ int job_process_main(int argc, char **argv)
 			pool = strtoull(argv[++i], NULL, 10);
 		else if (!strcmp(argv[i], "--fill-threads") && v)
 			fill_threads = atoi(argv[++i]);
+		else if (!strcmp(argv[i], "--timeout") && v)
+			timeout_s = atoi(argv[++i]);
 	}
 	engine_shared *sh = shared_fd >= 0 ? mmap(NULL, sizeof(engine_shared), PROT_READ | PROT_WRITE, MAP_SHARED,
 						   shared_fd, 0)
@@ -185,12 +266,21 @@ int job_process_main(int argc, char **argv)
 			set_latest(image);
 	} else if (!strcmp(kind, "restore")) {
 		pid_t rpid = 0;
+		/* What CRIU restores stays below this process until it ends. */
+		prctl(PR_SET_CHILD_SUBREAPER, 1);
+		watchdog wd = { .sh = sh, .timeout_s = timeout_s, .log = log };
+		pthread_t th;
+		bool watched = timeout_s > 0 && pthread_create(&th, NULL, watchdog_main, &wd) == 0;
 		restore_args a = { .image = image, .devices = devices, .criu = criu, .log = log, .lazy_pages = lazy_pages,
 				   .fill_threads = fill_threads, .tracer = &t,
 				   .prog = &sh->prog, .pid = &rpid, .resumed = &sh->resumed,
 				   .served = sh->served, .nserved = &sh->nserved };
 		e = lazy ? restore_lazy(&a, err, sizeof(err)) : restore_eager(&a, err, sizeof(err));
 		atomic_store(&sh->pid, rpid);
+		if (watched) {
+			atomic_store(&wd.stop, true);
+			pthread_join(th, NULL);
+		}
 	} else {
 		e = engine_fail(-EINVAL, err, sizeof(err), "unknown job %s", kind);
 	}

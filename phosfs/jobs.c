@@ -26,15 +26,12 @@
 #include "../common/pidns.h"
 #include "phosfs.h"
 
-/* How long a checkpoint waits for a restore of its tree to end, and a
- * restore's end for its processes' tracers to register again. */
+/* How long a checkpoint waits for a restore of its tree to end. */
 #define RESTORE_WAIT_MS 300000
-#define REGISTER_WAIT_MS 2000
 
 /* Guards targets (the list, not the targets' fields). */
 static pthread_mutex_t targets_lock = PTHREAD_MUTEX_INITIALIZER;
 static target *targets;
-static target root_target = { .lock = PTHREAD_MUTEX_INITIALIZER, .done = PTHREAD_COND_INITIALIZER };
 
 uid_t pid_owner(pid_t pid)
 {
@@ -101,11 +98,6 @@ pid_t job_name(pid_t pid)
 		return root;
 	pid_t job = pidns_find(root, 2);
 	return job > 0 ? job : root;
-}
-
-target *target_root(void)
-{
-	return &root_target;
 }
 
 target *target_get(pid_t pid, bool create)
@@ -232,165 +224,55 @@ static void next_name(const char *dir, char *name, size_t len)
 	snprintf(name, len, "%lu", max + 1);
 }
 
-/* What a job process is started with. */
-typedef struct spawn {
-	engine_shared *sh;
-	pid_t child;
-} spawn;
-
-/* Starts `phosfs --job ARGS… --shared FD`, with the shared memfd and the
- * fds keep[0..nkeep) left open in it. */
-static int spawn_job(char *const *args, const int *keep, int nkeep, spawn *s, char *err, size_t errlen)
+/* Whether a restore serves a process of pid's tree: until all its device
+ * memory is back, its tracers are the restore's, and a checkpoint would
+ * find them unregistered while the driver copies memory still being
+ * filled. */
+static bool tree_restoring(pid_t pid)
 {
-	int sfd = memfd_create("phos-job", MFD_CLOEXEC);
-	if (sfd < 0 || ftruncate(sfd, sizeof(engine_shared)) != 0) {
-		int e = -errno;
-		if (sfd >= 0)
-			close(sfd);
-		return engine_fail(e, err, errlen, "cannot make the job's shared memory: %s", strerror(-e));
-	}
-	s->sh = mmap(NULL, sizeof(engine_shared), PROT_READ | PROT_WRITE, MAP_SHARED, sfd, 0);
-	if (s->sh == MAP_FAILED) {
-		close(sfd);
-		return engine_fail(-ENOMEM, err, errlen, "cannot map the job's shared memory");
-	}
-	char sfd_s[16];
-	snprintf(sfd_s, sizeof(sfd_s), "%d", sfd);
-	int nargs = 0;
-	while (args[nargs])
-		nargs++;
-	char **argv = calloc((size_t)nargs + 5, sizeof(*argv));
-	if (!argv) {
-		munmap(s->sh, sizeof(engine_shared));
-		close(sfd);
-		return engine_fail(-ENOMEM, err, errlen, "out of memory");
-	}
-	int n = 0;
-	argv[n++] = "phosfs";
-	argv[n++] = "--job";
-	for (int i = 0; i < nargs; i++)
-		argv[n++] = args[i];
-	argv[n++] = "--shared";
-	argv[n++] = sfd_s;
-	argv[n] = NULL;
-	s->child = fork();
-	if (s->child == 0) {
-		/* Its own session: signals meant for phosfs's group do not end it. */
-		setsid();
-		fcntl(sfd, F_SETFD, 0);
-		for (int i = 0; i < nkeep; i++)
-			fcntl(keep[i], F_SETFD, 0);
-		execv(phosfs_self, argv);
-		_exit(127);
-	}
-	int e = s->child < 0 ? -errno : 0;
-	free(argv);
-	close(sfd);
-	if (e) {
-		munmap(s->sh, sizeof(engine_shared));
-		return engine_fail(e, err, errlen, "cannot start the job: %s", strerror(-e));
+	pid_t served[ENGINE_SERVED_MAX];
+	int k = job_served(served, ENGINE_SERVED_MAX);
+	if (!k)
+		return false; /* no restore serves a tracer: no tree to look through */
+	phosimg_member *m = NULL;
+	uint32_t n = 0;
+	if (engine_tree(job_root(pid), &m, &n))
+		return false; /* gone: the checkpoint says so */
+	bool any = false;
+	for (uint32_t i = 0; i < n && !any; i++)
+		for (int j = 0; j < k && !any; j++)
+			any = m[i].pid == served[j];
+	free(m);
+	return any;
+}
+
+/* Waits, up to ms, until no restore serves a process of pid's tree. 0, or
+ * -EBUSY. */
+static int await_restored(pid_t pid, int ms, char *err, size_t errlen)
+{
+	uint64_t until = engine_now_ns() + (uint64_t)ms * 1000000u;
+	while (tree_restoring(pid)) {
+		uint64_t now = engine_now_ns();
+		if (now >= until)
+			return engine_fail(-EBUSY, err, errlen,
+					   "process %d was still being restored (its device memory coming back) after %d s",
+					   (int)pid, ms / 1000);
+		restores_await_change((int)((until - now) / 1000000u) + 1);
 	}
 	return 0;
 }
 
-/* The pids whose tracers restore job sh woke, up to max into out; their
- * number. */
-static int served_of(const engine_shared *sh, pid_t *out, int max)
-{
-	uint32_t n = atomic_load(&sh->nserved);
-	int k = 0;
-	for (uint32_t i = 0; i < n && i < ENGINE_SERVED_MAX && k < max; i++)
-		out[k++] = atomic_load(&sh->served[i]);
-	return k;
-}
-
-/* The served pids of restore target r's job into out (r->lock held). */
-static int served_locked(target *r, pid_t *out, int max)
-{
-	return r->busy && r->kind == CTL_RESTORE && r->sh ? served_of(r->sh, out, max) : 0;
-}
-
-int job_served(pid_t *out, int max)
-{
-	target *r = target_root();
-	pthread_mutex_lock(&r->lock);
-	int k = served_locked(r, out, max);
-	pthread_mutex_unlock(&r->lock);
-	return k;
-}
-
-/* Whether one of the n members m is in served (k pids). */
-static bool any_served(const phosimg_member *m, uint32_t n, const pid_t *served, int k)
-{
-	for (uint32_t i = 0; i < n; i++)
-		for (int j = 0; j < k; j++)
-			if (m[i].pid == served[j])
-				return true;
-	return false;
-}
-
-/* Waits, up to ms, until no restore serves a process of pid's tree: a
- * checkpoint before then would find its tracers unregistered, and the
- * driver would copy memory still being filled. 0, or -EBUSY. */
-static int await_restored(pid_t pid, int ms, char *err, size_t errlen)
-{
-	pid_t served[ENGINE_SERVED_MAX];
-	if (!job_served(served, ENGINE_SERVED_MAX))
-		return 0; /* no restore serves a tracer: no tree to look through */
-	phosimg_member *m = NULL;
-	uint32_t n = 0;
-	if (engine_tree(job_root(pid), &m, &n))
-		return 0; /* gone: the checkpoint says so */
-	target *r = target_root();
-	struct timespec until;
-	clock_gettime(CLOCK_REALTIME, &until);
-	until.tv_sec += ms / 1000;
-	int e = 0;
-	pthread_mutex_lock(&r->lock);
-	for (int k; (k = served_locked(r, served, ENGINE_SERVED_MAX)) > 0 && any_served(m, n, served, k);)
-		if (pthread_cond_timedwait(&r->done, &r->lock, &until) == ETIMEDOUT) {
-			e = engine_fail(-EBUSY, err, errlen,
-					"process %d is still being restored (its device memory is coming back); try "
-					"again once the mount's status says job: none",
-					(int)pid);
-			break;
-		}
-	pthread_mutex_unlock(&r->lock);
-	free(m);
-	return e;
-}
-
-/* After a restore's job ended: waits, up to ms in all, until each process
- * whose tracer it served (and that still runs) has registered again, so
- * that once the restore is over, its processes are seen traced. */
-static void await_registered(const pid_t *served, int k, int ms)
-{
-	for (int i = 0; i < k; i++)
-		while (ms > 0 && engine_alive(served[i])) {
-			proc *p = registry_get(served[i]);
-			if (p) {
-				registry_put(p);
-				break;
-			}
-			struct timespec ts = { 0, 10000000 };
-			nanosleep(&ts, NULL);
-			ms -= 10;
-		}
-}
-
-/* Waits for a job process and records how it ended in t. */
-static void finish_job(target *t, spawn *s, bool checkpoint)
+/* Waits for a checkpoint's job process and records how it ended in t. A
+ * job that died leaves its half image: it goes. */
+static void finish_job(target *t, spawn *s)
 {
 	int st = 0;
 	while (waitpid(s->child, &st, 0) < 0 && errno == EINTR)
 		;
 	engine_shared *sh = s->sh;
-	if (!checkpoint) {
-		pid_t served[ENGINE_SERVED_MAX];
-		await_registered(served, served_of(sh, served, ENGINE_SERVED_MAX), REGISTER_WAIT_MS);
-	}
 	pthread_mutex_lock(&t->lock);
-	if (atomic_load(&sh->finished)) {
+	bool finished = atomic_load(&sh->finished);
+	if (finished) {
 		t->result = sh->result;
 		if (sh->result)
 			snprintf(t->error, sizeof(t->error), "%s failed: %s", t->job, sh->err);
@@ -400,26 +282,26 @@ static void finish_job(target *t, spawn *s, bool checkpoint)
 			 WIFSIGNALED(st) ? "was killed by signal" : "exited with status",
 			 WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
 	}
-	if (!t->result && checkpoint)
+	if (!t->result)
 		snprintf(t->last, sizeof(t->last), "%s", t->name);
 	t->last_stall_ns = atomic_load(&sh->prog.stall_ns);
 	memcpy(&t->last_prog, &sh->prog, sizeof(t->last_prog));
 	for (int i = 0; i < STEP_DONE; i++)
 		t->last_step_ns[i] = atomic_load(&sh->prog.step_ns[i]);
-	t->restored = atomic_load(&sh->pid);
 	if (t->result)
-		syslog(LOG_WARNING, "%s", t->error);
-	else if (checkpoint)
-		syslog(LOG_INFO, "process %d: %s done, stall %.3f s", (int)t->pid, t->job, t->last_stall_ns / 1e9);
+		syslog(LOG_WARNING, "process %d: %s", (int)t->pid, t->error);
 	else
-		syslog(LOG_INFO, "%s done: process %d runs%s%.*s", t->job, (int)t->restored,
-		       *t->last_prog.devices ? "; GPUs moved: " : "", (int)sizeof(t->last_prog.devices),
-		       t->last_prog.devices);
+		syslog(LOG_INFO, "process %d: %s done, stall %.3f s", (int)t->pid, t->job, t->last_stall_ns / 1e9);
 	t->busy = false;
 	t->sh = NULL;
 	pthread_cond_broadcast(&t->done);
 	pthread_mutex_unlock(&t->lock);
 	munmap(sh, sizeof(*sh));
+	if (!finished) {
+		char dir[PATH_MAX];
+		snprintf(dir, sizeof(dir), "%s/%d", phosfs_store, (int)t->pid);
+		phosimg_clear_stale(dir);
+	}
 }
 
 typedef struct watch {
@@ -431,7 +313,7 @@ typedef struct watch {
 static void *watch_main(void *arg)
 {
 	watch *w = arg;
-	finish_job(w->t, &w->s, true);
+	finish_job(w->t, &w->s);
 	if (w->staging)
 		staging_give();
 	free(w);
@@ -457,22 +339,16 @@ static uint64_t table_bytes(const proc *p)
 	return sum;
 }
 
-int job_checkpoint(target *t, const ctl_cmd *c, char *err, size_t errlen)
+/* Starts checkpoint c of t's tree (t->lock held, t not busy). When no
+ * thread could watch the job, *here is its watch: the caller runs
+ * watch_main once it has let go of the lock. */
+static int start_locked(target *t, const ctl_cmd *c, watch **here, char *err, size_t errlen)
 {
 	char dir[PATH_MAX], image[PATH_MAX + 80], logdir[PATH_MAX + 16], log[PATH_MAX + 120];
 	snprintf(dir, sizeof(dir), "%s/%d", phosfs_store, (int)t->pid);
-	/* Its tracers are the restore's until all device memory is back. */
-	int we = await_restored(t->pid, RESTORE_WAIT_MS, err, errlen);
-	if (we)
-		return we;
-	pthread_mutex_lock(&t->lock);
-	if (t->busy) {
-		pthread_mutex_unlock(&t->lock);
-		return engine_fail(-EBUSY, err, errlen, "busy: %s is running", t->job);
-	}
+	*here = NULL;
 	if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
 		int e = -errno;
-		pthread_mutex_unlock(&t->lock);
 		return engine_fail(e, err, errlen, "cannot make %s: %s", dir, strerror(-e));
 	}
 	/* Only for showing the owner after the process is gone. */
@@ -486,11 +362,11 @@ int job_checkpoint(target *t, const ctl_cmd *c, char *err, size_t errlen)
 	snprintf(image, sizeof(image), "%s/%s", dir, name);
 	struct stat st;
 	if (lstat(image, &st) == 0) {
-		pthread_mutex_unlock(&t->lock);
 		return engine_fail(-EEXIST, err, errlen, "checkpoint %s exists", name);
 	}
 	snprintf(logdir, sizeof(logdir), "%s/.logs", dir);
 	mkdir(logdir, 0700);
+	logs_prune(logdir, LOGS_KEEP);
 	snprintf(log, sizeof(log), "%s/%s-dump.log", logdir, name);
 	unlink(log);
 
@@ -505,7 +381,6 @@ int job_checkpoint(target *t, const ctl_cmd *c, char *err, size_t errlen)
 		e = -ENOMEM;
 	if (e) {
 		free(m);
-		pthread_mutex_unlock(&t->lock);
 		return engine_fail(e == -ESRCH ? e : -ENOMEM, err, errlen,
 				   e == -ESRCH ? "process %d is not running" : "out of memory (process %d)", (int)t->pid);
 	}
@@ -605,7 +480,6 @@ int job_checkpoint(target *t, const ctl_cmd *c, char *err, size_t errlen)
 		if (sfd >= 0)
 			staging_give();
 		free(w);
-		pthread_mutex_unlock(&t->lock);
 		return e;
 	}
 	w->t = t;
@@ -618,19 +492,89 @@ int job_checkpoint(target *t, const ctl_cmd *c, char *err, size_t errlen)
 	snprintf(t->name, sizeof(t->name), "%s", name);
 	snprintf(t->job, sizeof(t->job), "checkpoint %s name=%s%s", proto_name(proto), name, c->kill ? " kill" : "");
 	pthread_t th;
-	if (pthread_create(&th, NULL, watch_main, w) != 0) {
-		/* Without a watcher, wait here. */
-		pthread_mutex_unlock(&t->lock);
-		finish_job(t, &w->s, true);
-		if (w->staging)
-			staging_give();
-		free(w);
-		return 0;
-	}
-	pthread_detach(th);
-	pthread_mutex_unlock(&t->lock);
+	if (pthread_create(&th, NULL, watch_main, w) != 0)
+		*here = w; /* without a watcher, the caller waits */
+	else
+		pthread_detach(th);
 	syslog(LOG_INFO, "process %d: %s started", (int)t->pid, t->job);
 	return 0;
+}
+
+/* A checkpoint accepted while a restore still serves its tree: it starts
+ * once the restore has ended. */
+typedef struct deferred {
+	target *t;
+	ctl_cmd c;
+} deferred;
+
+static void *deferred_main(void *arg)
+{
+	deferred *d = arg;
+	target *t = d->t;
+	char err[ENGINE_ERR_MAX + 100] = "";
+	watch *here = NULL;
+	int e = await_restored(t->pid, RESTORE_WAIT_MS, err, sizeof(err));
+	pthread_mutex_lock(&t->lock);
+	t->busy = false; /* start_locked takes it again */
+	if (!e)
+		e = start_locked(t, &d->c, &here, err, sizeof(err));
+	if (e) {
+		t->result = e;
+		snprintf(t->error, sizeof(t->error), "%s failed: %s", t->job, err);
+		syslog(LOG_WARNING, "process %d: %s", (int)t->pid, t->error);
+		pthread_cond_broadcast(&t->done);
+	}
+	pthread_mutex_unlock(&t->lock);
+	if (here)
+		watch_main(here);
+	free(d);
+	return NULL;
+}
+
+int job_checkpoint(target *t, const ctl_cmd *c, char *err, size_t errlen)
+{
+	pthread_mutex_lock(&t->lock);
+	if (t->busy) {
+		pthread_mutex_unlock(&t->lock);
+		return engine_fail(-EBUSY, err, errlen, "busy: %s is running", t->job);
+	}
+	watch *here = NULL;
+	int e = 0;
+	if (!tree_restoring(t->pid)) {
+		e = start_locked(t, c, &here, err, errlen);
+		pthread_mutex_unlock(&t->lock);
+		if (here)
+			watch_main(here);
+		return e;
+	}
+	/* Its tracers are the restore's until all device memory is back: the
+	 * checkpoint waits for that, in a thread of its own. */
+	deferred *d = malloc(sizeof(*d));
+	pthread_t th;
+	if (!d) {
+		e = engine_fail(-ENOMEM, err, errlen, "out of memory");
+	} else {
+		d->t = t;
+		d->c = *c;
+		t->busy = true;
+		t->kind = CTL_CHECKPOINT;
+		t->sh = NULL;
+		t->name[0] = 0;
+		t->nparked = 0;
+		t->result = 0;
+		t->error[0] = 0;
+		snprintf(t->job, sizeof(t->job), "checkpoint%s%s (waiting for the restore of its tree to end)",
+			 c->proto ? " " : "", c->proto ? proto_name(c->proto) : "");
+		if (pthread_create(&th, NULL, deferred_main, d) != 0) {
+			t->busy = false;
+			free(d);
+			e = engine_fail(-EAGAIN, err, errlen, "cannot start a thread to wait for the restore");
+		} else {
+			pthread_detach(th);
+		}
+	}
+	pthread_mutex_unlock(&t->lock);
+	return e;
 }
 
 int job_cancel(target *t, char *err, size_t errlen)
@@ -642,122 +586,5 @@ int job_cancel(target *t, char *err, size_t errlen)
 	else
 		atomic_store(&t->sh->prog.cancel, true);
 	pthread_mutex_unlock(&t->lock);
-	return e;
-}
-
-/* A restore job that runs on after its tree does (lazy): waits for it. */
-typedef struct restore_watch {
-	target *t;
-	spawn s;
-} restore_watch;
-
-static void *restore_watch_main(void *arg)
-{
-	restore_watch *w = arg;
-	finish_job(w->t, &w->s, false);
-	free(w);
-	return NULL;
-}
-
-/* Waits until the restore job's tree runs or the job ends; the root pid
- * that runs, or 0. */
-static pid_t await_resume(spawn *s)
-{
-	for (;;) {
-		pid_t pid = atomic_load(&s->sh->resumed);
-		if (pid > 0 || atomic_load(&s->sh->finished))
-			return pid;
-		siginfo_t si = { 0 };
-		if (waitid(P_PID, (id_t)s->child, &si, WEXITED | WNOHANG | WNOWAIT) == 0 && si.si_pid == s->child)
-			return atomic_load(&s->sh->resumed);
-		struct timespec ts = { 0, 2000000 };
-		nanosleep(&ts, NULL);
-	}
-}
-
-int job_restore(const ctl_cmd *c, pid_t *pid, char *err, size_t errlen)
-{
-	target *r = target_root();
-	char logdir[PATH_MAX], log[PATH_MAX + 64];
-	snprintf(logdir, sizeof(logdir), "%s/.logs", phosfs_store);
-	mkdir(logdir, 0700);
-	snprintf(log, sizeof(log), "%s/restore-%lld-%d.log", logdir, (long long)time(NULL), (int)gettid());
-	char threads[16];
-	snprintf(threads, sizeof(threads), "%d", phosfs_fill_threads);
-	/* 15 words at most, and the NULL */
-	char *args[24] = { "restore", "--image", (char *)c->dir, "--criu", (char *)phosfs_criu, "--log", log,
-			   "--fill-threads", threads };
-	int k = 9;
-	if (*c->devices) {
-		args[k++] = "--devices";
-		args[k++] = (char *)c->devices;
-	}
-	if (*phosfs_criu_plugins) {
-		args[k++] = "--plugins";
-		args[k++] = (char *)phosfs_criu_plugins;
-	}
-	if (c->lazy)
-		args[k++] = "--lazy";
-	if (c->lazy_pages)
-		args[k++] = "--lazy-pages";
-	args[k] = NULL;
-	/* One restore at a time: the root target holds its outcome. A lazy
-	 * one is busy until all its memory is back. */
-	pthread_mutex_lock(&r->lock);
-	while (r->busy)
-		pthread_cond_wait(&r->done, &r->lock);
-	r->busy = true;
-	pthread_mutex_unlock(&r->lock);
-	spawn s;
-	int e = spawn_job(args, NULL, 0, &s, err, errlen);
-	pthread_mutex_lock(&r->lock);
-	if (e) {
-		r->busy = false;
-		pthread_cond_broadcast(&r->done);
-		pthread_mutex_unlock(&r->lock);
-		return e;
-	}
-	snprintf(r->job, sizeof(r->job), "restore %.80s%s%s", c->dir, c->lazy ? " lazy" : " eager",
-		 c->lazy_pages ? " lazy-pages" : "");
-	r->error[0] = 0;
-	r->restored = 0;
-	r->result = 0;
-	r->kind = CTL_RESTORE;
-	r->sh = s.sh;
-	pthread_mutex_unlock(&r->lock);
-	pid_t runs = await_resume(&s);
-	restore_watch *w = runs > 0 && !atomic_load(&s.sh->finished) ? malloc(sizeof(*w)) : NULL;
-	pthread_t th;
-	if (w) {
-		*w = (restore_watch){ .t = r, .s = s };
-		pthread_mutex_lock(&r->lock);
-		r->restored = runs;
-		pthread_mutex_unlock(&r->lock);
-		if (pthread_create(&th, NULL, restore_watch_main, w) == 0) {
-			pthread_detach(th);
-			*pid = runs;
-		} else {
-			free(w);
-			w = NULL;
-		}
-	}
-	if (!w) {
-		finish_job(r, &s, false);
-		pthread_mutex_lock(&r->lock);
-		e = r->result;
-		*pid = r->restored;
-		if (e)
-			snprintf(err, errlen, "%s", r->error);
-		pthread_mutex_unlock(&r->lock);
-	}
-	target *t = !e && *pid > 0 ? target_get(*pid, true) : NULL;
-	if (t) {
-		pthread_mutex_lock(&t->lock);
-		t->uid = pid_owner(*pid);
-		t->error[0] = 0;
-		snprintf(t->job, sizeof(t->job), "restore %.80s", c->dir);
-		t->result = 0;
-		pthread_mutex_unlock(&t->lock);
-	}
 	return e;
 }

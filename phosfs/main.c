@@ -3,6 +3,7 @@
  *
  *   phosfs [--socket PATH] [--store DIR] [--criu PATH] [--criu-plugins DIR]
  *          [--staging SIZE] [--chunk SIZE] [--shadow-pool SIZE] [--fill-threads N]
+ *          [--restores N] [--restore-queue N] [--restore-timeout SECONDS]
  *          [FUSE options] MOUNTPOINT
  *
  * Registers traced processes on the socket (default /run/phos/phosfs.sock)
@@ -14,6 +15,7 @@
  * `phosfs --job …` is a job process, started by phosfs itself (job-process.c).
  */
 #define FUSE_USE_VERSION 312
+#include <dirent.h>
 #include <errno.h>
 #include <fuse.h>
 #include <fuse_lowlevel.h>
@@ -21,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <syslog.h>
 #include <limits.h>
@@ -40,6 +43,9 @@ uint64_t phosfs_staging = ENGINE_STAGING;
 uint64_t phosfs_chunk = ENGINE_CHUNK;
 uint64_t phosfs_shadow_pool = ENGINE_SHADOW_POOL;
 int phosfs_fill_threads = 0; /* engine_filler_start's default */
+int phosfs_restores = 4;
+int phosfs_restore_queue = 16;
+int phosfs_restore_timeout = 600;
 
 extern const struct fuse_operations phosfs_ops;
 
@@ -56,7 +62,8 @@ static void *init(struct fuse_conn_info *conn, struct fuse_config *cfg)
 static int usage(FILE *f)
 {
 	fprintf(f, "usage: phosfs [--socket PATH] [--store DIR] [--criu PATH] [--criu-plugins DIR] [--staging SIZE]\n"
-		   "              [--chunk SIZE] [--shadow-pool SIZE] [--fill-threads N] [-f] [-d] [-o OPTIONS]\n"
+		   "              [--chunk SIZE] [--shadow-pool SIZE] [--fill-threads N] [--restores N]\n"
+		   "              [--restore-queue N] [--restore-timeout SECONDS] [-f] [-d] [-o OPTIONS]\n"
 		   "              MOUNTPOINT\n"
 		   "SIZE is bytes, or a number with K, M, G or T (binary units).\n");
 	return f == stdout ? 0 : 2;
@@ -110,6 +117,69 @@ static int count_option(const char *opt, const char *v, int min, int max)
 		exit(2);
 	}
 	return (int)n;
+}
+
+/* Removes the half images that checkpoint jobs which died left in the
+ * store (jobs that still run keep theirs). */
+static void clear_half_images(const char *store)
+{
+	DIR *d = opendir(store);
+	for (struct dirent *de; d && (de = readdir(d));) {
+		if (de->d_name[0] < '1' || de->d_name[0] > '9')
+			continue;
+		char dir[PATH_MAX + 256];
+		snprintf(dir, sizeof(dir), "%s/%s", store, de->d_name);
+		phosimg_clear_stale(dir);
+	}
+	if (d)
+		closedir(d);
+}
+
+/* The file system type mounted at path (from mountinfo) into type; false
+ * if nothing is mounted there. */
+static bool mounted_type(const char *path, char *type, size_t len)
+{
+	FILE *f = fopen("/proc/self/mountinfo", "re");
+	char *line = NULL;
+	size_t cap = 0;
+	bool found = false;
+	while (f && getline(&line, &cap, f) > 0) {
+		/* ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS [FIELDS…] - TYPE SOURCE … */
+		char mp[PATH_MAX];
+		if (sscanf(line, "%*s %*s %*s %*s %4095s", mp) != 1 || strcmp(mp, path))
+			continue;
+		const char *dash = strstr(line, " - ");
+		if (dash && sscanf(dash + 3, "%63s", type) == 1 && len >= 64)
+			found = true; /* the last mount there wins: keep reading */
+	}
+	free(line);
+	if (f)
+		fclose(f);
+	return found;
+}
+
+/* A phosfs that was killed leaves its mount behind, dead ("Transport
+ * endpoint is not connected"): it is taken away, as other FUSE daemons
+ * do. A live phosfs there is left alone. 0, or -EBUSY (live) with err. */
+static int take_stale_mount(const char *mnt, char *err, size_t errlen)
+{
+	char abs[PATH_MAX], type[64];
+	struct stat st;
+	if (stat(mnt, &st) == 0 || errno != ENOTCONN)
+		return 0; /* nothing there, or alive: fuse_mount says so */
+	if (!realpath(mnt, abs))
+		snprintf(abs, sizeof(abs), "%s", mnt);
+	if (!mounted_type(abs, type, sizeof(type)) || strncmp(type, "fuse", 4)) {
+		snprintf(err, errlen, "%s: %s, and it is no FUSE mount phosfs could take over", mnt, strerror(ENOTCONN));
+		return -EBUSY;
+	}
+	if (umount2(abs, MNT_DETACH) != 0) {
+		snprintf(err, errlen, "%s: the mount of a phosfs that died is still there and cannot be taken away: %s",
+			 mnt, strerror(errno));
+		return -EBUSY;
+	}
+	syslog(LOG_NOTICE, "%s: took away the mount a phosfs that died left there", abs);
+	return 0;
 }
 
 /* Makes the store and its run/ folder (where `phos run` writes output). */
@@ -172,6 +242,12 @@ int main(int argc, char **argv)
 			phosfs_shadow_pool = size_option("--shadow-pool", argv[++i], 0, 1ull << 50, false);
 		} else if (!strcmp(argv[i], "--fill-threads") && i + 1 < argc) {
 			phosfs_fill_threads = count_option("--fill-threads", argv[++i], 1, ENGINE_FILL_THREADS_MAX);
+		} else if (!strcmp(argv[i], "--restores") && i + 1 < argc) {
+			phosfs_restores = count_option("--restores", argv[++i], 1, 64);
+		} else if (!strcmp(argv[i], "--restore-queue") && i + 1 < argc) {
+			phosfs_restore_queue = count_option("--restore-queue", argv[++i], 0, 1024);
+		} else if (!strcmp(argv[i], "--restore-timeout") && i + 1 < argc) {
+			phosfs_restore_timeout = count_option("--restore-timeout", argv[++i], 1, 86400);
 		} else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
 			free(argl);
 			return usage(stdout);
@@ -202,6 +278,7 @@ int main(int argc, char **argv)
 		syslog(LOG_WARNING, "cannot make the %llu MiB staging pool (%s): each checkpoint pins its own",
 		       (unsigned long long)(phosfs_staging >> 20), strerror(-sg));
 	phosfs_store = store_abs;
+	clear_half_images(store_abs);
 	ssize_t sl = readlink("/proc/self/exe", self, sizeof(self) - 1);
 	self[sl > 0 ? sl : 0] = 0;
 	phosfs_self = self;
@@ -214,6 +291,14 @@ int main(int argc, char **argv)
 	if (!*phosfs_criu_plugins)
 		syslog(LOG_WARNING, "no CRIU plugins (--criu-plugins): forked children of CUDA processes, such as "
 				    "PyTorch DataLoader workers, cannot be checkpointed");
+	char why[PATH_MAX + 200];
+	if (take_stale_mount(opts.mountpoint, why, sizeof(why))) {
+		fprintf(stderr, "phosfs: %s\n", why);
+		fuse_opt_free_args(&args);
+		free(opts.mountpoint);
+		free(argl);
+		return 1;
+	}
 	struct fuse_operations ops = phosfs_ops;
 	ops.init = init;
 	int rc = 1;
@@ -247,6 +332,7 @@ int main(int argc, char **argv)
 out_registry:
 	registry_stop();
 	targets_free();
+	restores_free();
 out_unmount:
 	fuse_unmount(f);
 out_destroy:

@@ -8,7 +8,7 @@
  *                                own (run.c)
  *   phos ls                      the processes phosfs shows
  *   phos checkpoint PID [cow|recopy|stop] [--name N] [--kill] [--wait]
- *   phos restore DIR [eager|lazy] [--lazy-pages] [--device OLD=NEW[,OLD=NEW…]]
+ *   phos restore DIR [eager|lazy] [--lazy-pages] [--device OLD=NEW[,OLD=NEW…]] [--wait]
  *   phos status PID
  */
 #include <dirent.h>
@@ -41,7 +41,7 @@ static int usage(FILE *f)
 	fprintf(f, "usage: phos run [-d] [--pid-ns|--host-pids] [--] CMD...\n"
 		   "       phos ls\n"
 		   "       phos checkpoint PID [cow|recopy|stop] [--name NAME] [--kill] [--wait]\n"
-		   "       phos restore DIR [eager|lazy] [--lazy-pages] [--device OLD=NEW[,OLD=NEW...]]\n"
+		   "       phos restore DIR [eager|lazy] [--lazy-pages] [--device OLD=NEW[,OLD=NEW...]] [--wait]\n"
 		   "       phos status PID\n");
 	return f == stdout ? 0 : 2;
 }
@@ -88,28 +88,46 @@ static bool field(const char *text, const char *key, char *out, size_t len)
 	return false;
 }
 
-/* Writes one command to a ctl file; on failure says why, with status's
- * error line. */
-static int ctl(const char *ctl_path, const char *status_path, const char *cmd)
+/* Why a ctl file could not be opened, in words a person can act on. */
+static void open_failed(const char *ctl_path, int e)
 {
-	int fd = open(ctl_path, O_WRONLY | O_CLOEXEC);
+	char v[PATH_MAX];
+	snprintf(v, sizeof(v), "%s/version", mnt());
+	bool mounted = access(v, F_OK) == 0;
+	if (!mounted)
+		fprintf(stderr, "phos: %s: phosfs is not mounted at %s (set PHOS_MOUNT)\n", ctl_path, mnt());
+	else if (e == ENOENT)
+		fprintf(stderr, "phos: %s: no such process: it is not running, and phosfs knows no checkpoint of it\n",
+			ctl_path);
+	else if (e == EACCES || e == EPERM)
+		fprintf(stderr, "phos: %s: permission denied: only root and the process's owner may use it%s\n",
+			ctl_path, strstr(ctl_path + strlen(mnt()), "/ctl") == ctl_path + strlen(mnt()) ? " (restores: root)" : "");
+	else
+		fprintf(stderr, "phos: %s: %s\n", ctl_path, strerror(e));
+}
+
+/* Writes one command to a ctl file and reads back phosfs's answer into
+ * reply ("restore 3", "ok", or "error: …"). On failure says why. */
+static int ctl(const char *ctl_path, const char *cmd, char *reply, size_t len)
+{
+	*reply = 0;
+	int fd = open(ctl_path, O_RDWR | O_CLOEXEC);
 	if (fd < 0) {
-		fprintf(stderr, "phos: %s: %s\n", ctl_path, strerror(errno));
-		if (errno == ENOENT)
-			fprintf(stderr, "phos: is phosfs mounted at %s? (set PHOS_MOUNT)\n", mnt());
+		open_failed(ctl_path, errno);
 		return 1;
 	}
 	ssize_t n = write(fd, cmd, strlen(cmd));
 	int e = n < 0 ? errno : 0;
+	ssize_t got = read(fd, reply, len - 1);
+	reply[got > 0 ? got : 0] = 0;
+	reply[strcspn(reply, "\n")] = 0;
 	close(fd);
 	if (!e)
 		return 0;
-	char *st = slurp(status_path), why[1024] = "";
-	if (st && field(st, "error", why, sizeof(why)) && strcmp(why, "none"))
-		fprintf(stderr, "phos: %s\n", why);
+	if (!strncmp(reply, "error: ", 7))
+		fprintf(stderr, "phos: %s\n", reply + 7);
 	else
-		fprintf(stderr, "phos: %s\n", strerror(e));
-	free(st);
+		fprintf(stderr, "phos: %s: %s\n", ctl_path, strerror(e));
 	return 1;
 }
 
@@ -267,17 +285,57 @@ static int cmd_checkpoint(int argc, char **argv)
 		 name ? name : "", kill ? " kill" : "");
 	snprintf(c, sizeof(c), "%s/%ld/ctl", mnt(), pid);
 	snprintf(s, sizeof(s), "%s/%ld/status", mnt(), pid);
-	int r = ctl(c, s, cmd);
+	char reply[1200];
+	int r = ctl(c, cmd, reply, sizeof(reply));
 	return r || !wait ? r : wait_job(s);
+}
+
+/* Follows restore id in /restores/ID until its tree runs (with wait: until
+ * all its memory is back too); prints the restored pid, or why it failed. */
+static int wait_restore(unsigned id, bool wait)
+{
+	char path[PATH_MAX];
+	snprintf(path, sizeof(path), "%s/restores/%u", mnt(), id);
+	bool told = false, tty = isatty(2);
+	for (;;) {
+		char *st = slurp(path), state[32] = "", pid[32] = "?", moved[600] = "", err[2048] = "", pos[16] = "";
+		if (!st) {
+			fprintf(stderr, "phos: restore %u: %s: %s\n", id, path, strerror(errno));
+			return 1;
+		}
+		field(st, "state", state, sizeof(state));
+		field(st, "restored pid", pid, sizeof(pid));
+		field(st, "moved gpus", moved, sizeof(moved));
+		field(st, "error", err, sizeof(err));
+		field(st, "queue position", pos, sizeof(pos));
+		free(st);
+		if (!strcmp(state, "failed")) {
+			fprintf(stderr, "phos: %s\n", err);
+			return 1;
+		}
+		if (!strcmp(state, "queued") && tty && !told) {
+			fprintf(stderr, "phos: restore %u waits for others to end (place %s in the queue)\n", id, pos);
+			told = true;
+		}
+		if (!strcmp(state, "done") || (!wait && !strcmp(state, "resumed"))) {
+			if (*moved)
+				fprintf(stderr, "phos: GPUs moved (image ordinal -> this machine's): %s\n", moved);
+			printf("%s\n", pid);
+			return 0;
+		}
+		usleep(2000);
+	}
 }
 
 static int cmd_restore(int argc, char **argv)
 {
 	const char *dir = NULL, *mode = NULL, *devices = NULL;
-	bool lazy_pages = false;
+	bool lazy_pages = false, wait = false;
 	for (int i = 0; i < argc; i++) {
 		if (!strcmp(argv[i], "--lazy-pages"))
 			lazy_pages = true;
+		else if (!strcmp(argv[i], "--wait"))
+			wait = true;
 		else if (!strcmp(argv[i], "--device") && i + 1 < argc)
 			devices = argv[++i];
 		else if (!strncmp(argv[i], "--device=", 9))
@@ -296,23 +354,19 @@ static int cmd_restore(int argc, char **argv)
 		fprintf(stderr, "phos: %s: %s\n", dir, strerror(errno));
 		return 1;
 	}
-	char cmd[2 * PATH_MAX + 64], c[PATH_MAX], s[PATH_MAX];
+	char cmd[2 * PATH_MAX + 64], c[PATH_MAX];
 	snprintf(cmd, sizeof(cmd), "restore %s%s%s%s%s%s\n", abs, mode ? " " : "", mode ? mode : "",
 		 lazy_pages ? " lazy-pages" : "", devices ? " device=" : "", devices ? devices : "");
 	snprintf(c, sizeof(c), "%s/ctl", mnt());
-	snprintf(s, sizeof(s), "%s/status", mnt());
-	if (ctl(c, s, cmd))
+	char reply[1200];
+	unsigned id = 0;
+	if (ctl(c, cmd, reply, sizeof(reply)))
 		return 1;
-	char *st = slurp(s), pid[32] = "?", moved[600] = "";
-	if (st) {
-		field(st, "restored pid", pid, sizeof(pid));
-		field(st, "moved gpus", moved, sizeof(moved));
+	if (sscanf(reply, "restore %u", &id) != 1) {
+		fprintf(stderr, "phos: %s: unexpected answer '%s'\n", c, reply);
+		return 1;
 	}
-	free(st);
-	if (*moved)
-		fprintf(stderr, "phos: GPUs moved (image ordinal -> this machine's): %s\n", moved);
-	printf("%s\n", pid);
-	return 0;
+	return wait_restore(id, wait);
 }
 
 static int cmd_status(int argc, char **argv)

@@ -5,6 +5,7 @@
 #ifndef PHOSFS_H
 #define PHOSFS_H
 
+#include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -28,6 +29,9 @@ extern uint64_t phosfs_staging;     /* --staging: pinned host staging of a copy,
 extern uint64_t phosfs_chunk;       /* --chunk: chunk of copies and images, bytes */
 extern uint64_t phosfs_shadow_pool; /* --shadow-pool: CoW shadows per process, bytes */
 extern int phosfs_fill_threads;     /* --fill-threads: threads that fill device memory on restore (0: default) */
+extern int phosfs_restores;         /* --restores: restores that run side by side */
+extern int phosfs_restore_queue;    /* --restore-queue: restores that may wait beyond those */
+extern int phosfs_restore_timeout;  /* --restore-timeout: seconds a restore's longest step may take */
 
 /* staging.c: the host staging pool, made once (a memfd jobs map and pin). */
 /* Makes it, of bytes (its pages come with the first job that uses
@@ -117,7 +121,6 @@ pid_t job_name(pid_t pid);
  * (uid_t)-1 if neither exists. */
 uid_t pid_owner(pid_t pid);
 target *target_get(pid_t pid, bool create);
-target *target_root(void);
 int target_pids(pid_t **out, size_t *n);
 void targets_free(void);
 /* Records an error for status (and syslog). */
@@ -136,7 +139,47 @@ int target_stream(target *t, const char *name, char *path, size_t len, uint64_t 
 int job_checkpoint(target *t, const ctl_cmd *c, char *err, size_t errlen);
 /* Asks the running job to stop early. Errors: -EINVAL (none runs). */
 int job_cancel(target *t, char *err, size_t errlen);
-/* Runs a restore to its end; *pid is the restored process. */
-int job_restore(const ctl_cmd *c, pid_t *pid, char *err, size_t errlen);
+
+/* spawn.c: a job process (`phosfs --job ARGS…`), and the memfd it shares. */
+typedef struct spawn {
+	engine_shared *sh; /* mapped; the caller unmaps it once the job has ended */
+	pid_t child;
+} spawn;
+/* Starts `phosfs --job ARGS… --shared FD`, with the fds keep[0..nkeep)
+ * left open in it. Errors: errno of memfd_create, mmap or fork, with err. */
+int spawn_job(char *const *args, const int *keep, int nkeep, spawn *s, char *err, size_t errlen);
+
+/* restores.c: restores side by side, and their queue. */
+enum restore_state { RESTORE_QUEUED, RESTORE_RUNNING, RESTORE_RESUMED, RESTORE_DONE, RESTORE_FAILED };
+/* A restore as status shows it: a copy. */
+typedef struct restore_view {
+	unsigned id;
+	enum restore_state state;
+	int position;          /* queued: its place in the queue (1: next) */
+	char job[160];         /* "restore DIR lazy", as status shows it */
+	char log[PATH_MAX];    /* CRIU's log, named for this restore alone */
+	pid_t pid;             /* the restored job's pid, once it runs */
+	int result;            /* once ended: 0 or a negative errno */
+	char error[ENGINE_ERR_MAX + 200];
+	engine_progress prog;  /* as it is now, or as it ended */
+} restore_view;
+/* Submits a restore; *id names it in /restores. It starts at once, or
+ * waits its turn. Errors: -EBUSY (the queue is full), -ENOMEM, errno of
+ * pthread_create; err says why. */
+int restore_submit(const ctl_cmd *c, unsigned *id, char *err, size_t errlen);
+/* Every restore still known (newest first) into *out (malloc'd), with
+ * how many run and wait now. Errors: -ENOMEM. */
+int restore_views(restore_view **out, size_t *n, int *running, int *queued);
+/* Restore id, as it is now. Errors: -ENOENT (unknown, or forgotten). */
+int restore_view_get(unsigned id, restore_view *out);
+/* Waits up to ms for any restore to change state. */
+void restores_await_change(int ms);
+/* Frees the restores that ended (at exit). */
+void restores_free(void);
+
+/* logs.c: the store's log folders. */
+#define LOGS_KEEP 64
+/* Removes the oldest files of dir beyond the newest keep. */
+void logs_prune(const char *dir, int keep);
 
 #endif

@@ -253,24 +253,58 @@ static int slurp(const char *dir, uint8_t **buf, size_t *size)
 	return e;
 }
 
+/* to (absolute, resolved) relative to the folder from (absolute,
+ * resolved), into rel: "../" for each name of from below their common
+ * part, then the rest of to. */
+static int relative(const char *from, const char *to, char *rel, size_t len)
+{
+	size_t common = 0;
+	for (size_t i = 0;; i++) {
+		bool fend = !from[i] || from[i] == '/', tend = !to[i] || to[i] == '/';
+		if (fend && tend)
+			common = i;
+		if (!from[i] || !to[i] || from[i] != to[i])
+			break;
+	}
+	size_t n = 0;
+	rel[0] = 0;
+	for (const char *p = from + common; *p; p++)
+		if (*p == '/' && p[1] && p[1] != '/')
+			n += (size_t)snprintf(rel + n, n < len ? len - n : 0, "../");
+	const char *rest = to + common + (to[common] == '/');
+	if (!n && !*rest)
+		rest = ".";
+	return (size_t)snprintf(rel + n, n < len ? len - n : 0, "%s", rest) + n >= len ? -ENAMETOOLONG : 0;
+}
+
 /* The folder CRIU reads instead of dir: a link to each of its files, and
- * files.img from buf. */
+ * files.img from buf. The links are relative: CRIU opens the images of
+ * each process once inside the restored mount namespace (pagemap, pages),
+ * where an absolute path means what it meant to the job, which lacks
+ * mounts made since it started (phosfs's own, a new tmpfs or bind mount);
+ * a relative one is walked from the folder CRIU holds open, through the
+ * mounts here. */
 static int make_folder(const char *dir, const char *work, const uint8_t *buf, size_t size, char *out, size_t outlen)
 {
-	char abs[PATH_MAX];
+	char abs[PATH_MAX], here[PATH_MAX], rel[PATH_MAX];
 	if (!realpath(dir, abs))
 		return -errno;
 	if (snprintf(out, outlen, "%s.criu-XXXXXX", work) >= (int)outlen)
 		return -ENAMETOOLONG;
 	if (!mkdtemp(out))
 		return -errno;
+	int e = realpath(out, here) ? relative(here, abs, rel, sizeof(rel)) : -errno;
+	if (e) {
+		rmdir(out);
+		return e;
+	}
 	DIR *d = opendir(abs);
-	int e = d ? 0 : -errno;
+	e = d ? 0 : -errno;
 	for (struct dirent *de; !e && (de = readdir(d));) {
 		if (de->d_name[0] == '.' || !strcmp(de->d_name, "files.img"))
 			continue;
 		char from[PATH_MAX * 2], to[PATH_MAX * 2];
-		snprintf(from, sizeof(from), "%s/%s", abs, de->d_name);
+		snprintf(from, sizeof(from), "%s/%s", rel, de->d_name);
 		snprintf(to, sizeof(to), "%s/%s", out, de->d_name);
 		if (symlink(from, to) != 0)
 			e = -errno;

@@ -42,6 +42,12 @@ int restore_begin(const restore_args *a, restore_ctx *c, char *err, size_t errle
 	if (e)
 		return engine_fail(e, err, errlen, "%s", *phosimg_last_error() ? phosimg_last_error() : strerror(-e));
 	c->in = phosimg_get_info(c->img);
+	/* What CRIU reads is checked first: a damaged file can make it fail
+	 * in ways that name no cause, or spin for good. */
+	e = phosimg_verify_criu(c->img);
+	if (e)
+		return engine_fail(e, err, errlen, "the image's CRIU files are damaged, nothing was restored: %s",
+				   phosimg_last_error());
 	if (a->pid)
 		*a->pid = c->in->meta.pid;
 	e = members_of(c->in, &c->m, &c->n);

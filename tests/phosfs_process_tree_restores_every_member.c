@@ -228,14 +228,12 @@ int main(int argc, char **argv)
 	long at_kill = rig_count(out);
 	char cmd[PATH_MAX + 16];
 	snprintf(cmd, sizeof(cmd), "restore %s\n", image);
-	snprintf(path, sizeof(path), "%s/ctl", r.mnt);
-	e = rig_ctl(path, cmd, strlen(cmd));
-	ok(e == 0 && rig_alive(sh) && rig_alive(app[0]) && rig_alive(kids[0]) && rig_alive(kids[1]),
+	pid_t back = 0;
+	e = rig_restore_cmd(&r, cmd, &back, st, sizeof(st));
+	ok(e == 0 && back == sh && rig_alive(sh) && rig_alive(app[0]) && rig_alive(kids[0]) && rig_alive(kids[1]),
 	   "after kill -9, the restore brings back all four with their pids (%s)", e ? strerror(e) : "ok");
-	if (e) {
-		snprintf(path, sizeof(path), "%s/status", r.mnt);
-		diag("%s", rig_read(path, st, sizeof(st)) ? st : "");
-	}
+	if (e)
+		diag("%s", st);
 
 	ok(rig_counts_past(out, at_kill + 5, 10000), "the restored tree goes on: the parent counts and both children answer in order");
 	kill(app[0], SIGUSR1);

@@ -32,14 +32,10 @@ static int gpu_of(pid_t pid)
  * status in st. */
 static int restore_with(rig *r, const char *image, const char *how, char *st, size_t len)
 {
-	char cmd[PATH_MAX + 128], ctl[160], status[160];
-	int n = snprintf(cmd, sizeof(cmd), "restore %s %s\n", image, how);
-	snprintf(ctl, sizeof(ctl), "%s/ctl", r->mnt);
-	snprintf(status, sizeof(status), "%s/status", r->mnt);
-	int e = rig_ctl(ctl, cmd, (size_t)n);
-	if (!rig_read(status, st, len))
-		*st = 0;
-	return e;
+	char cmd[PATH_MAX + 128];
+	snprintf(cmd, sizeof(cmd), "restore %s %s\n", image, how);
+	pid_t pid = 0;
+	return rig_restore_cmd(r, cmd, &pid, st, len);
 }
 
 static int checkpoint_kill(rig *r, pid_t pid, const char *ctl, const char *name, char *image, size_t len)

@@ -307,6 +307,88 @@ static inline int rig_job_done(rig *r, pid_t pid, int ms, char *last, size_t len
 	return 0;
 }
 
+/* Waits up to ms for pid's status to say it is traced (its tracer has
+ * registered): 1, or 0. */
+static inline int rig_traced(rig *r, pid_t pid, int ms)
+{
+	char path[160], st[8192];
+	snprintf(path, sizeof(path), "%s/%d/status", r->mnt, (int)pid);
+	for (int t = 0; t <= ms; t += 20, usleep(20000))
+		if (rig_read(path, st, sizeof(st)) && strstr(st, "traced: yes"))
+			return 1;
+	return 0;
+}
+
+/* Writes cmd to the mount's ctl, opened for reading too, and reads back
+ * its answer into reply ("restore 3", or "error: …"); 0 or the write's
+ * errno. */
+static inline int rig_ctl_answer(rig *r, const char *cmd, char *reply, size_t len)
+{
+	char ctl[160];
+	snprintf(ctl, sizeof(ctl), "%s/ctl", r->mnt);
+	*reply = 0;
+	int fd = open(ctl, O_RDWR);
+	if (fd < 0)
+		return errno;
+	ssize_t n = write(fd, cmd, strlen(cmd));
+	int e = n < 0 ? errno : 0;
+	ssize_t got = read(fd, reply, len - 1);
+	reply[got > 0 ? got : 0] = 0;
+	close(fd);
+	return e;
+}
+
+/* Follows restore id (/restores/ID, into st) until its tree runs, or with
+ * full until it has ended, for up to ms. Its state: "resumed", "done",
+ * "failed", or "" when it did neither in time. */
+static inline const char *rig_restore_follow(rig *r, unsigned id, int full, int ms, char *st, size_t len)
+{
+	char path[160];
+	snprintf(path, sizeof(path), "%s/restores/%u", r->mnt, id);
+	for (int t = 0; t <= ms; t += 2) {
+		if (!rig_read(path, st, len))
+			return "";
+		if (strstr(st, "state: failed"))
+			return "failed";
+		if (strstr(st, "state: done"))
+			return "done";
+		if (!full && strstr(st, "state: resumed"))
+			return "resumed";
+		usleep(2000);
+	}
+	return "";
+}
+
+/* Asks for restore cmd ("restore DIR …\n") and waits until its tree runs;
+ * *pid is its pid. 0, or the ctl write's errno, or the failed restore's
+ * (st says why), or ETIMEDOUT. st: /restores/ID as it was last. */
+static inline int rig_restore_cmd(rig *r, const char *cmd, pid_t *pid, char *st, size_t len)
+{
+	char reply[1024];
+	unsigned id = 0;
+	*st = 0;
+	int e = rig_ctl_answer(r, cmd, reply, sizeof(reply));
+	if (e) {
+		snprintf(st, len, "%s", reply);
+		return e;
+	}
+	if (sscanf(reply, "restore %u", &id) != 1)
+		return EPROTO;
+	const char *how = rig_restore_follow(r, id, 0, 120000, st, len);
+	if (!*how)
+		return ETIMEDOUT;
+	if (!strcmp(how, "failed")) {
+		const char *no = strstr(st, "errno: ");
+		return no && atoi(no + 7) > 0 ? atoi(no + 7) : EIO;
+	}
+	const char *at = strstr(st, "restored pid: ");
+	int back = at ? atoi(at + 14) : 0;
+	if (back <= 0)
+		return ESRCH;
+	*pid = back;
+	return 0;
+}
+
 /* Restores the image at dir through /ctl (in r->restore_mode); 0 when
  * status then names the restored process, whose pid goes to *pid: a job
  * of `phos run` comes back in a pid namespace of its own, under another
@@ -315,22 +397,10 @@ static inline int rig_job_done(rig *r, pid_t pid, int ms, char *last, size_t len
  * coming back. */
 static inline int rig_restore(rig *r, const char *dir, pid_t *pid, char *st, size_t len)
 {
-	char cmd[PATH_MAX + 16], ctl[160], status[160];
+	char cmd[PATH_MAX + 16];
 	snprintf(cmd, sizeof(cmd), "restore %s%s%s\n", dir, r->restore_mode ? " " : "",
 		 r->restore_mode ? r->restore_mode : "");
-	snprintf(ctl, sizeof(ctl), "%s/ctl", r->mnt);
-	snprintf(status, sizeof(status), "%s/status", r->mnt);
-	int e = rig_ctl(ctl, cmd, strlen(cmd));
-	if (!rig_read(status, st, len))
-		*st = 0;
-	const char *at = strstr(st, "restored pid: ");
-	int back = at ? atoi(at + 14) : 0;
-	if (e)
-		return e;
-	if (back <= 0)
-		return ESRCH;
-	*pid = back;
-	return 0;
+	return rig_restore_cmd(r, cmd, pid, st, len);
 }
 
 /* Kills *pid with -9 and waits until it is gone; then, when img (the

@@ -107,15 +107,9 @@ int main(void)
 		usleep(20000);
 	rig_reap();
 	snprintf(image, sizeof(image), "%s/%d/swap", r.store, (int)pid);
-	char cmd2[PATH_MAX + 64], rootctl[160], rootst[160];
-	int n = snprintf(cmd2, sizeof(cmd2), "restore %s device=0=1,1=0\n", image);
-	snprintf(rootctl, sizeof(rootctl), "%s/ctl", r.mnt);
-	snprintf(rootst, sizeof(rootst), "%s/status", r.mnt);
-	int e = stopped ? rig_ctl(rootctl, cmd2, (size_t)n) : -1;
-	rig_read(rootst, st, sizeof(st));
-	const char *rp = strstr(st, "restored pid: ");
-	if (!e && rp)
-		pid = atoi(rp + 14);
+	char cmd2[PATH_MAX + 64];
+	snprintf(cmd2, sizeof(cmd2), "restore %s device=0=1,1=0\n", image);
+	int e = stopped ? rig_restore_cmd(&r, cmd2, &pid, st, sizeof(st)) : -1;
 	int moved = !e && rig_alive(pid) && strstr(st, "moved gpus: 0 (") && strstr(st, ") -> 1 (") &&
 		    strstr(st, "1 (GPU-") && strstr(st, ") -> 0 (");
 	ok(moved, "restored with device=0=1,1=0: status names both moves");

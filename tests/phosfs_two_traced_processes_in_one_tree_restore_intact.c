@@ -162,12 +162,10 @@ int main(void)
 	int verified = count_lines(out, "verify ok");
 	char cmd[PATH_MAX + 16];
 	snprintf(cmd, sizeof(cmd), "restore %s\n", image);
-	snprintf(path, sizeof(path), "%s/ctl", r.mnt);
-	e = rig_ctl(path, cmd, strlen(cmd));
-	snprintf(path, sizeof(path), "%s/status", r.mnt);
-	rig_read(path, st, sizeof(st));
 	pid_t old = sh;
-	sh = e ? 0 : rig_restored(st);
+	e = rig_restore_cmd(&r, cmd, &sh, st, sizeof(st));
+	if (e)
+		sh = 0;
 	kids[0] = kids[1] = 0;
 	if (sh > 0)
 		children_of(sh, kids);

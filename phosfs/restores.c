@@ -1,0 +1,375 @@
+/*
+ * Restores. A write to /ctl submits one and returns at once: a thread of
+ * the restore's own starts its job process (job-process.c) when its turn
+ * comes, and watches it to its end. Up to phosfs_restores run side by
+ * side; more wait, in the order they were asked for, in a queue of up to
+ * phosfs_restore_queue; past that a restore is refused with EBUSY.
+ * /restores/<id> and /status show them (fs.c).
+ */
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <syslog.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "phosfs.h"
+
+/* How long the end of a restore waits for its processes' tracers to
+ * register again. */
+#define REGISTER_WAIT_MS 2000
+/* Ended restores that status still shows. */
+#define KEEP_ENDED 64
+
+typedef struct restore_job {
+	restore_view v;     /* what status shows */
+	ctl_cmd cmd;        /* what was asked */
+	engine_shared *sh;  /* the job's progress, while it runs */
+	struct restore_job *next;
+} restore_job;
+
+/* Guards the list and every field of every restore in it. */
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+/* Broadcast whenever a restore changes state. */
+static pthread_cond_t change = PTHREAD_COND_INITIALIZER;
+static restore_job *list; /* newest first */
+static unsigned next_id = 1;
+static int running; /* restores whose job process runs */
+
+static bool ended(const restore_job *j)
+{
+	return j->v.state == RESTORE_DONE || j->v.state == RESTORE_FAILED;
+}
+
+/* Restores queued ahead of j (the lock held). */
+static int ahead_of(const restore_job *j)
+{
+	int k = 0;
+	for (const restore_job *o = list; o; o = o->next)
+		k += o->v.state == RESTORE_QUEUED && o->v.id < j->v.id;
+	return k;
+}
+
+/* Forgets the oldest ended restores beyond KEEP_ENDED (the lock held). */
+static void prune(void)
+{
+	int kept = 0;
+	for (restore_job **pp = &list; *pp;) {
+		restore_job *j = *pp;
+		if (ended(j) && ++kept > KEEP_ENDED) {
+			*pp = j->next;
+			free(j);
+		} else {
+			pp = &j->next;
+		}
+	}
+}
+
+/* Moves j to state s and tells whoever waits (the lock held). */
+static void set_state(restore_job *j, enum restore_state s)
+{
+	j->v.state = s;
+	pthread_cond_broadcast(&change);
+}
+
+/* Waits until the job's tree runs or the job ends; the root pid that
+ * runs, or 0. */
+static pid_t await_resume(const spawn *s)
+{
+	for (;;) {
+		pid_t pid = atomic_load(&s->sh->resumed);
+		if (pid > 0 || atomic_load(&s->sh->finished))
+			return pid;
+		siginfo_t si = { 0 };
+		if (waitid(P_PID, (id_t)s->child, &si, WEXITED | WNOHANG | WNOWAIT) == 0 && si.si_pid == s->child)
+			return atomic_load(&s->sh->resumed);
+		struct timespec ts = { 0, 2000000 };
+		nanosleep(&ts, NULL);
+	}
+}
+
+/* The pids whose tracers restore job sh woke, up to max into out; their
+ * number. */
+static int served_of(const engine_shared *sh, pid_t *out, int max)
+{
+	uint32_t n = atomic_load(&sh->nserved);
+	int k = 0;
+	for (uint32_t i = 0; i < n && i < ENGINE_SERVED_MAX && k < max; i++)
+		out[k++] = atomic_load(&sh->served[i]);
+	return k;
+}
+
+/* After a restore's job ended: waits, up to ms in all, until each process
+ * whose tracer it served (and that still runs) has registered again, so
+ * that once the restore is over, its processes are seen traced. */
+static void await_registered(const pid_t *served, int k, int ms)
+{
+	uint64_t until = engine_now_ns() + (uint64_t)ms * 1000000u;
+	for (int i = 0; i < k; i++) {
+		proc *p;
+		while (engine_alive(served[i]) && !(p = registry_get(served[i])) && engine_now_ns() < until) {
+			struct timespec ts = { 0, 10000000 };
+			nanosleep(&ts, NULL);
+		}
+		if (engine_alive(served[i]) && (p = registry_get(served[i])))
+			registry_put(p);
+	}
+}
+
+/* Records in the target of the restored pid that a restore brought it. */
+static void mark_restored(pid_t pid, const char *dir)
+{
+	target *t = pid > 0 ? target_get(pid, true) : NULL;
+	if (!t)
+		return;
+	pthread_mutex_lock(&t->lock);
+	t->uid = pid_owner(pid);
+	t->error[0] = 0;
+	snprintf(t->job, sizeof(t->job), "restore %.80s", dir);
+	t->result = 0;
+	pthread_mutex_unlock(&t->lock);
+}
+
+/* Runs restore j's job process to its end (its turn has come). */
+static void run(restore_job *j)
+{
+	char threads[16];
+	snprintf(threads, sizeof(threads), "%d", phosfs_fill_threads);
+	char deadline[16];
+	snprintf(deadline, sizeof(deadline), "%d", phosfs_restore_timeout);
+	const ctl_cmd *c = &j->cmd;
+	/* 19 words at most, and the NULL */
+	char *args[24] = { "restore",	  "--image",  (char *)c->dir, "--criu",	   (char *)phosfs_criu, "--log",
+			   j->v.log,	  "--fill-threads", threads,  "--timeout", deadline };
+	int k = 11;
+	if (*c->devices) {
+		args[k++] = "--devices";
+		args[k++] = (char *)c->devices;
+	}
+	if (*phosfs_criu_plugins) {
+		args[k++] = "--plugins";
+		args[k++] = (char *)phosfs_criu_plugins;
+	}
+	if (c->lazy)
+		args[k++] = "--lazy";
+	if (c->lazy_pages)
+		args[k++] = "--lazy-pages";
+	args[k] = NULL;
+	char err[ENGINE_ERR_MAX] = "";
+	spawn s;
+	int e = spawn_job(args, NULL, 0, &s, err, sizeof(err));
+	if (e) {
+		pthread_mutex_lock(&lock);
+		j->v.result = e;
+		snprintf(j->v.error, sizeof(j->v.error), "%s failed: %s", j->v.job, err);
+		running--;
+		set_state(j, RESTORE_FAILED);
+		pthread_mutex_unlock(&lock);
+		syslog(LOG_WARNING, "restore %u: %s", j->v.id, j->v.error);
+		return;
+	}
+	pthread_mutex_lock(&lock);
+	j->sh = s.sh;
+	pthread_mutex_unlock(&lock);
+	pid_t runs = await_resume(&s);
+	if (runs > 0 && !atomic_load(&s.sh->finished)) {
+		mark_restored(runs, c->dir);
+		pthread_mutex_lock(&lock);
+		j->v.pid = runs;
+		set_state(j, RESTORE_RESUMED);
+		pthread_mutex_unlock(&lock);
+	}
+	int st = 0;
+	while (waitpid(s.child, &st, 0) < 0 && errno == EINTR)
+		;
+	pid_t served[ENGINE_SERVED_MAX];
+	await_registered(served, served_of(s.sh, served, ENGINE_SERVED_MAX), REGISTER_WAIT_MS);
+	pthread_mutex_lock(&lock);
+	restore_view *v = &j->v;
+	memcpy(&v->prog, &s.sh->prog, sizeof(v->prog));
+	pid_t pid = atomic_load(&s.sh->pid);
+	if (atomic_load(&s.sh->finished)) {
+		v->result = s.sh->result;
+		if (v->result)
+			snprintf(v->error, sizeof(v->error), "%s failed: %s", v->job, s.sh->err);
+	} else {
+		v->result = -EIO;
+		snprintf(v->error, sizeof(v->error), "%s failed: the job process %s %d (its log: %.400s)", v->job,
+			 WIFSIGNALED(st) ? "was killed by signal" : "exited with status",
+			 WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st), v->log);
+	}
+	if (pid > 0 && !v->result)
+		v->pid = pid;
+	j->sh = NULL;
+	running--;
+	set_state(j, v->result ? RESTORE_FAILED : RESTORE_DONE);
+	if (v->result)
+		syslog(LOG_WARNING, "restore %u%s%.0d: %s", v->id, v->pid > 0 ? " of process " : "", (int)v->pid,
+		       v->error);
+	else
+		syslog(LOG_INFO, "restore %u: %s done: process %d runs%s%.*s", v->id, v->job, (int)v->pid,
+		       *v->prog.devices ? "; GPUs moved: " : "", (int)sizeof(v->prog.devices), v->prog.devices);
+	prune();
+	pthread_mutex_unlock(&lock);
+	if (pid > 0 && runs <= 0 && !v->result)
+		mark_restored(pid, c->dir);
+	munmap(s.sh, sizeof(*s.sh));
+}
+
+/* A restore's own thread: waits for its turn, then runs it. */
+static void *restore_main(void *arg)
+{
+	restore_job *j = arg;
+	pthread_mutex_lock(&lock);
+	while (running >= phosfs_restores || ahead_of(j) > 0)
+		pthread_cond_wait(&change, &lock);
+	running++;
+	set_state(j, RESTORE_RUNNING);
+	pthread_mutex_unlock(&lock);
+	run(j);
+	return NULL;
+}
+
+/* A new log's name for restore id, in the store's .logs (made). */
+static void log_name(unsigned id, char *out, size_t len)
+{
+	char dir[PATH_MAX];
+	snprintf(dir, sizeof(dir), "%s/.logs", phosfs_store);
+	mkdir(dir, 0700);
+	logs_prune(dir, LOGS_KEEP);
+	char when[32];
+	time_t now = time(NULL);
+	struct tm tm;
+	strftime(when, sizeof(when), "%Y%m%d-%H%M%S", localtime_r(&now, &tm));
+	/* phosfs's pid and the restore's id: unique across phosfs's runs. */
+	snprintf(out, len, "%.3900s/restore-%s-%d-%u.log", dir, when, (int)getpid(), id);
+}
+
+int restore_submit(const ctl_cmd *c, unsigned *id, char *err, size_t errlen)
+{
+	restore_job *j = calloc(1, sizeof(*j));
+	if (!j)
+		return engine_fail(-ENOMEM, err, errlen, "out of memory");
+	j->cmd = *c;
+	snprintf(j->v.job, sizeof(j->v.job), "restore %.80s%s%s", c->dir, c->lazy ? " lazy" : " eager",
+		 c->lazy_pages ? " lazy-pages" : "");
+	pthread_mutex_lock(&lock);
+	int queued = 0;
+	for (restore_job *o = list; o; o = o->next)
+		queued += o->v.state == RESTORE_QUEUED;
+	if (running >= phosfs_restores && queued >= phosfs_restore_queue) {
+		pthread_mutex_unlock(&lock);
+		free(j);
+		return engine_fail(-EBUSY, err, errlen,
+				   "%d restores run and %d wait, as many as phosfs takes (--restores %d, "
+				   "--restore-queue %d): try again once one has ended",
+				   running, queued, phosfs_restores, phosfs_restore_queue);
+	}
+	j->v.id = next_id++;
+	j->v.state = RESTORE_QUEUED;
+	log_name(j->v.id, j->v.log, sizeof(j->v.log));
+	j->next = list;
+	list = j;
+	pthread_t th;
+	int e = pthread_create(&th, NULL, restore_main, j);
+	if (e) {
+		list = j->next;
+		pthread_mutex_unlock(&lock);
+		free(j);
+		return engine_fail(-e, err, errlen, "cannot start the restore's thread: %s", strerror(e));
+	}
+	pthread_detach(th);
+	*id = j->v.id;
+	pthread_mutex_unlock(&lock);
+	syslog(LOG_INFO, "restore %u: %s asked", *id, c->dir);
+	return 0;
+}
+
+/* Fills out with j's view as it is now (the lock held). */
+static void view_of(const restore_job *j, restore_view *out)
+{
+	*out = j->v;
+	if (j->sh)
+		memcpy(&out->prog, &j->sh->prog, sizeof(out->prog));
+	out->position = j->v.state == RESTORE_QUEUED ? ahead_of(j) + 1 : 0;
+}
+
+int restore_views(restore_view **out, size_t *n, int *nrunning, int *nqueued)
+{
+	pthread_mutex_lock(&lock);
+	size_t k = 0;
+	int q = 0;
+	for (restore_job *j = list; j; j = j->next) {
+		k++;
+		q += j->v.state == RESTORE_QUEUED;
+	}
+	restore_view *v = calloc(k ? k : 1, sizeof(*v));
+	size_t i = 0;
+	for (restore_job *j = list; v && j; j = j->next)
+		view_of(j, &v[i++]);
+	*nrunning = running;
+	*nqueued = q;
+	pthread_mutex_unlock(&lock);
+	*out = v;
+	*n = v ? k : 0;
+	return v ? 0 : -ENOMEM;
+}
+
+int restore_view_get(unsigned id, restore_view *out)
+{
+	pthread_mutex_lock(&lock);
+	restore_job *j = list;
+	while (j && j->v.id != id)
+		j = j->next;
+	if (j)
+		view_of(j, out);
+	pthread_mutex_unlock(&lock);
+	return j ? 0 : -ENOENT;
+}
+
+int job_served(pid_t *out, int max)
+{
+	pthread_mutex_lock(&lock);
+	int k = 0;
+	for (restore_job *j = list; j; j = j->next)
+		if (j->sh)
+			k += served_of(j->sh, out + k, max - k);
+	pthread_mutex_unlock(&lock);
+	return k;
+}
+
+void restores_await_change(int ms)
+{
+	struct timespec until;
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += ms / 1000;
+	until.tv_nsec += (long)(ms % 1000) * 1000000L;
+	if (until.tv_nsec >= 1000000000L) {
+		until.tv_sec++;
+		until.tv_nsec -= 1000000000L;
+	}
+	pthread_mutex_lock(&lock);
+	pthread_cond_timedwait(&change, &lock, &until);
+	pthread_mutex_unlock(&lock);
+}
+
+void restores_free(void)
+{
+	pthread_mutex_lock(&lock);
+	for (restore_job **pp = &list; *pp;) {
+		restore_job *j = *pp;
+		if (ended(j)) {
+			*pp = j->next;
+			free(j);
+		} else {
+			pp = &j->next; /* its thread still runs */
+		}
+	}
+	pthread_mutex_unlock(&lock);
+}
