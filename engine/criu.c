@@ -316,10 +316,17 @@ int criu_restore(const char *criu, const char *dir, const char *lazy_dir, const 
 		argv[n++] = "-L";
 		argv[n++] = (char *)engine_criu_plugins;
 	}
+	/* CRIU's work directory, where it writes its statistics: never the
+	 * image's own folder, which stays as it was checkpointed. */
+	char work[PATH_MAX + 8];
+	snprintf(work, sizeof(work), "%s.work", log);
 	if (lazy_dir) {
 		argv[n++] = "--lazy-pages";
 		argv[n++] = "-W";
 		argv[n++] = (char *)lazy_dir;
+	} else if (mkdir(work, 0700) == 0 || errno == EEXIST) {
+		argv[n++] = "-W";
+		argv[n++] = work;
 	}
 	if (has_mounts(dir)) {
 		argv[n++] = "--root";
@@ -329,6 +336,12 @@ int criu_restore(const char *criu, const char *dir, const char *lazy_dir, const 
 	}
 	argv[n] = NULL;
 	int e = run(criu, argv, log, "restore", 0, err, errlen);
+	if (!lazy_dir) {
+		char stats[PATH_MAX + 32];
+		snprintf(stats, sizeof(stats), "%s/stats-restore", work);
+		unlink(stats);
+		rmdir(work);
+	}
 	FILE *f = e ? NULL : fopen(pidfile, "re");
 	int pid = 0;
 	if (f && fscanf(f, "%d", &pid) != 1)

@@ -724,7 +724,9 @@ static int verify_criu(phosimg *img)
 	/* No file may be there that the manifest does not list. */
 	DIR *d = err ? NULL : fdopendir(dup(dfd));
 	for (struct dirent *de; d && !err && (de = readdir(d));) {
-		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+		/* CRIU's statistics of a restore, which a CRIU run without a
+		 * work directory of its own leaves in its images folder. */
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..") || !strcmp(de->d_name, "stats-restore"))
 			continue;
 		bool listed = false;
 		for (uint32_t i = 0; i < m->info.criu_file_count && !listed; i++)

@@ -17,7 +17,9 @@
 #      on for 2 s: each answer is a new "verify ok" line, and none failed;
 #   3. PyTorch training (examples/pytorch/train_mlp.py) is checkpointed
 #      with cow while it runs and restored twice beside the running
-#      original (lazy, eager); once the three have run to their last step,
+#      original (lazy, eager), from the mount (/phos/PID/checkpoints/clone,
+#      a path the job's own mount namespace lacks); once the three have
+#      run to their last step,
 #      every step line of the output file (its loss, exactly) is the
 #      uninterrupted run's, each step before the checkpoint is there once
 #      and each step after it three times (the original and each clone).
@@ -138,7 +140,7 @@ if wait_line "$out" "^step 30 " 180; then
 	after=$(grep -c '^step' "$out")
 	for mode in lazy eager; do
 		[ "$taken" = 1 ] || break
-		if clone "$store/$pid/clone" "$mode"; then
+		if clone "$mnt/$pid/checkpoints/clone" "$mode"; then
 			clones+=("$cpid")
 		else
 			echo "# $mode: the clone did not come back"
@@ -181,6 +183,6 @@ else
 	echo "# pytorch: no step 30 within 180 s; what it said:"
 	tail -5 "$out" "$err" 2>/dev/null | sed 's/^/# /'
 fi
-[ $ok = 1 ] && echo "ok 3 - PyTorch cloned twice beside its running original: the three go on with the losses of an uninterrupted run" ||
+[ $ok = 1 ] && echo "ok 3 - PyTorch cloned twice from the mount beside its running original: the three go on with the losses of an uninterrupted run" ||
 	echo "not ok 3 - PyTorch cloned twice beside its running original did not go on exactly"
 for p in "$pid" "${clones[@]}"; do kill_job "$p"; done
