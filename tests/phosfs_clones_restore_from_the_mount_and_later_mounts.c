@@ -33,7 +33,7 @@ int main(void)
 {
 	rig r;
 	rig_require(&r);
-	plan(5);
+	plan(6);
 	char out[PATH_MAX], ctl[160], status[160], last[256] = "";
 	pid_t pid = rig_cow_start(&r, out, ctl, status);
 	int nverify = 0;
