@@ -270,8 +270,15 @@ static void finish_job(target *t, spawn *s)
 	while (waitpid(s->child, &st, 0) < 0 && errno == EINTR)
 		;
 	engine_shared *sh = s->sh;
-	pthread_mutex_lock(&t->lock);
 	bool finished = atomic_load(&sh->finished);
+	/* Before the job shows as ended: the next checkpoint's number must
+	 * not see the half image. */
+	if (!finished) {
+		char dir[PATH_MAX];
+		snprintf(dir, sizeof(dir), "%s/%d", phosfs_store, (int)t->pid);
+		phosimg_clear_stale(dir);
+	}
+	pthread_mutex_lock(&t->lock);
 	if (finished) {
 		t->result = sh->result;
 		if (sh->result)
@@ -297,11 +304,6 @@ static void finish_job(target *t, spawn *s)
 	pthread_cond_broadcast(&t->done);
 	pthread_mutex_unlock(&t->lock);
 	munmap(sh, sizeof(*sh));
-	if (!finished) {
-		char dir[PATH_MAX];
-		snprintf(dir, sizeof(dir), "%s/%d", phosfs_store, (int)t->pid);
-		phosimg_clear_stale(dir);
-	}
 }
 
 typedef struct watch {
