@@ -1082,12 +1082,12 @@ static int fs_write(const char *path, const char *buf, size_t size, off_t off, s
 			e = engine_fail(-ESRCH, err, sizeof(err), "process %d is not running", (int)t->pid);
 		else
 			e = job_checkpoint(t, c, err, sizeof(err));
-		if (e)
+		if (e) {
 			target_error(t, "%s", err);
-		if (e)
 			answer(h, "error: %s\n", err);
-		else
+		} else {
 			answer(h, "ok\n");
+		}
 	}
 	free(c);
 	if (e == -ENOSYS)

@@ -30,7 +30,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <dirent.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -106,30 +105,18 @@ typedef struct watchdog {
 } watchdog;
 
 /* Kills every process below this one: CRIU, its lazy-pages daemon, and
- * the tree it restored (this process is its subreaper). */
+ * the tree it restored (this process is its subreaper). Again, for what
+ * forked meanwhile. */
 static void kill_below(void)
 {
-	pid_t self = getpid();
 	for (int round = 0; round < 3; round++) {
-		DIR *d = opendir("/proc");
-		for (struct dirent *de; d && (de = readdir(d));) {
-			pid_t pid = (pid_t)atoi(de->d_name);
-			if (pid <= 0 || pid == self)
-				continue;
-			/* Below self: a chain of parents that reaches it. */
-			pid_t p = pid;
-			for (int hops = 0; p > 1 && p != self && hops < 4096; hops++) {
-				pid_t pp;
-				char comm[PHOSIMG_COMM_MAX];
-				if (engine_proc_stat(p, &pp, comm))
-					break;
-				p = pp;
-			}
-			if (p == self)
-				kill(pid, SIGKILL);
-		}
-		if (d)
-			closedir(d);
+		phosimg_member *m = NULL;
+		uint32_t n = 0;
+		if (engine_tree(getpid(), &m, &n))
+			return;
+		for (uint32_t i = 1; i < n; i++) /* m[0] is this process */
+			kill(m[i].pid, SIGKILL);
+		free(m);
 	}
 }
 

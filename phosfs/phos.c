@@ -88,8 +88,9 @@ static bool field(const char *text, const char *key, char *out, size_t len)
 	return false;
 }
 
-/* Why a ctl file could not be opened, in words a person can act on. */
-static void open_failed(const char *ctl_path, int e)
+/* Why a file of the mount could not be opened, in words a person can act
+ * on; who: who may open it. */
+static void open_failed(const char *ctl_path, int e, const char *who)
 {
 	char v[PATH_MAX];
 	snprintf(v, sizeof(v), "%s/version", mnt());
@@ -100,20 +101,20 @@ static void open_failed(const char *ctl_path, int e)
 		fprintf(stderr, "phos: %s: no such process: it is not running, and phosfs knows no checkpoint of it\n",
 			ctl_path);
 	else if (e == EACCES || e == EPERM)
-		fprintf(stderr, "phos: %s: permission denied: only root and the process's owner may use it%s\n",
-			ctl_path, strstr(ctl_path + strlen(mnt()), "/ctl") == ctl_path + strlen(mnt()) ? " (restores: root)" : "");
+		fprintf(stderr, "phos: %s: permission denied: %s\n", ctl_path, who);
 	else
 		fprintf(stderr, "phos: %s: %s\n", ctl_path, strerror(e));
 }
 
 /* Writes one command to a ctl file and reads back phosfs's answer into
- * reply ("restore 3", "ok", or "error: …"). On failure says why. */
-static int ctl(const char *ctl_path, const char *cmd, char *reply, size_t len)
+ * reply ("restore 3", "ok", or "error: …"). On failure says why; who:
+ * who may write it. */
+static int ctl(const char *ctl_path, const char *cmd, const char *who, char *reply, size_t len)
 {
 	*reply = 0;
 	int fd = open(ctl_path, O_RDWR | O_CLOEXEC);
 	if (fd < 0) {
-		open_failed(ctl_path, errno);
+		open_failed(ctl_path, errno, who);
 		return 1;
 	}
 	ssize_t n = write(fd, cmd, strlen(cmd));
@@ -286,7 +287,7 @@ static int cmd_checkpoint(int argc, char **argv)
 	snprintf(c, sizeof(c), "%s/%ld/ctl", mnt(), pid);
 	snprintf(s, sizeof(s), "%s/%ld/status", mnt(), pid);
 	char reply[1200];
-	int r = ctl(c, cmd, reply, sizeof(reply));
+	int r = ctl(c, cmd, "only root and the owner of the process may checkpoint it", reply, sizeof(reply));
 	return r || !wait ? r : wait_job(s);
 }
 
@@ -360,7 +361,7 @@ static int cmd_restore(int argc, char **argv)
 	snprintf(c, sizeof(c), "%s/ctl", mnt());
 	char reply[1200];
 	unsigned id = 0;
-	if (ctl(c, cmd, reply, sizeof(reply)))
+	if (ctl(c, cmd, "only root may restore", reply, sizeof(reply)))
 		return 1;
 	if (sscanf(reply, "restore %u", &id) != 1) {
 		fprintf(stderr, "phos: %s: unexpected answer '%s'\n", c, reply);
@@ -377,7 +378,7 @@ static int cmd_status(int argc, char **argv)
 	snprintf(p, sizeof(p), "%s/%s/status", mnt(), argv[0]);
 	char *st = slurp(p);
 	if (!st) {
-		fprintf(stderr, "phos: %s: %s\n", p, strerror(errno));
+		open_failed(p, errno, "only root and the owner of the process may see it");
 		return 1;
 	}
 	fputs(st, stdout);

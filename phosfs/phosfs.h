@@ -91,7 +91,6 @@ typedef struct target {
 	char name[CTL_NAME_MAX + 1];/* the checkpoint being written */
 	engine_shared *sh;          /* the running job's progress */
 	int result;                 /* of the last job */
-	pid_t restored;             /* the pid a restore brought back */
 	uint64_t last_stall_ns;
 	uint64_t last_step_ns[STEP_DONE]; /* the last job's time in each step */
 	engine_progress last_prog;  /* the last job's progress, as it ended */

@@ -111,15 +111,16 @@ static int served_of(const engine_shared *sh, pid_t *out, int max)
 static void await_registered(const pid_t *served, int k, int ms)
 {
 	uint64_t until = engine_now_ns() + (uint64_t)ms * 1000000u;
-	for (int i = 0; i < k; i++) {
-		proc *p;
-		while (engine_alive(served[i]) && !(p = registry_get(served[i])) && engine_now_ns() < until) {
+	for (int i = 0; i < k; i++)
+		while (engine_alive(served[i]) && engine_now_ns() < until) {
+			proc *p = registry_get(served[i]);
+			if (p) {
+				registry_put(p);
+				break;
+			}
 			struct timespec ts = { 0, 10000000 };
 			nanosleep(&ts, NULL);
 		}
-		if (engine_alive(served[i]) && (p = registry_get(served[i])))
-			registry_put(p);
-	}
 }
 
 /* Records in the target of the restored pid that a restore brought it. */
@@ -236,13 +237,9 @@ static void *restore_main(void *arg)
 	return NULL;
 }
 
-/* A new log's name for restore id, in the store's .logs (made). */
-static void log_name(unsigned id, char *out, size_t len)
+/* A new log's name for restore id, in the store's .logs. */
+static void log_name(const char *dir, unsigned id, char *out, size_t len)
 {
-	char dir[PATH_MAX];
-	snprintf(dir, sizeof(dir), "%s/.logs", phosfs_store);
-	mkdir(dir, 0700);
-	logs_prune(dir, LOGS_KEEP);
 	char when[32];
 	time_t now = time(NULL);
 	struct tm tm;
@@ -259,6 +256,10 @@ int restore_submit(const ctl_cmd *c, unsigned *id, char *err, size_t errlen)
 	j->cmd = *c;
 	snprintf(j->v.job, sizeof(j->v.job), "restore %.80s%s%s", c->dir, c->lazy ? " lazy" : " eager",
 		 c->lazy_pages ? " lazy-pages" : "");
+	char logs[PATH_MAX];
+	snprintf(logs, sizeof(logs), "%s/.logs", phosfs_store);
+	mkdir(logs, 0700);
+	logs_prune(logs, LOGS_KEEP);
 	pthread_mutex_lock(&lock);
 	int queued = 0;
 	for (restore_job *o = list; o; o = o->next)
@@ -273,7 +274,7 @@ int restore_submit(const ctl_cmd *c, unsigned *id, char *err, size_t errlen)
 	}
 	j->v.id = next_id++;
 	j->v.state = RESTORE_QUEUED;
-	log_name(j->v.id, j->v.log, sizeof(j->v.log));
+	log_name(logs, j->v.id, j->v.log, sizeof(j->v.log));
 	j->next = list;
 	list = j;
 	pthread_t th;

@@ -12,7 +12,6 @@
 
 #include "phosfs.h"
 
-
 /* Starts `phosfs --job ARGS… --shared FD`, with the shared memfd and the
  * fds keep[0..nkeep) left open in it. */
 int spawn_job(char *const *args, const int *keep, int nkeep, spawn *s, char *err, size_t errlen)

@@ -37,8 +37,7 @@ int main(void)
 	char out[PATH_MAX], ctl[160], status[160], last[256] = "";
 	pid_t pid = rig_cow_start(&r, out, ctl, status);
 	int nverify = 0;
-	int saved = rig_ctl(ctl, "checkpoint name=a\n", 18) == 0 && rig_job_done(&r, pid, 60000, last, sizeof(last)) &&
-		    strstr(last, "done");
+	int saved = rig_checkpoint(&r, pid, "checkpoint name=a\n", last, sizeof(last));
 	char image[PATH_MAX], via[PATH_MAX];
 	snprintf(image, sizeof(image), "%s/%d/a", r.store, (int)pid);
 	snprintf(via, sizeof(via), "%s/%d/checkpoints/a", r.mnt, (int)pid);

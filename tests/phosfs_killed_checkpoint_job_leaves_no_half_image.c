@@ -9,19 +9,6 @@
  */
 #include "phosfs_test.h"
 
-/* The pid of the job process checkpointing pid's job, or 0. */
-static pid_t job_of(pid_t pid)
-{
-	char cmd[128], line[32] = "";
-	snprintf(cmd, sizeof(cmd), "pgrep -f -- '--job stop --pid %d '", (int)rig_job_root(pid));
-	FILE *p = popen(cmd, "r");
-	if (p && !fgets(line, sizeof(line), p))
-		line[0] = 0;
-	if (p)
-		pclose(p);
-	return (pid_t)atoi(line);
-}
-
 /* How many entries of dir hold ".tmp-" (half images). */
 static int half_images(const char *dir)
 {
@@ -61,7 +48,7 @@ int main(void)
 		for (int i = 0; i < 20000 && !caught; i++) {
 			if (rig_read(status, st, sizeof(st)) && strstr(st, "job: none\n"))
 				break;
-			if (strstr(st, "step: copy\n") && (job = job_of(pid)) > 0 && kill(job, SIGKILL) == 0)
+			if (strstr(st, "step: copy\n") && (job = rig_checkpoint_job(pid)) > 0 && kill(job, SIGKILL) == 0)
 				caught = 1;
 			else
 				usleep(500);

@@ -25,9 +25,8 @@ int main(void)
 	pid_t pid = rig_counter(&r, 8);
 	char ctl[160], status[160], last[256] = "", st[8192];
 	rig_files(&r, pid, ctl, status);
-	int saved = pid > 0 && rig_traced(&r, pid, 10000) && rig_ctl(ctl, "checkpoint\n", 11) == 0 &&
-		    rig_job_done(&r, pid, 60000, last, sizeof(last)) && rig_ctl(ctl, "checkpoint\n", 11) == 0 &&
-		    rig_job_done(&r, pid, 60000, last, sizeof(last)) && strstr(last, "name=2");
+	int saved = pid > 0 && rig_traced(&r, pid, 10000) && rig_checkpoint(&r, pid, "checkpoint\n", last, sizeof(last)) &&
+		    rig_checkpoint(&r, pid, "checkpoint\n", last, sizeof(last)) && strstr(last, "name=2");
 	kill(r.fs, SIGKILL);
 	waitpid(r.fs, NULL, 0);
 	r.fs = 0;

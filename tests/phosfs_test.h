@@ -602,4 +602,27 @@ static inline int rig_cow_verified(pid_t pid, const char *out, int *before, int 
 	return 0;
 }
 
+/* Writes cmd ("checkpoint …\n") to pid's ctl and waits up to 60 s for
+ * the job to end, its "last job" line into last: 1 when it ended done. */
+static inline int rig_checkpoint(rig *r, pid_t pid, const char *cmd, char *last, size_t len)
+{
+	char ctl[160], status[160];
+	rig_files(r, pid, ctl, status);
+	*last = 0;
+	return rig_ctl(ctl, cmd, strlen(cmd)) == 0 && rig_job_done(r, pid, 60000, last, len) && strstr(last, "done");
+}
+
+/* The pid of the job process checkpointing pid's job, or 0. */
+static inline pid_t rig_checkpoint_job(pid_t pid)
+{
+	char cmd[128], line[32] = "";
+	snprintf(cmd, sizeof(cmd), "pgrep -f -- '--job stop --pid %d '", (int)rig_job_root(pid));
+	FILE *p = popen(cmd, "r");
+	if (p && !fgets(line, sizeof(line), p))
+		line[0] = 0;
+	if (p)
+		pclose(p);
+	return (pid_t)atoi(line);
+}
+
 #endif
