@@ -223,15 +223,18 @@ static void run(restore_job *j)
 	munmap(s.sh, sizeof(*s.sh));
 }
 
-/* A restore's own thread: waits for its turn, then runs it. */
+/* A restore's own thread: waits for its turn if it is queued, then runs
+ * it. */
 static void *restore_main(void *arg)
 {
 	restore_job *j = arg;
 	pthread_mutex_lock(&lock);
-	while (running >= phosfs_restores || ahead_of(j) > 0)
-		pthread_cond_wait(&change, &lock);
-	running++;
-	set_state(j, RESTORE_RUNNING);
+	if (j->v.state == RESTORE_QUEUED) {
+		while (running >= phosfs_restores || ahead_of(j) > 0)
+			pthread_cond_wait(&change, &lock);
+		running++;
+		set_state(j, RESTORE_RUNNING);
+	}
 	pthread_mutex_unlock(&lock);
 	run(j);
 	return NULL;
@@ -261,19 +264,24 @@ int restore_submit(const ctl_cmd *c, unsigned *id, char *err, size_t errlen)
 	mkdir(logs, 0700);
 	logs_prune(logs, LOGS_KEEP);
 	pthread_mutex_lock(&lock);
-	int queued = 0;
+	/* Every restore not ended counts: one just submitted is queued until
+	 * its thread takes its turn. */
+	int pending = 0;
 	for (restore_job *o = list; o; o = o->next)
-		queued += o->v.state == RESTORE_QUEUED;
-	if (running >= phosfs_restores && queued >= phosfs_restore_queue) {
+		pending += !ended(o);
+	if (pending >= phosfs_restores + phosfs_restore_queue) {
 		pthread_mutex_unlock(&lock);
 		free(j);
 		return engine_fail(-EBUSY, err, errlen,
-				   "%d restores run and %d wait, as many as phosfs takes (--restores %d, "
-				   "--restore-queue %d): try again once one has ended",
-				   running, queued, phosfs_restores, phosfs_restore_queue);
+				   "%d restores run or wait, as many as phosfs takes (--restores %d, --restore-queue "
+				   "%d): try again once one has ended",
+				   pending, phosfs_restores, phosfs_restore_queue);
 	}
 	j->v.id = next_id++;
-	j->v.state = RESTORE_QUEUED;
+	/* It runs at once where there is room and no one waits ahead. */
+	bool now = running < phosfs_restores && pending == running;
+	j->v.state = now ? RESTORE_RUNNING : RESTORE_QUEUED;
+	running += now;
 	log_name(logs, j->v.id, j->v.log, sizeof(j->v.log));
 	j->next = list;
 	list = j;
@@ -281,6 +289,7 @@ int restore_submit(const ctl_cmd *c, unsigned *id, char *err, size_t errlen)
 	int e = pthread_create(&th, NULL, restore_main, j);
 	if (e) {
 		list = j->next;
+		running -= now;
 		pthread_mutex_unlock(&lock);
 		free(j);
 		return engine_fail(-e, err, errlen, "cannot start the restore's thread: %s", strerror(e));
