@@ -126,6 +126,14 @@ static inline uint64_t engine_now_ns(void)
 	return engine_clock_ns(CLOCK_MONOTONIC);
 }
 
+/* The moment ms from now on the realtime clock, as
+ * pthread_cond_timedwait takes it. */
+static inline struct timespec engine_deadline(int ms)
+{
+	uint64_t t = engine_clock_ns(CLOCK_REALTIME) + (uint64_t)ms * 1000000u;
+	return (struct timespec){ .tv_sec = (time_t)(t / 1000000000u), .tv_nsec = (long)(t % 1000000000u) };
+}
+
 /* Moves p to step, adding the time since the last move to the step it
  * leaves. STEP_DONE ends the accounting. */
 void engine_step(engine_progress *p, int step);

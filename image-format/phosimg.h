@@ -307,10 +307,11 @@ int phosimg_verify(phosimg *img);
 
 /* Checks the image's own CRIU files against its manifest's CRIU section
  * (every format version has one): each one listed is there, of its size
- * and checksum, and no other is. Errors: -ENOENT (a file is missing),
- * -EBADMSG (a size, a checksum, a file not listed), -ENOMEM, with
- * phosimg_last_error() naming the file. */
-int phosimg_verify_criu(phosimg *img);
+ * (and with checksums, of its checksum: every byte is read), and no other
+ * is. Errors: -ENOENT (a file is missing), -EBADMSG (a size, a checksum,
+ * a file not listed), -ENOMEM, with phosimg_last_error() naming the
+ * file. */
+int phosimg_verify_criu(phosimg *img, bool checksums);
 
 /* The message for the last error of this thread, or "" if none. */
 const char *phosimg_last_error(void);

@@ -35,6 +35,7 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../restore/restore.h"
@@ -101,7 +102,9 @@ typedef struct watchdog {
 	engine_shared *sh;
 	int timeout_s;
 	const char *log;
-	_Atomic bool stop; /* the job is over: the watchdog ends */
+	pthread_mutex_t lock; /* guards stop */
+	pthread_cond_t wake;  /* signalled when stop is set */
+	bool stop;            /* the job is over: the watchdog ends at once */
 } watchdog;
 
 /* Kills every process below this one: CRIU, its lazy-pages daemon, and
@@ -128,9 +131,15 @@ static void *watchdog_main(void *arg)
 	engine_progress *p = &w->sh->prog;
 	int step = -1;
 	uint64_t done = 0, since = engine_now_ns(), limit = (uint64_t)w->timeout_s * 1000000000u;
-	while (!atomic_load(&w->stop)) {
-		struct timespec ts = { 0, 100000000 };
-		nanosleep(&ts, NULL);
+	for (;;) {
+		struct timespec until = engine_deadline(100);
+		pthread_mutex_lock(&w->lock);
+		while (!w->stop && pthread_cond_timedwait(&w->wake, &w->lock, &until) == 0)
+			;
+		bool stop = w->stop;
+		pthread_mutex_unlock(&w->lock);
+		if (stop)
+			break;
 		int s = atomic_load(&p->step);
 		uint64_t d = atomic_load(&p->done), now = engine_now_ns();
 		if (s != step || ((s == STEP_FILL || s == STEP_LAZY) && d != done)) {
@@ -255,7 +264,11 @@ int job_process_main(int argc, char **argv)
 		pid_t rpid = 0;
 		/* What CRIU restores stays below this process until it ends. */
 		prctl(PR_SET_CHILD_SUBREAPER, 1);
-		watchdog wd = { .sh = sh, .timeout_s = timeout_s, .log = log };
+		watchdog wd = { .sh = sh,
+				.timeout_s = timeout_s,
+				.log = log,
+				.lock = PTHREAD_MUTEX_INITIALIZER,
+				.wake = PTHREAD_COND_INITIALIZER };
 		pthread_t th;
 		bool watched = timeout_s > 0 && pthread_create(&th, NULL, watchdog_main, &wd) == 0;
 		restore_args a = { .image = image, .devices = devices, .criu = criu, .log = log, .lazy_pages = lazy_pages,
@@ -265,7 +278,10 @@ int job_process_main(int argc, char **argv)
 		e = lazy ? restore_lazy(&a, err, sizeof(err)) : restore_eager(&a, err, sizeof(err));
 		atomic_store(&sh->pid, rpid);
 		if (watched) {
-			atomic_store(&wd.stop, true);
+			pthread_mutex_lock(&wd.lock);
+			wd.stop = true;
+			pthread_cond_signal(&wd.wake);
+			pthread_mutex_unlock(&wd.lock);
 			pthread_join(th, NULL);
 		}
 	} else {

@@ -356,14 +356,7 @@ int job_served(pid_t *out, int max)
 
 void restores_await_change(int ms)
 {
-	struct timespec until;
-	clock_gettime(CLOCK_REALTIME, &until);
-	until.tv_sec += ms / 1000;
-	until.tv_nsec += (long)(ms % 1000) * 1000000L;
-	if (until.tv_nsec >= 1000000000L) {
-		until.tv_sec++;
-		until.tv_nsec -= 1000000000L;
-	}
+	struct timespec until = engine_deadline(ms);
 	pthread_mutex_lock(&lock);
 	pthread_cond_timedwait(&change, &lock, &until);
 	pthread_mutex_unlock(&lock);

@@ -3,6 +3,7 @@
  */
 #include <errno.h>
 #include <limits.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,23 +35,31 @@ static int members_of(const phosimg_info *in, phosimg_member **out, uint32_t *n)
 	return 0;
 }
 
-int restore_begin(const restore_args *a, restore_ctx *c, char *err, size_t errlen)
+/* The check of the image's CRIU files against its manifest: it runs
+ * beside the rest of the preparation, whose longest part is the driver's
+ * start (cuInit). */
+typedef struct criu_check {
+	phosimg *img;
+	int e;
+	char why[ENGINE_ERR_MAX];
+} criu_check;
+
+static void *check_criu(void *arg)
 {
-	memset(c, 0, sizeof(*c));
-	engine_step(a->prog, STEP_PREPARE);
-	int e = phosimg_open(a->image, &c->img);
-	if (e)
-		return engine_fail(e, err, errlen, "%s", *phosimg_last_error() ? phosimg_last_error() : strerror(-e));
-	c->in = phosimg_get_info(c->img);
-	/* What CRIU reads is checked first: a damaged file can make it fail
-	 * in ways that name no cause, or spin for good. */
-	e = phosimg_verify_criu(c->img);
-	if (e)
-		return engine_fail(e, err, errlen, "the image's CRIU files are damaged, nothing was restored: %s",
-				   phosimg_last_error());
+	criu_check *k = arg;
+	k->e = phosimg_verify_criu(k->img, true);
+	if (k->e)
+		snprintf(k->why, sizeof(k->why), "%s", phosimg_last_error());
+	return NULL;
+}
+
+/* restore_begin once the image is open: its members, their pids, the
+ * driver and the GPUs. */
+static int place(const restore_args *a, restore_ctx *c, char *err, size_t errlen)
+{
 	if (a->pid)
 		*a->pid = c->in->meta.pid;
-	e = members_of(c->in, &c->m, &c->n);
+	int e = members_of(c->in, &c->m, &c->n);
 	c->host = e ? NULL : calloc(c->n, sizeof(*c->host));
 	if (e || !c->host)
 		return engine_fail(-ENOMEM, err, errlen, "out of memory");
@@ -78,6 +87,34 @@ int restore_begin(const restore_args *a, restore_ctx *c, char *err, size_t errle
 	if (!e)
 		e = restore_devices(c->in, a->devices, &c->map, a->prog->devices, sizeof(a->prog->devices), err,
 				    errlen);
+	return e;
+}
+
+int restore_begin(const restore_args *a, restore_ctx *c, char *err, size_t errlen)
+{
+	memset(c, 0, sizeof(*c));
+	engine_step(a->prog, STEP_PREPARE);
+	int e = phosimg_open(a->image, &c->img);
+	if (e)
+		return engine_fail(e, err, errlen, "%s", *phosimg_last_error() ? phosimg_last_error() : strerror(-e));
+	c->in = phosimg_get_info(c->img);
+	/* What CRIU reads is checked before it starts: a damaged file can
+	 * make it fail in ways that name no cause, or spin for good. Missing,
+	 * cut or extra files at once; their checksums beside the rest. */
+	e = phosimg_verify_criu(c->img, false);
+	if (e)
+		return engine_fail(e, err, errlen, "the image's CRIU files are damaged, nothing was restored: %s",
+				   phosimg_last_error());
+	criu_check k = { .img = c->img };
+	pthread_t th;
+	bool beside = pthread_create(&th, NULL, check_criu, &k) == 0;
+	if (!beside)
+		check_criu(&k);
+	e = place(a, c, err, errlen);
+	if (beside)
+		pthread_join(th, NULL);
+	if (k.e)
+		return engine_fail(k.e, err, errlen, "the image's CRIU files are damaged, nothing was restored: %s", k.why);
 	return e;
 }
 
