@@ -26,9 +26,6 @@
 #include "../common/pidns.h"
 #include "phosfs.h"
 
-/* How long a checkpoint waits for a restore of its tree to end. */
-#define RESTORE_WAIT_MS 300000
-
 /* Guards targets (the list, not the targets' fields). */
 static pthread_mutex_t targets_lock = PTHREAD_MUTEX_INITIALIZER;
 static target *targets;
@@ -251,13 +248,18 @@ static bool tree_restoring(pid_t pid)
 static int await_restored(pid_t pid, int ms, char *err, size_t errlen)
 {
 	uint64_t until = engine_now_ns() + (uint64_t)ms * 1000000u;
-	while (tree_restoring(pid)) {
+	for (;;) {
+		/* Read before the look: a restore that ends after it wakes the wait. */
+		unsigned seen = restores_changes();
+		if (!tree_restoring(pid))
+			break;
 		uint64_t now = engine_now_ns();
 		if (now >= until)
 			return engine_fail(-EBUSY, err, errlen,
-					   "process %d was still being restored (its device memory coming back) after %d s",
+					   "process %d was still being restored (its device memory coming "
+					   "back) after %d s (phosfs --checkpoint-wait); it runs on",
 					   (int)pid, ms / 1000);
-		restores_await_change((int)((until - now) / 1000000u) + 1);
+		restores_await_change(seen, (int)((until - now) / 1000000u) + 1);
 	}
 	return 0;
 }
@@ -368,7 +370,7 @@ static int start_locked(target *t, const ctl_cmd *c, watch **here, char *err, si
 	}
 	snprintf(logdir, sizeof(logdir), "%s/.logs", dir);
 	mkdir(logdir, 0700);
-	logs_prune(logdir, LOGS_KEEP);
+	logs_prune(logdir, LOGS_KEEP - 1); /* room for this job's */
 	snprintf(log, sizeof(log), "%s/%s-dump.log", logdir, name);
 	unlink(log);
 
@@ -515,7 +517,7 @@ static void *deferred_main(void *arg)
 	target *t = d->t;
 	char err[ENGINE_ERR_MAX + 100] = "";
 	watch *here = NULL;
-	int e = await_restored(t->pid, RESTORE_WAIT_MS, err, sizeof(err));
+	int e = await_restored(t->pid, phosfs_checkpoint_wait * 1000, err, sizeof(err));
 	pthread_mutex_lock(&t->lock);
 	t->busy = false; /* start_locked takes it again */
 	if (!e)

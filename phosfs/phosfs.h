@@ -32,6 +32,7 @@ extern int phosfs_fill_threads;     /* --fill-threads: threads that fill device 
 extern int phosfs_restores;         /* --restores: restores that run side by side */
 extern int phosfs_restore_queue;    /* --restore-queue: restores that may wait beyond those */
 extern int phosfs_restore_timeout;  /* --restore-timeout: seconds a restore's longest step may take */
+extern int phosfs_checkpoint_wait;  /* --checkpoint-wait: seconds a checkpoint waits for a restore of its tree */
 
 /* staging.c: the host staging pool, made once (a memfd jobs map and pin). */
 /* Makes it, of bytes (its pages come with the first job that uses
@@ -171,8 +172,12 @@ int restore_submit(const ctl_cmd *c, unsigned *id, char *err, size_t errlen);
 int restore_views(restore_view **out, size_t *n, int *running, int *queued);
 /* Restore id, as it is now. Errors: -ENOENT (unknown, or forgotten). */
 int restore_view_get(unsigned id, restore_view *out);
-/* Waits up to ms for any restore to change state. */
-void restores_await_change(int ms);
+/* The number of state changes of restores so far: for
+ * restores_await_change. */
+unsigned restores_changes(void);
+/* Waits up to ms until restores changed state since restores_changes
+ * returned seen (at once if they did already). */
+void restores_await_change(unsigned seen, int ms);
 /* Frees the restores that ended (at exit). */
 void restores_free(void);
 

@@ -36,8 +36,10 @@ typedef struct restore_job {
 
 /* Guards the list and every field of every restore in it. */
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-/* Broadcast whenever a restore changes state. */
+/* Broadcast whenever a restore changes state; changes counts them, so
+ * that a waiter misses none that came before its wait. */
 static pthread_cond_t change = PTHREAD_COND_INITIALIZER;
+static unsigned changes;
 static restore_job *list; /* newest first */
 static unsigned next_id = 1;
 static int running; /* restores whose job process runs */
@@ -75,6 +77,7 @@ static void prune(void)
 static void set_state(restore_job *j, enum restore_state s)
 {
 	j->v.state = s;
+	changes++;
 	pthread_cond_broadcast(&change);
 }
 
@@ -262,7 +265,7 @@ int restore_submit(const ctl_cmd *c, unsigned *id, char *err, size_t errlen)
 	char logs[PATH_MAX];
 	snprintf(logs, sizeof(logs), "%s/.logs", phosfs_store);
 	mkdir(logs, 0700);
-	logs_prune(logs, LOGS_KEEP);
+	logs_prune(logs, LOGS_KEEP - 1); /* room for this restore's */
 	pthread_mutex_lock(&lock);
 	/* Every restore not ended counts: one just submitted is queued until
 	 * its thread takes its turn. */
@@ -354,11 +357,20 @@ int job_served(pid_t *out, int max)
 	return k;
 }
 
-void restores_await_change(int ms)
+unsigned restores_changes(void)
+{
+	pthread_mutex_lock(&lock);
+	unsigned n = changes;
+	pthread_mutex_unlock(&lock);
+	return n;
+}
+
+void restores_await_change(unsigned seen, int ms)
 {
 	struct timespec until = engine_deadline(ms);
 	pthread_mutex_lock(&lock);
-	pthread_cond_timedwait(&change, &lock, &until);
+	while (changes == seen && pthread_cond_timedwait(&change, &lock, &until) == 0)
+		;
 	pthread_mutex_unlock(&lock);
 }
 
