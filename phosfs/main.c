@@ -4,6 +4,7 @@
  *   phosfs [--socket PATH] [--store DIR] [--criu PATH] [--criu-plugins DIR]
  *          [--staging SIZE] [--chunk SIZE] [--shadow-pool SIZE] [--fill-threads N]
  *          [--restores N] [--restore-queue N] [--restore-timeout SECONDS]
+ *          [--checkpoint-wait SECONDS]
  *          [FUSE options] MOUNTPOINT
  *
  * Registers traced processes on the socket (default /run/phos/phosfs.sock)
@@ -46,6 +47,7 @@ int phosfs_fill_threads = 0; /* engine_filler_start's default */
 int phosfs_restores = 4;
 int phosfs_restore_queue = 16;
 int phosfs_restore_timeout = 600;
+int phosfs_checkpoint_wait = 300;
 
 extern const struct fuse_operations phosfs_ops;
 
@@ -63,7 +65,8 @@ static int usage(FILE *f)
 {
 	fprintf(f, "usage: phosfs [--socket PATH] [--store DIR] [--criu PATH] [--criu-plugins DIR] [--staging SIZE]\n"
 		   "              [--chunk SIZE] [--shadow-pool SIZE] [--fill-threads N] [--restores N]\n"
-		   "              [--restore-queue N] [--restore-timeout SECONDS] [-f] [-d] [-o OPTIONS]\n"
+		   "              [--restore-queue N] [--restore-timeout SECONDS] [--checkpoint-wait SECONDS]\n"
+		   "              [-f] [-d] [-o OPTIONS]\n"
 		   "              MOUNTPOINT\n"
 		   "SIZE is bytes, or a number with K, M, G or T (binary units).\n");
 	return f == stdout ? 0 : 2;
@@ -248,6 +251,8 @@ int main(int argc, char **argv)
 			phosfs_restore_queue = count_option("--restore-queue", argv[++i], 0, 1024);
 		} else if (!strcmp(argv[i], "--restore-timeout") && i + 1 < argc) {
 			phosfs_restore_timeout = count_option("--restore-timeout", argv[++i], 1, 86400);
+		} else if (!strcmp(argv[i], "--checkpoint-wait") && i + 1 < argc) {
+			phosfs_checkpoint_wait = count_option("--checkpoint-wait", argv[++i], 0, 86400);
 		} else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
 			free(argl);
 			return usage(stdout);
