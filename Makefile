@@ -252,8 +252,12 @@ $(BUILD)/tests/%: tests/%.sh
 # Tests find the project's CRIU and the kernels through these.
 TEST_ENV := PHOS_CRIU=$(abspath $(CRIU)) PHOS_KERNELS=$(abspath $(BUILD)/kernels) PHOS_SRCDIR=$(CURDIR) PHOS_LIBPHOS=$(abspath $(LIBPHOS)) PHOS_PHOSFS=$(abspath $(PHOSFS)) PHOS_CLI=$(abspath $(PHOS_CLI)) PHOS_COUNTER=$(abspath $(BUILD)/examples/counter) PHOS_SIMCUDA=$(abspath $(BUILD)/simcuda) PHOS_CRIU_PLUGINS=$(abspath $(CRIU_PLUGIN_DIR)) PHOS_COW_APP=$(abspath $(BUILD)/tests/apps/cow_app) PHOS_TWO_GPU_APP=$(abspath $(BUILD)/tests/apps/two_gpu_app) PHOS_TCP_APP=$(abspath $(BUILD)/tests/apps/tcp_app)
 
+# Each test's output is kept in $(BUILD)/tests/logs; when one fails, its
+# own words are printed again after prove's summary.
 check: all
-	$(TEST_ENV) $(PROVE) $(PROVE_FLAGS) $(TEST_BIN)
+	@rm -rf $(BUILD)/tests/logs && mkdir -p $(BUILD)/tests/logs
+	$(TEST_ENV) PHOS_TEST_LOGS=$(abspath $(BUILD)/tests/logs) $(PROVE) $(PROVE_FLAGS) --exec 'bash mk/test-log.sh' $(TEST_BIN) \
+		|| { bash mk/test-failures.sh $(BUILD)/tests/logs; exit 1; }
 
 # Mounts phosfs on a temporary directory, runs examples/counter (on the GPU
 # if there is one, else on simcuda), checkpoints, kills and restores it.
@@ -288,7 +292,7 @@ install: all
 	test ! -x $(CRIU) || install -m 0755 $(CRIU) $(DESTDIR)$(PREFIX)/libexec/phos/criu
 	install -d $(DESTDIR)$(PREFIX)/libexec/phos/criu-plugins
 	install -m 0644 $(CRIU_PLUGIN) $(DESTDIR)$(PREFIX)/libexec/phos/criu-plugins/
-	install -m 0644 README.md image-format/FORMAT.md $(DESTDIR)$(PREFIX)/share/doc/phos/
+	install -m 0644 README.md doc/ARCHITECTURE.md image-format/FORMAT.md $(DESTDIR)$(PREFIX)/share/doc/phos/
 
 # ---- GPU machine --------------------------------------------------------------
 # The bundle carries everything the GPU machine lacks: CRIU and the shared

@@ -40,15 +40,19 @@ static int restore_with(rig *r, const char *image, const char *how, char *st, si
 
 static int checkpoint_kill(rig *r, pid_t pid, const char *ctl, const char *name, char *image, size_t len)
 {
-	char c[64], last[256] = "";
+	char c[64], last[256] = "", st[4096] = "";
 	int n = snprintf(c, sizeof(c), "checkpoint stop name=%s kill\n", name);
-	int done = rig_ctl(ctl, c, (size_t)n) == 0 && rig_job_done(r, pid, 60000, last, sizeof(last)) &&
-		   strstr(last, "done");
+	int e = rig_ctl(ctl, c, (size_t)n);
+	int done = !e && rig_job_done(r, pid, 60000, last, sizeof(last)) && strstr(last, "done");
 	for (int k = 0; k < 100 && rig_alive(pid); k++)
 		usleep(20000);
 	snprintf(image, len, "%s/%d/%s", r->store, (int)pid, name);
-	if (!done)
-		diag("checkpoint %s: %s", name, last);
+	if (!done) {
+		char path[PATH_MAX];
+		snprintf(path, sizeof(path), "%s/%d/status", r->mnt, (int)pid);
+		diag("checkpoint %s of %d: %s; %s; its status: %s", name, (int)pid, e ? strerror(e) : "accepted", last,
+		     rig_read(path, st, sizeof(st)) ? st : "(none)");
+	}
 	return done && !rig_alive(pid) && rig_verify(image);
 }
 

@@ -150,10 +150,22 @@ static inline void rig_unmount(rig *r, int sig)
 		umount2(r->mnt, MNT_DETACH);
 }
 
+/* After a failed test: the last lines of phosfs's log, as diagnostics,
+ * so that a CI log shows phosfs's side too. */
+static inline void rig_show_log(rig *r)
+{
+	char cmd[256];
+	snprintf(cmd, sizeof(cmd), "tail -n 30 %s/phosfs.log | sed 's/^/# phosfs: /' >&2", r->dir);
+	if (system(cmd) != 0)
+		diag("no phosfs log in %s", r->dir);
+}
+
 static inline void rig_cleanup(rig *r)
 {
 	rig_bailing = NULL;
 	rig_unmount(r, SIGTERM);
+	if (tap_failed)
+		rig_show_log(r);
 	const char *keep = getenv("PHOS_TEST_KEEP");
 	if (keep && *keep) { /* for a look at the store and its logs */
 		diag("kept %s", r->dir);
