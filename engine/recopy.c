@@ -1,8 +1,8 @@
 /*
- * The first part of a recopy checkpoint (DESIGN.md, "Protocols: Recopy"):
- * every traced process is quiesced, hands over its device memory while
- * keeping it mapped, takes a TRACK table (common/cow.h) and runs on at
- * once. Every call that may write a chunk from then on marks it dirty.
+ * The first part of a recopy checkpoint (doc/ARCHITECTURE.md, "The
+ * checkpoint protocols", recopy): every traced process is quiesced,
+ * hands over its device memory while keeping it mapped, takes a TRACK
+ * table (common/cow.h) and runs on at once. Every call that may write a chunk from then on marks it dirty.
  * The job meanwhile copies each chunk that is not dirty into the staging
  * pool. engine_stop then takes the final stall (t2), in which only the
  * chunks dirty by then, and objects that were not there at tracking, are

@@ -1,5 +1,6 @@
 /*
- * The stop-the-world and copy-on-write protocols (DESIGN.md, "Protocols"):
+ * The stop-the-world and copy-on-write protocols, and recopy's final
+ * stall (doc/ARCHITECTURE.md, "The checkpoint protocols"):
  *
  *   1-2. quiesce and park (traced processes only)
  *   3.   driver lock and checkpoint (CUDA processes only)

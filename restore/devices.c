@@ -1,6 +1,6 @@
 /*
  * Restore onto other GPUs: which of this machine's GPUs each of an image's
- * GPUs goes to (DESIGN.md, "Restore anywhere").
+ * GPUs goes to (doc/ARCHITECTURE.md, "The restore protocols").
  *
  * The image lists the GPUs the checkpointing phosfs saw (ordinal, UUID,
  * chip). A spec "OLD=NEW,…" names some moves; each side is an ordinal or

@@ -1,5 +1,6 @@
 /*
- * restore: bringing a checkpointed process back (DESIGN.md, "Restore").
+ * restore: bringing a checkpointed process back (doc/ARCHITECTURE.md,
+ * "The restore protocols").
  * Functions return 0 or a negative errno, and fill err with a sentence
  * for people when they fail.
  */
