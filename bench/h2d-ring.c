@@ -2,7 +2,7 @@
  * h2d-ring: the restore fill's copies to the GPU without its reads. Each
  * of THREADS threads has a stream and a ring of PIECES pinned pieces of
  * KIB KiB, and copies its share of MIB MiB to device memory a piece at a
- * time, as engine/copy.c's fill does: before a piece is reused, it waits
+ * time, as engine/fill.c's fill does: before a piece is reused, it waits
  * for the copy that last used it (a blocking-sync event). With `write`,
  * each thread first writes every piece from memory of its own (as the
  * fill's read does), so the CPUs' writes and the GPU's reads share the

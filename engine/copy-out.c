@@ -32,7 +32,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "copy-out.h"
 #include "mapping.h"
+#include "tree.h"
 
 #define COPIERS 4
 #define WRITERS ENGINE_WRITERS

@@ -12,7 +12,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "driver.h"
+#include "cow.h"
+#include "driver-api.h"
 
 /* Makes the pool: device memory the tracer imports and this job maps. */
 static int make_pool(engine_cow_member *m, uint64_t want, uint32_t chunk, char *err, size_t errlen)

@@ -14,7 +14,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "engine.h"
+#include "criu.h"
+#include "progress.h"
 
 const char *engine_criu_plugins;
 

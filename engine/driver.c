@@ -10,7 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "driver.h"
+#include "driver-api.h"
 
 /* Set once under once; read-only afterwards. */
 struct driver_api cu;
@@ -134,7 +134,10 @@ int driver_process_state(pid_t pid, int *state)
 	CUprocessState s;
 	if (cu.cuCheckpointProcessGetState((int)pid, &s) != CUDA_SUCCESS)
 		return -ESRCH;
-	*state = (int)s;
+	*state = s == CU_PROCESS_STATE_RUNNING	     ? DRIVER_RUNNING
+		 : s == CU_PROCESS_STATE_LOCKED	     ? DRIVER_LOCKED
+		 : s == CU_PROCESS_STATE_CHECKPOINTED ? DRIVER_CHECKPOINTED
+						     : DRIVER_FAILED;
 	return 0;
 }
 
@@ -204,15 +207,4 @@ int driver_devices(phosimg_device *out, uint32_t cap, uint32_t *n)
 		(*n)++;
 	}
 	return 0;
-}
-
-int engine_fail(int e, char *err, size_t errlen, const char *fmt, ...)
-{
-	if (err && errlen) {
-		va_list ap;
-		va_start(ap, fmt);
-		vsnprintf(err, errlen, fmt, ap);
-		va_end(ap);
-	}
-	return e;
 }

@@ -1,66 +1,57 @@
 /*
- * The engine's view of the CUDA driver (internal to engine/ and
- * restore/): the entry points it uses, loaded by driver_open.
+ * The CUDA driver as jobs use it (driver.c): loaded with dlopen at the
+ * first job, the process-checkpoint API on other processes, and where a
+ * restore puts an image's GPUs. driver-api.h holds the entry points
+ * themselves, for the engine's own files.
  */
 #ifndef PHOS_ENGINE_DRIVER_H
 #define PHOS_ENGINE_DRIVER_H
 
-#include <cuda.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
 
 #include "../image-format/phosimg.h"
-#include "engine.h"
 
-#define DRV(name) __typeof__(&name) name
+/* Loads libcuda.so.1 and makes a context current on this thread.
+ * Errors: -ENOSYS (no driver), -EIO (cuInit or the context failed). */
+int driver_open(char *err, size_t errlen);
 
-/* Filled by driver_open; read-only afterwards. */
-struct driver_api {
-	DRV(cuInit);
-	DRV(cuGetErrorString);
-	DRV(cuDeviceGet);
-	DRV(cuDeviceGetCount);
-	DRV(cuDeviceGetName);
-	DRV(cuDeviceTotalMem);
-	DRV(cuDeviceGetUuid);
-	DRV(cuDeviceGetAttribute);
-	DRV(cuDevicePrimaryCtxRetain);
-	DRV(cuCtxSetCurrent);
-	DRV(cuMemGetAllocationGranularity);
-	DRV(cuMemCreate);
-	DRV(cuMemRelease);
-	DRV(cuMemAddressReserve);
-	DRV(cuMemAddressFree);
-	DRV(cuMemMap);
-	DRV(cuMemUnmap);
-	DRV(cuMemSetAccess);
-	DRV(cuMemExportToShareableHandle);
-	DRV(cuMemImportFromShareableHandle);
-	DRV(cuMemAllocHost);
-	DRV(cuMemFreeHost);
-	DRV(cuMemHostRegister);
-	DRV(cuMemHostUnregister);
-	DRV(cuMemcpyDtoHAsync);
-	DRV(cuMemcpyHtoDAsync);
-	DRV(cuStreamCreate);
-	DRV(cuStreamDestroy);
-	DRV(cuStreamSynchronize);
-	DRV(cuEventCreate);
-	DRV(cuEventDestroy);
-	DRV(cuEventRecord);
-	DRV(cuEventSynchronize);
-	DRV(cuEventQuery);
-	DRV(cuCheckpointProcessGetState);
-	DRV(cuCheckpointProcessLock);
-	DRV(cuCheckpointProcessCheckpoint);
-	DRV(cuCheckpointProcessRestore);
-	DRV(cuCheckpointProcessUnlock);
+/* A CUDA process's state under the driver's checkpoint API. */
+enum driver_state {
+	DRIVER_RUNNING,
+	DRIVER_LOCKED,
+	DRIVER_CHECKPOINTED,
+	DRIVER_FAILED,
 };
-extern struct driver_api cu;
 
-/* The driver's message for r. */
-const char *driver_error(CUresult r);
+/* Whether pid is a CUDA process the driver can checkpoint, and its state
+ * (enum driver_state) in *state. Returns 0, -ESRCH (no CUDA state there). */
+int driver_process_state(pid_t pid, int *state);
 
-/* Fills err with "<what> failed: <message>"; returns -EIO. */
-int driver_fail(CUresult r, char *err, size_t errlen, const char *what);
+/* Where a restore puts an image's GPUs: device k of the image (the
+ * process's ordinal k) goes to this machine's ordinal to[k]. With pairs,
+ * the driver is told (gpuPairs: old[i] -> now[i] by UUID, npairs of them);
+ * without, every GPU stays where it was. */
+typedef struct engine_devmap {
+	uint32_t n;
+	int to[PHOSIMG_DEVICES_MAX];
+	bool pairs;
+	uint32_t npairs;
+	uint8_t old[PHOSIMG_DEVICES_MAX][16], now[PHOSIMG_DEVICES_MAX][16];
+} engine_devmap;
+
+/* The device an image's device k goes to under map (NULL: k itself). */
+int engine_devmap_to(const engine_devmap *map, uint32_t k);
+
+/* cuCheckpointProcessLock / Checkpoint / Restore / Unlock on pid; restore
+ * passes map's gpuPairs when it has them (map may be NULL).
+ * Errors: -EIO with err naming the call and the driver's message. */
+int driver_lock(pid_t pid, unsigned timeout_ms, char *err, size_t errlen);
+int driver_checkpoint(pid_t pid, char *err, size_t errlen);
+int driver_restore(pid_t pid, const engine_devmap *map, char *err, size_t errlen);
+int driver_unlock(pid_t pid, char *err, size_t errlen);
 
 /* Makes device's primary context current on this thread (after
  * driver_open). Errors: -EINVAL, -EIO. */

@@ -6,7 +6,7 @@
 #ifndef PHOS_ENGINE_MAPPING_H
 #define PHOS_ENGINE_MAPPING_H
 
-#include "driver.h"
+#include "driver-api.h"
 
 /* One object mapped in phosfs's context. */
 typedef struct mapping {

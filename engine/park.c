@@ -12,7 +12,9 @@
 #include <unistd.h>
 
 #include "../common/pidns.h"
-#include "engine.h"
+#include "cow.h"
+#include "park.h"
+#include "progress.h"
 
 #define PARK_TIMEOUT_MS 60000   /* quiesce waits for the device to finish */
 #define RESUME_TIMEOUT_MS 30000 /* a woken tracer connects again */

@@ -18,6 +18,8 @@
 #include <unistd.h>
 
 #include "mapping.h"
+#include "recopy.h"
+#include "tree.h"
 
 #define COPIERS 4
 /* Staging left free for the final stall's copy: an eighth (what phosfs

@@ -27,7 +27,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "engine.h"
+#include "progress.h"
+#include "tree.h"
 
 #define TCP_LISTEN 0x0A /* /proc/net/tcp's states (include/net/tcp_states.h) */
 #define TCP_CLOSE 0x07

@@ -5,12 +5,15 @@
  */
 #include <dirent.h>
 #include <errno.h>
+#include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "../common/pidns.h"
-#include "engine.h"
+#include "tree.h"
 
 int engine_proc_stat(pid_t pid, pid_t *ppid, char comm[PHOSIMG_COMM_MAX])
 {
@@ -122,4 +125,22 @@ int engine_tree_member(const phosimg_member *m, uint32_t n, pid_t pid)
 		if (m[i].pid == pid)
 			return (int)i;
 	return -ENOENT;
+}
+
+bool engine_alive(pid_t pid)
+{
+	return kill(pid, 0) == 0 || errno == EPERM;
+}
+
+uid_t engine_proc_owner(pid_t pid, const char *store)
+{
+	char path[PATH_MAX];
+	struct stat st;
+	snprintf(path, sizeof(path), "/proc/%d", (int)pid);
+	if (stat(path, &st) == 0)
+		return st.st_uid;
+	if (!store)
+		return (uid_t)-1;
+	snprintf(path, sizeof(path), "%s/%d", store, (int)pid);
+	return stat(path, &st) == 0 ? st.st_uid : (uid_t)-1;
 }

@@ -1,27 +1,26 @@
 /*
  * A job process. phosfs runs each checkpoint and restore as
  *
- *   phosfs --job stop    --shared FD --pid PID --image PATH --criu CRIU --log LOG
- *                        [--kill] [--cow] [--staging BYTES] [--staging-fd FD] [--chunk BYTES]
- *                        [--shadow-pool BYTES] [--plugins DIR] [--member PID:CONN:TID]…
- *   phosfs --job restore --shared FD --image PATH --criu CRIU --log LOG [--devices OLD=NEW,…] [--plugins DIR]
- *                        [--fill-threads N] [--timeout SECONDS] [--lazy] [--lazy-pages]
+ *   phosfs --job stop --pid ROOT --shared FD
+ *   phosfs --job restore --shared FD
  *
  * so that a job finishes even if phosfs is killed: the process it parked
- * gets its memory back, and the image is published or not at all. The
- * job reports through the shared memfd (engine_shared); its exit status
- * is 0 on success.
+ * gets its memory back, and the image is published or not at all. What
+ * the job is asked is a typed request (request.h) in the memfd FD that it
+ * shares with phosfs (job_shared); the words before it are for people
+ * reading ps. The job checks the request before it acts, and reports
+ * through the same memfd; its exit status is 0 on success.
  *
- * PID is the root of the tree checkpointed; each --member is a traced
- * process of it, with the connection phosfs handed over and its control
- * thread. With --cow the members run again after the dump, and their
- * memory is copied while they run.
+ * A checkpoint's request names the root of the tree and each traced
+ * process of it, with the connection phosfs handed over (an fd left open
+ * here) and its control thread. With cow the members run again after the
+ * dump, and their memory is copied while they run.
  *
  * A woken tracer finds the job on the abstract socket
  * "phos-resume.<pid>" (wire_listen_resume).
  *
  * A restore job is the subreaper of what it restores, and a watchdog
- * gives each of its steps --timeout seconds (the fill's: without
+ * gives each of its steps the request's timeout (the fill's: without
  * progress): a step that runs out of time fails the restore, which kills
  * CRIU and every process it restored, and says which step it was.
  */
@@ -99,7 +98,7 @@ static void rv_done(void *arg, pid_t pid)
 
 /* What the watchdog watches. */
 typedef struct watchdog {
-	engine_shared *sh;
+	job_shared *sh;
 	int timeout_s;
 	const char *log;
 	pthread_mutex_t lock; /* guards stop */
@@ -182,115 +181,130 @@ static void set_latest(const char *image)
 	free(dir);
 }
 
-int job_process_main(int argc, char **argv)
+/* The shared memfd named on the command line (`--shared FD`), mapped;
+ * its request copied into *req and checked. NULL when there is none or
+ * it does not check (stderr says why). */
+static job_shared *take_request(int argc, char **argv, job_request *req)
 {
-	const char *kind = NULL, *image = NULL, *criu = "criu", *log = "/dev/null", *devices = NULL;
-	int shared_fd = -1;
-	pid_t pid = 0;
-	bool kill = false, cow = false, recopy = false, lazy = false, lazy_pages = false;
-	int fill_threads = 0, timeout_s = 0;
-	uint64_t staging = 0, chunk = 0, pool = 0;
-	int staging_fd = -1;
-	engine_traced *traced = calloc((size_t)argc, sizeof(*traced));
-	int ntraced = 0;
+	int fd = -1;
+	for (int i = 2; i + 1 < argc; i++)
+		if (!strcmp(argv[i], "--shared")) {
+			char *end;
+			long v = strtol(argv[i + 1], &end, 10);
+			fd = end != argv[i + 1] && !*end && v >= 0 && v <= INT_MAX ? (int)v : -1;
+		}
+	job_shared *sh = fd >= 0 ? mmap(NULL, sizeof(job_shared), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
+				 : MAP_FAILED;
+	if (fd >= 0)
+		close(fd);
+	if (sh == MAP_FAILED) {
+		fprintf(stderr, "phosfs: a job is started by phosfs, with --shared FD (the memory it shares)\n");
+		return NULL;
+	}
+	*req = sh->req; /* phosfs does not write it again; read it once */
+	char err[ENGINE_ERR_MAX];
+	int e = job_request_check(req, err, sizeof(err));
+	if (e) {
+		fprintf(stderr, "phosfs: %s\n", err);
+		sh->result = e;
+		snprintf(sh->err, sizeof(sh->err), "%s", err);
+		atomic_store(&sh->finished, 1);
+		munmap(sh, sizeof(*sh));
+		return NULL;
+	}
+	return sh;
+}
+
+/* A checkpoint job: engine_stop, then the store's latest link. */
+static int run_checkpoint(const job_request *req, job_shared *sh, char *err, size_t errlen)
+{
+	const job_checkpoint_req *cr = &req->checkpoint;
+	int ntraced = (int)cr->nmembers;
+	engine_traced *traced = calloc((size_t)ntraced + 1, sizeof(*traced));
 	if (!traced)
-		return 2;
-	for (int i = 1; i < argc; i++) {
-		const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-		if (!strcmp(argv[i], "--job") && v)
-			kind = argv[++i];
-		else if (!strcmp(argv[i], "--shared") && v)
-			shared_fd = atoi(argv[++i]);
-		else if (!strcmp(argv[i], "--pid") && v)
-			pid = atoi(argv[++i]);
-		else if (!strcmp(argv[i], "--image") && v)
-			image = argv[++i];
-		else if (!strcmp(argv[i], "--criu") && v)
-			criu = argv[++i];
-		else if (!strcmp(argv[i], "--log") && v)
-			log = argv[++i];
-		else if (!strcmp(argv[i], "--plugins") && v)
-			engine_criu_plugins = argv[++i];
-		else if (!strcmp(argv[i], "--devices") && v)
-			devices = argv[++i];
-		else if (!strcmp(argv[i], "--member") && v) {
-			engine_traced *t = &traced[ntraced];
-			if (sscanf(argv[++i], "%d:%d:%d", &t->pid, &t->conn, &t->control_tid) == 3)
-				ntraced++;
-		} else if (!strcmp(argv[i], "--kill"))
-			kill = true;
-		else if (!strcmp(argv[i], "--cow"))
-			cow = true;
-		else if (!strcmp(argv[i], "--recopy"))
-			recopy = true;
-		else if (!strcmp(argv[i], "--lazy"))
-			lazy = true;
-		else if (!strcmp(argv[i], "--lazy-pages"))
-			lazy_pages = true;
-		else if (!strcmp(argv[i], "--staging") && v)
-			staging = strtoull(argv[++i], NULL, 10);
-		else if (!strcmp(argv[i], "--staging-fd") && v)
-			staging_fd = atoi(argv[++i]);
-		else if (!strcmp(argv[i], "--chunk") && v)
-			chunk = (uint32_t)strtoull(argv[++i], NULL, 10);
-		else if (!strcmp(argv[i], "--shadow-pool") && v)
-			pool = strtoull(argv[++i], NULL, 10);
-		else if (!strcmp(argv[i], "--fill-threads") && v)
-			fill_threads = atoi(argv[++i]);
-		else if (!strcmp(argv[i], "--timeout") && v)
-			timeout_s = atoi(argv[++i]);
-	}
-	engine_shared *sh = shared_fd >= 0 ? mmap(NULL, sizeof(engine_shared), PROT_READ | PROT_WRITE, MAP_SHARED,
-						   shared_fd, 0)
-					   : MAP_FAILED;
-	if (sh == MAP_FAILED || !kind || !image) {
-		fprintf(stderr, "phosfs: a job needs --job, --shared and --image\n");
-		free(traced);
-		return 2;
-	}
-	close(shared_fd);
+		return engine_fail(-ENOMEM, err, errlen, "out of memory");
+	for (int i = 0; i < ntraced; i++)
+		traced[i] = (engine_traced){ cr->members[i].pid, cr->members[i].conn, cr->members[i].control_tid };
 	rendezvous rv = { -1, -1 };
 	engine_tracer t = { .expect = rv_expect, .await = rv_await, .adopt = rv_done, .drop = rv_done, .arg = &rv };
-	char err[ENGINE_ERR_MAX] = "";
-	int e;
-	if (!strcmp(kind, "stop")) {
-		engine_stop_args a = { .pid = pid, .image = image, .criu = criu, .log = log, .kill = kill,
-				       .traced = traced, .ntraced = ntraced, .tracer = &t, .prog = &sh->prog,
-				       .cow = cow, .recopy = recopy, .staging = staging, .staging_fd = staging_fd, .chunk = (uint32_t)chunk, .shadow_pool = pool };
-		e = engine_stop(&a, err, sizeof(err));
-		if (!e)
-			set_latest(image);
-	} else if (!strcmp(kind, "restore")) {
-		pid_t rpid = 0;
-		/* What CRIU restores stays below this process until it ends. */
-		prctl(PR_SET_CHILD_SUBREAPER, 1);
-		watchdog wd = { .sh = sh,
-				.timeout_s = timeout_s,
-				.log = log,
-				.lock = PTHREAD_MUTEX_INITIALIZER,
-				.wake = PTHREAD_COND_INITIALIZER };
-		pthread_t th;
-		bool watched = timeout_s > 0 && pthread_create(&th, NULL, watchdog_main, &wd) == 0;
-		restore_args a = { .image = image, .devices = devices, .criu = criu, .log = log, .lazy_pages = lazy_pages,
-				   .fill_threads = fill_threads, .tracer = &t,
-				   .prog = &sh->prog, .pid = &rpid, .resumed = &sh->resumed,
-				   .served = sh->served, .nserved = &sh->nserved };
-		e = lazy ? restore_lazy(&a, err, sizeof(err)) : restore_eager(&a, err, sizeof(err));
-		atomic_store(&sh->pid, rpid);
-		if (watched) {
-			pthread_mutex_lock(&wd.lock);
-			wd.stop = true;
-			pthread_cond_signal(&wd.wake);
-			pthread_mutex_unlock(&wd.lock);
-			pthread_join(th, NULL);
-		}
-	} else {
-		e = engine_fail(-EINVAL, err, sizeof(err), "unknown job %s", kind);
-	}
+	engine_stop_args a = { .pid = cr->pid,
+			       .image = req->image,
+			       .criu = req->criu,
+			       .log = req->log,
+			       .kill = cr->kill,
+			       .traced = traced,
+			       .ntraced = ntraced,
+			       .tracer = &t,
+			       .prog = &sh->prog,
+			       .cow = cr->cow,
+			       .recopy = cr->recopy,
+			       .staging = cr->staging,
+			       .staging_fd = cr->staging_fd,
+			       .chunk = cr->chunk,
+			       .shadow_pool = cr->shadow_pool };
+	int e = engine_stop(&a, err, errlen);
+	if (!e)
+		set_latest(req->image);
 	for (int i = 0; i < ntraced; i++)
 		close(traced[i].conn);
 	free(traced);
-	rv_done(&rv, pid);
+	rv_done(&rv, cr->pid);
+	return e;
+}
+
+/* A restore job: eager or lazy, under a watchdog; the restored pid goes
+ * to sh. */
+static int run_restore(const job_request *req, job_shared *sh, char *err, size_t errlen)
+{
+	const job_restore_req *rr = &req->restore;
+	rendezvous rv = { -1, -1 };
+	engine_tracer t = { .expect = rv_expect, .await = rv_await, .adopt = rv_done, .drop = rv_done, .arg = &rv };
+	pid_t rpid = 0;
+	/* What CRIU restores stays below this process until it ends. */
+	prctl(PR_SET_CHILD_SUBREAPER, 1);
+	watchdog wd = { .sh = sh,
+			.timeout_s = rr->timeout_s,
+			.log = req->log,
+			.lock = PTHREAD_MUTEX_INITIALIZER,
+			.wake = PTHREAD_COND_INITIALIZER };
+	pthread_t th;
+	bool watched = rr->timeout_s > 0 && pthread_create(&th, NULL, watchdog_main, &wd) == 0;
+	restore_args a = { .image = req->image,
+			   .devices = *rr->devices ? rr->devices : NULL,
+			   .criu = req->criu,
+			   .log = req->log,
+			   .lazy_pages = rr->lazy_pages,
+			   .fill_threads = rr->fill_threads,
+			   .tracer = &t,
+			   .prog = &sh->prog,
+			   .pid = &rpid,
+			   .resumed = &sh->resumed,
+			   .served = sh->served,
+			   .nserved = &sh->nserved };
+	int e = rr->lazy ? restore_lazy(&a, err, errlen) : restore_eager(&a, err, errlen);
+	atomic_store(&sh->pid, rpid);
+	if (watched) {
+		pthread_mutex_lock(&wd.lock);
+		wd.stop = true;
+		pthread_cond_signal(&wd.wake);
+		pthread_mutex_unlock(&wd.lock);
+		pthread_join(th, NULL);
+	}
+	rv_done(&rv, 0);
+	return e;
+}
+
+int job_process_main(int argc, char **argv)
+{
+	static job_request req; /* large: not on the stack */
+	job_shared *sh = take_request(argc, argv, &req);
+	if (!sh)
+		return 2;
+	if (*req.plugins)
+		engine_criu_plugins = req.plugins;
+	char err[ENGINE_ERR_MAX] = "";
+	int e = req.kind == JOB_CHECKPOINT ? run_checkpoint(&req, sh, err, sizeof(err))
+					   : run_restore(&req, sh, err, sizeof(err));
 	engine_step(&sh->prog, STEP_DONE);
 	sh->result = e;
 	snprintf(sh->err, sizeof(sh->err), "%s", e && !*err ? strerror(-e) : err);

@@ -30,17 +30,6 @@
 static pthread_mutex_t targets_lock = PTHREAD_MUTEX_INITIALIZER;
 static target *targets;
 
-uid_t pid_owner(pid_t pid)
-{
-	char path[PATH_MAX];
-	struct stat st;
-	snprintf(path, sizeof(path), "/proc/%d", (int)pid);
-	if (stat(path, &st) == 0)
-		return st.st_uid;
-	snprintf(path, sizeof(path), "%s/%d", phosfs_store, (int)pid);
-	return stat(path, &st) == 0 ? st.st_uid : (uid_t)-1;
-}
-
 /* Whether the environment pid started with holds PHOS_JOB=pid, pid as the
  * process sees itself: the mark `phos run` leaves on the root of a job
  * (PHOS_JOB=1 on the init of the job's own pid namespace, the job's pid
@@ -107,7 +96,7 @@ target *target_get(pid_t pid, bool create)
 		t = calloc(1, sizeof(*t));
 		if (t) {
 			t->pid = pid;
-			t->uid = pid_owner(pid);
+			t->uid = engine_proc_owner(pid, phosfs_store);
 			pthread_mutex_init(&t->lock, NULL);
 			pthread_cond_init(&t->done, NULL);
 			t->next = targets;
@@ -271,7 +260,7 @@ static void finish_job(target *t, spawn *s)
 	int st = 0;
 	while (waitpid(s->child, &st, 0) < 0 && errno == EINTR)
 		;
-	engine_shared *sh = s->sh;
+	job_shared *sh = s->sh;
 	bool finished = atomic_load(&sh->finished);
 	/* Before the job shows as ended: the next checkpoint's number must
 	 * not see the half image. */
@@ -408,11 +397,21 @@ static int start_locked(target *t, const ctl_cmd *c, watch **here, char *err, si
 				"checkpoint %s needs the tracer, and no process of %d's tree was started with phos run; "
 				"use checkpoint stop",
 				proto_name(proto), (int)t->pid);
+	if (!e && ntraced > JOB_MEMBERS_MAX)
+		e = engine_fail(-E2BIG, err, errlen, "process %d's tree has %d traced processes; phos takes at most %d",
+				(int)t->pid, ntraced, JOB_MEMBERS_MAX);
+	job_request *req = e ? NULL : malloc(sizeof(*req));
 	int *conns = e ? NULL : calloc((size_t)ntraced + 1, sizeof(*conns));
-	char (*members)[48] = e ? NULL : calloc((size_t)ntraced + 1, sizeof(*members));
-	char **args = e ? NULL : calloc(24 + 2 * (size_t)ntraced, sizeof(*args));
-	if (!e && (!conns || !members || !args))
+	if (!e && (!conns || !req))
 		e = engine_fail(-ENOMEM, err, errlen, "out of memory");
+	if (!e) {
+		job_request_init(req, JOB_CHECKPOINT);
+		if (job_request_set(req->image, sizeof(req->image), image) ||
+		    job_request_set(req->criu, sizeof(req->criu), phosfs_criu) ||
+		    job_request_set(req->log, sizeof(req->log), log) ||
+		    job_request_set(req->plugins, sizeof(req->plugins), phosfs_criu_plugins))
+			e = engine_fail(-ENAMETOOLONG, err, errlen, "a path of the checkpoint of %d is too long", (int)t->pid);
+	}
 	int nconns = 0;
 	t->nparked = 0;
 	for (int i = 0; i < ntraced; i++) {
@@ -421,7 +420,7 @@ static int start_locked(target *t, const ctl_cmd *c, watch **here, char *err, si
 			int c = registry_take(procs[i]);
 			if (c >= 0) {
 				conns[nconns] = c;
-				snprintf(members[nconns], sizeof(members[0]), "%d:%d:%d", (int)procs[i]->pid, c, (int)tid);
+				req->checkpoint.members[nconns] = (job_member){ procs[i]->pid, c, tid };
 				nconns++;
 				if (t->nparked < (int)(sizeof(t->parked) / sizeof(*t->parked)))
 					t->parked[t->nparked++] = procs[i]->pid;
@@ -431,55 +430,34 @@ static int start_locked(target *t, const ctl_cmd *c, watch **here, char *err, si
 	}
 	free(procs);
 	free(m);
-	char pid_s[16], staging_s[24], chunk_s[24], pool_s[24], sfd_s[16];
-	snprintf(pid_s, sizeof(pid_s), "%d", (int)root);
 	/* The staging pool needs to hold no more than the memory copied. */
 	uint64_t staging = phosfs_staging, room = bytes + bytes / 8 + 4 * phosfs_chunk;
 	if (bytes && room < staging)
 		staging = room;
-	snprintf(staging_s, sizeof(staging_s), "%llu", (unsigned long long)staging);
-	snprintf(chunk_s, sizeof(chunk_s), "%llu", (unsigned long long)phosfs_chunk);
-	snprintf(pool_s, sizeof(pool_s), "%llu", (unsigned long long)phosfs_shadow_pool);
 	int sfd = e ? -1 : staging_take();
-	snprintf(sfd_s, sizeof(sfd_s), "%d", sfd);
 	watch *w = NULL;
 	if (!e) {
-		int k = 0;
-		const char *fixed[] = { "stop",	   "--pid",	  pid_s,       "--image", image,   "--criu",
-					phosfs_criu, "--log",	  log,	       "--staging", staging_s, "--chunk",
-					chunk_s,     "--shadow-pool", pool_s };
-		for (size_t i = 0; i < sizeof(fixed) / sizeof(*fixed); i++)
-			args[k++] = (char *)fixed[i];
-		if (*phosfs_criu_plugins) {
-			args[k++] = "--plugins";
-			args[k++] = (char *)phosfs_criu_plugins;
-		}
-		if (c->kill)
-			args[k++] = "--kill";
-		if (proto == CTL_COW)
-			args[k++] = "--cow";
-		if (proto == CTL_RECOPY)
-			args[k++] = "--recopy";
-		if (sfd >= 0) {
-			args[k++] = "--staging-fd";
-			args[k++] = sfd_s;
+		job_checkpoint_req *cr = &req->checkpoint;
+		cr->pid = root;
+		cr->kill = c->kill;
+		cr->cow = proto == CTL_COW;
+		cr->recopy = proto == CTL_RECOPY;
+		cr->staging = staging;
+		cr->staging_fd = sfd;
+		cr->chunk = (uint32_t)phosfs_chunk;
+		cr->shadow_pool = phosfs_shadow_pool;
+		cr->nmembers = (uint32_t)nconns;
+		if (sfd >= 0)
 			conns[nconns] = sfd; /* kept open in the job, not closed here */
-		}
-		for (int i = 0; i < nconns; i++) {
-			args[k++] = "--member";
-			args[k++] = members[i];
-		}
-		args[k] = NULL;
 		w = calloc(1, sizeof(*w));
-		e = w ? spawn_job(args, conns, nconns + (sfd >= 0), &w->s, err, errlen) : -ENOMEM;
+		e = w ? spawn_job(req, conns, nconns + (sfd >= 0), &w->s, err, errlen) : -ENOMEM;
 		if (w)
 			w->staging = sfd >= 0;
 	}
 	for (int i = 0; i < nconns; i++)
 		close(conns[i]);
 	free(conns);
-	free(members);
-	free(args);
+	free(req);
 	if (e) {
 		if (sfd >= 0)
 			staging_give();

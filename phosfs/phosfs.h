@@ -16,6 +16,7 @@
 #include "../common/state.h"
 #include "../common/wire.h"
 #include "../engine/engine.h"
+#include "shared.h"
 #include "ctl.h"
 
 #define PHOS_VERSION "0.1"
@@ -90,7 +91,7 @@ typedef struct target {
 	int kind;                   /* enum ctl_verb of the job */
 	char job[160];              /* the job, as status shows it */
 	char name[CTL_NAME_MAX + 1];/* the checkpoint being written */
-	engine_shared *sh;          /* the running job's progress */
+	job_shared *sh;          /* the running job's progress */
 	int result;                 /* of the last job */
 	uint64_t last_stall_ns;
 	uint64_t last_step_ns[STEP_DONE]; /* the last job's time in each step */
@@ -117,9 +118,6 @@ int job_served(pid_t *out, int max);
  * printed. The root, or, when the root is the init of the job's own pid
  * namespace, the job it started (pid 2 there). */
 pid_t job_name(pid_t pid);
-/* The owner of pid: of the live process, else of its store directory;
- * (uid_t)-1 if neither exists. */
-uid_t pid_owner(pid_t pid);
 target *target_get(pid_t pid, bool create);
 int target_pids(pid_t **out, size_t *n);
 void targets_free(void);
@@ -142,12 +140,13 @@ int job_cancel(target *t, char *err, size_t errlen);
 
 /* spawn.c: a job process (`phosfs --job ARGS…`), and the memfd it shares. */
 typedef struct spawn {
-	engine_shared *sh; /* mapped; the caller unmaps it once the job has ended */
+	job_shared *sh; /* mapped; the caller unmaps it once the job has ended */
 	pid_t child;
 } spawn;
-/* Starts `phosfs --job ARGS… --shared FD`, with the fds keep[0..nkeep)
- * left open in it. Errors: errno of memfd_create, mmap or fork, with err. */
-int spawn_job(char *const *args, const int *keep, int nkeep, spawn *s, char *err, size_t errlen);
+/* Starts a job process for req (request.h), which it finds in the
+ * memory it shares with phosfs, with the fds keep[0..nkeep) left open in
+ * it. Errors: errno of memfd_create, mmap or fork, with err. */
+int spawn_job(const job_request *req, const int *keep, int nkeep, spawn *s, char *err, size_t errlen);
 
 /* restores.c: restores side by side, and their queue. */
 enum restore_state { RESTORE_QUEUED, RESTORE_RUNNING, RESTORE_RESUMED, RESTORE_DONE, RESTORE_FAILED };

@@ -53,7 +53,7 @@ static void accept_one(void)
 		return;
 	}
 	p->pid = peer;
-	p->uid = pid_owner(peer);
+	p->uid = engine_proc_owner(peer, phosfs_store);
 	p->hello = hello;
 	p->conn = c;
 	pthread_mutex_init(&p->lock, NULL);

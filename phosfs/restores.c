@@ -30,7 +30,7 @@
 typedef struct restore_job {
 	restore_view v;     /* what status shows */
 	ctl_cmd cmd;        /* what was asked */
-	engine_shared *sh;  /* the job's progress, while it runs */
+	job_shared *sh;  /* the job's progress, while it runs */
 	struct restore_job *next;
 } restore_job;
 
@@ -99,7 +99,7 @@ static pid_t await_resume(const spawn *s)
 
 /* The pids whose tracers restore job sh woke, up to max into out; their
  * number. */
-static int served_of(const engine_shared *sh, pid_t *out, int max)
+static int served_of(const job_shared *sh, pid_t *out, int max)
 {
 	uint32_t n = atomic_load(&sh->nserved);
 	int k = 0;
@@ -133,7 +133,7 @@ static void mark_restored(pid_t pid, const char *dir)
 	if (!t)
 		return;
 	pthread_mutex_lock(&t->lock);
-	t->uid = pid_owner(pid);
+	t->uid = engine_proc_owner(pid, phosfs_store);
 	t->error[0] = 0;
 	snprintf(t->job, sizeof(t->job), "restore %.80s", dir);
 	t->result = 0;
@@ -143,31 +143,28 @@ static void mark_restored(pid_t pid, const char *dir)
 /* Runs restore j's job process to its end (its turn has come). */
 static void run(restore_job *j)
 {
-	char threads[16];
-	snprintf(threads, sizeof(threads), "%d", phosfs_fill_threads);
-	char deadline[16];
-	snprintf(deadline, sizeof(deadline), "%d", phosfs_restore_timeout);
 	const ctl_cmd *c = &j->cmd;
-	/* 19 words at most, and the NULL */
-	char *args[24] = { "restore",	  "--image",  (char *)c->dir, "--criu",	   (char *)phosfs_criu, "--log",
-			   j->v.log,	  "--fill-threads", threads,  "--timeout", deadline };
-	int k = 11;
-	if (*c->devices) {
-		args[k++] = "--devices";
-		args[k++] = (char *)c->devices;
-	}
-	if (*phosfs_criu_plugins) {
-		args[k++] = "--plugins";
-		args[k++] = (char *)phosfs_criu_plugins;
-	}
-	if (c->lazy)
-		args[k++] = "--lazy";
-	if (c->lazy_pages)
-		args[k++] = "--lazy-pages";
-	args[k] = NULL;
 	char err[ENGINE_ERR_MAX] = "";
 	spawn s;
-	int e = spawn_job(args, NULL, 0, &s, err, sizeof(err));
+	job_request *req = malloc(sizeof(*req));
+	int e = req ? 0 : engine_fail(-ENOMEM, err, sizeof(err), "out of memory");
+	if (!e) {
+		job_request_init(req, JOB_RESTORE);
+		job_restore_req *rr = &req->restore;
+		rr->fill_threads = phosfs_fill_threads;
+		rr->timeout_s = phosfs_restore_timeout;
+		rr->lazy = c->lazy;
+		rr->lazy_pages = c->lazy_pages;
+		if (job_request_set(req->image, sizeof(req->image), c->dir) ||
+		    job_request_set(req->criu, sizeof(req->criu), phosfs_criu) ||
+		    job_request_set(req->log, sizeof(req->log), j->v.log) ||
+		    job_request_set(req->plugins, sizeof(req->plugins), phosfs_criu_plugins) ||
+		    job_request_set(rr->devices, sizeof(rr->devices), c->devices))
+			e = engine_fail(-ENAMETOOLONG, err, sizeof(err), "a path of the restore is too long");
+	}
+	if (!e)
+		e = spawn_job(req, NULL, 0, &s, err, sizeof(err));
+	free(req);
 	if (e) {
 		pthread_mutex_lock(&lock);
 		j->v.result = e;

@@ -161,7 +161,7 @@ int restore_tree(const restore_args *a, restore_ctx *c, char *err, size_t errlen
 		*a->pid = c->host[c->job];
 	for (uint32_t i = 0; !e && i < c->n; i++) {
 		int state = 0;
-		if (driver_process_state(c->host[i], &state) == 0 && state == CU_PROCESS_STATE_CHECKPOINTED) {
+		if (driver_process_state(c->host[i], &state) == 0 && state == DRIVER_CHECKPOINTED) {
 			engine_step(a->prog, STEP_UNLOCK);
 			e = driver_restore(c->host[i], &c->map, err, errlen);
 			if (!e)

@@ -33,6 +33,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fill.h"
 #include "mapping.h"
 
 #define PIECES 2             /* pinned pieces a worker has on each device, by default */

@@ -1,0 +1,78 @@
+/*
+ * Copy out (copy-out.c): parked device memory into an image, through a
+ * pool of pinned host staging.
+ */
+#ifndef PHOS_ENGINE_COPY_OUT_H
+#define PHOS_ENGINE_COPY_OUT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "cow.h"
+#include "park.h"
+#include "progress.h"
+#include "recopy.h"
+
+#define ENGINE_CHUNK (4u << 20)          /* default staging, CoW and image chunk size */
+#define ENGINE_STAGING (4ull << 30)      /* default host staging pool */
+#define ENGINE_WRITERS 8                 /* threads, and data files, writing an image */
+
+typedef struct phosimg_writer phosimg_writer;
+
+/* How a copy out runs. */
+typedef struct engine_copy_opts {
+	uint32_t chunk;        /* the image's chunk size */
+	void *staging;         /* pinned host staging (engine_staging_alloc) */
+	uint64_t staging_bytes;
+	engine_cow *cow;       /* the processes run: take chunks by their CoW state */
+	const engine_recopy *recopy; /* take the chunks it still holds from staging */
+	uint64_t t1_ns;        /* CLOCK_MONOTONIC at t1, for prog->off_ns */
+} engine_copy_opts;
+
+/* Copies the parked objects into w (one image object each). Copiers move
+ * chunks from the device into a pool of pinned host memory at the bus's
+ * speed; writers drain the pool into the image at the store's. Objects
+ * written most go first; with cow, a chunk a call waits for goes before
+ * all, and a chunk is read from its shadow if the tracer made one, and
+ * copiers pause while the application moves data to or from the host.
+ * Once every chunk is off the GPU, the copy ends for the tracers.
+ * Errors: -ECANCELED (prog->cancel), -EIO (driver), image errors. */
+int engine_copy_out(const engine_parked *objs, phosimg_writer *w, const engine_copy_opts *o, engine_progress *prog,
+		    char *err, size_t errlen);
+
+/* The same in three steps, so that a stop checkpoint lets the process run
+ * again once its memory is off the GPU: begin starts the threads (*out is
+ * the copy; objs, w, the staging and the CoW tables must outlive it);
+ * wait_off returns once every chunk is off the GPU (or the copy failed:
+ * its error); end waits for the writers, frees the copy and returns its
+ * error (err says what it was). */
+typedef struct engine_copy engine_copy;
+int engine_copy_begin(const engine_parked *objs, phosimg_writer *w, const engine_copy_opts *o, engine_progress *prog,
+		      engine_copy **out, char *err, size_t errlen);
+int engine_copy_wait_off(engine_copy *c);
+int engine_copy_end(engine_copy *c, char *err, size_t errlen);
+/* Stops a copy that is no longer wanted (the checkpoint failed under
+ * it): no more chunks are taken or written, and engine_copy_end returns
+ * once each thread has finished the chunk it was on, with -ECANCELED
+ * unless the copy had failed before. */
+void engine_copy_cancel(engine_copy *c);
+/* The copy's error so far (0: none), without waiting. */
+int engine_copy_error(engine_copy *c);
+
+/* Pinned host memory for copies. */
+typedef struct engine_staging {
+	void *buf;
+	uint64_t bytes;
+	bool registered; /* the memfd's pages, registered; else the driver's own */
+	uint64_t pin_ns; /* how long making it took */
+} engine_staging;
+
+/* Pins up to want bytes (less if the host refuses that much, but at least
+ * 4 chunks) for copies: the pages of the staging memfd fd that phosfs made
+ * once (mapped and registered with the driver), or where fd is -1 or
+ * cannot be registered, new pinned memory. Errors: -ENOMEM. */
+int engine_staging_alloc(engine_staging *s, int fd, uint64_t want, uint32_t chunk, char *err, size_t errlen);
+/* Unpins and unmaps it (s is emptied). */
+void engine_staging_free(engine_staging *s);
+
+#endif

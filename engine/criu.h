@@ -1,0 +1,54 @@
+/*
+ * Running CRIU (criu.c): dump, restore, the lazy-pages daemon, and its
+ * log turned into a sentence for people.
+ */
+#ifndef PHOS_ENGINE_CRIU_H
+#define PHOS_ENGINE_CRIU_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+/* CRIU plugins (criu -L): phos's, for device files that forked children
+ * of CUDA processes keep. NULL or "" for none. Set once, before jobs. */
+extern const char *engine_criu_plugins;
+
+/* Runs `criu dump` of pid's tree into dir, leaving it running unless
+ * kill. CRIU's log goes to log. Errors: -EIO (err gives CRIU's first real
+ * error, what it names, and what to do), -ENOSPC (the store holding dir
+ * was full when it failed). */
+int criu_dump(const char *criu, pid_t pid, const char *dir, bool kill, const char *log, char *err,
+	      size_t errlen);
+
+/* Runs `criu restore` from dir, detached; *root is then the restored
+ * tree's root as this (the host's) pid namespace sees it: its old pid, or
+ * any, for a tree CRIU gave a pid namespace of its own. With lazy_dir (a
+ * criu_pages_start's work directory), the tree runs before its CPU pages
+ * are back. Errors as criu_dump, and -EIO when CRIU says no root. */
+int criu_restore(const char *criu, const char *dir, const char *lazy_dir, const char *log, pid_t *root, char *err,
+		 size_t errlen);
+
+/* Starts `criu lazy-pages` for the image in dir, with work directory
+ * work (its socket; one per restore) and its log at log, and waits until
+ * it listens. *daemon is its pid, for criu_pages_wait. Errors: -EIO (it
+ * did not start; err gives its first error), fork's errno. */
+int criu_pages_start(const char *criu, const char *dir, const char *work, const char *log, pid_t *daemon,
+		     char *err, size_t errlen);
+
+/* Waits until the lazy-pages daemon has given back every page and ended.
+ * Errors: -EIO (it failed: pages it had not given back are lost; err
+ * gives its first error), waitpid's errno. */
+int criu_pages_wait(pid_t daemon, const char *log, char *err, size_t errlen);
+
+/* Turns CRIU's log into one sentence for people: its first real error
+ * line (harmless warnings skipped), with what that line names and advice
+ * for the errors phos knows; "" when the log holds no error. pid is the
+ * dumped tree's root (0 for a restore). */
+void criu_explain(const char *log, pid_t pid, char *out, size_t len);
+
+/* What this machine's CRIU cannot do, one sentence per limit, for the
+ * log at start ("" if nothing): e.g. other users' processes without
+ * CAP_SYS_RESOURCE. */
+void criu_limits(char *out, size_t len);
+
+#endif

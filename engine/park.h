@@ -1,0 +1,108 @@
+/*
+ * Parking (park.c): the conversation with a traced process, which hands
+ * the job the fds of its device memory and later gets them back; and the
+ * parked memory of a tree, as the other parts of the engine take it.
+ */
+#ifndef PHOS_ENGINE_PARK_H
+#define PHOS_ENGINE_PARK_H
+
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "../common/wire.h"
+#include "../image-format/phosimg.h"
+
+/* A process's CoW or LAZY table (cow.h). */
+typedef struct engine_cow_member engine_cow_member;
+
+/* The parked memory of the processes of a tree: records, the fds that
+ * hold them, and the process each belongs to. One process's objects are
+ * consecutive. */
+typedef struct engine_parked {
+	wire_object *objs;
+	int *fds;
+	pid_t *pids;
+	int n, cap;
+	/* engine_park: the process's GPUs as it sees them (WIRE_DEVICES):
+	 * ndev UUIDs, by ordinal; 0 when its tracer did not say. */
+	uint32_t ndev;
+	uint8_t dev_uuid[PHOSIMG_DEVICES_MAX][16];
+} engine_parked;
+
+/* Closes the fds and frees the arrays. */
+void engine_parked_free(engine_parked *p);
+
+/* Appends n objects of process pid; the fds are then p's. Errors:
+ * -ENOMEM (nothing appended, the fds still the caller's). */
+int engine_parked_add(engine_parked *p, const wire_object *objs, const int *fds, pid_t pid, int n);
+
+/* Moves every object of from to the end of to (from is left empty).
+ * Errors: -ENOMEM (nothing moved). */
+int engine_parked_move(engine_parked *to, engine_parked *from);
+
+/* The run of pid's objects in all, as a view into its arrays (not to be
+ * freed); empty if pid has none. */
+engine_parked engine_parked_of(const engine_parked *all, pid_t pid);
+
+/* A traced process of a tree: its connection, on which the engine sends
+ * PARK, and the thread WIRE_WAKE_SIGNAL goes to. */
+typedef struct engine_traced {
+	pid_t pid;
+	int conn;
+	pid_t control_tid;
+} engine_traced;
+
+/* How the engine meets a woken tracer again, one process at a time. */
+typedef struct engine_tracer {
+	/* Called before the wake signal is sent: the next HELLO RESUME of pid
+	 * must be held for await. */
+	int (*expect)(void *arg, pid_t pid);
+	/* Waits up to timeout_ms for that connection; *conn is valid until
+	 * adopt or drop is called. Returns 0, -ETIMEDOUT. */
+	int (*await)(void *arg, pid_t pid, int timeout_ms, int *conn);
+	/* The process runs again: its connection serves requests as before. */
+	void (*adopt)(void *arg, pid_t pid);
+	/* Gives up waiting (after an error): nothing is held any more. */
+	void (*drop)(void *arg, pid_t pid);
+	void *arg;
+} engine_tracer;
+
+/* Sends PARK on conn and collects every object of process pid until
+ * PARKED, into *out (emptied first). The tracer closes its end
+ * afterwards. Errors: -EIO (the tracer refused: err says why), -EPROTO,
+ * wire errors. */
+int engine_park(pid_t pid, int conn, engine_parked *out, char *err, size_t errlen);
+
+/* Sends ask (WIRE_PARK, WIRE_TRACK) on conn and collects every object of
+ * process pid, and the GPUs it sees (WIRE_DEVICES), until done (WIRE_PARKED,
+ * WIRE_TRACKED), into *out (emptied first). what names the request in
+ * err. Errors: as engine_park. */
+int engine_collect(pid_t pid, int conn, uint16_t ask, uint16_t done, const char *what, engine_parked *out, char *err,
+		   size_t errlen);
+
+/* Receives one message from pid's tracer within the park timeout, into
+ * h, buf (cap bytes) and fds (*nfds). Errors: -EIO when it is ERROR (err
+ * has the tracer's words, "process P did not WHAT: …"; its fds are
+ * closed), -ETIMEDOUT and wire errors. */
+int engine_recv(pid_t pid, int conn, const char *what, wire_header *h, void *buf, size_t cap, int *fds, int *nfds,
+		char *err, size_t errlen);
+
+/* Wakes the parked process pid through its control thread tid, waits for
+ * it to connect again, gives it the objects (the fds are sent, not
+ * closed), and with cow (or NULL) its CoW table and pool, and waits until
+ * it runs. Errors: -ETIMEDOUT, -EPROTO, -EIO (err says why). */
+int engine_unpark(pid_t pid, pid_t tid, const engine_tracer *t, const engine_parked *objs,
+		  const engine_cow_member *cow, char *err, size_t errlen);
+
+/* The same for a lazy restore: the objects sent before the process runs
+ * are objs, the rest are listed in the LAZY table lazy, and the
+ * connection stays open for them: *conn is the caller's to send the
+ * objects on as they are filled, then WIRE_END, and to close. Errors: as
+ * engine_unpark. */
+int engine_unpark_lazy(pid_t pid, pid_t tid, const engine_tracer *t, const engine_parked *objs,
+		       const engine_cow_member *lazy, int *conn, char *err, size_t errlen);
+
+/* The tid of pid's tracer control thread ("phos-control"), or -ESRCH. */
+pid_t engine_find_control_thread(pid_t pid);
+
+#endif

@@ -1,0 +1,127 @@
+/*
+ * A job's progress and errors (progress.c): the steps it goes through,
+ * what status shows of it, the clocks it times them with, and how a
+ * failure is put into words.
+ */
+#ifndef PHOS_ENGINE_PROGRESS_H
+#define PHOS_ENGINE_PROGRESS_H
+
+#include <limits.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+#define ENGINE_ERR_MAX 512
+#define ENGINE_SERVED_MAX 64             /* processes whose tracers a restore tells phosfs of */
+
+/* Where a job is; shown in status. */
+enum engine_step {
+	STEP_IDLE = 0,
+	STEP_PARK,
+	STEP_LOCK,
+	STEP_DUMP,
+	STEP_COPY,
+	STEP_UNLOCK,
+	STEP_UNPARK,
+	STEP_PUBLISH,
+	STEP_FILL,    /* restore: device memory from the image */
+	STEP_RESTORE, /* restore: criu restore */
+	STEP_DRAIN,   /* stop: staged memory written into the image, the process running */
+	STEP_TRACK,   /* recopy: memory copied while the process runs, its writes tracked */
+	STEP_LAZY,    /* lazy restore: device memory filled while the process runs */
+	STEP_PREPARE, /* restore: the image opened, this machine's GPUs matched to its */
+	STEP_PIDWAIT, /* restore: waiting for the image's pids to be free */
+	STEP_DONE,
+};
+
+/* Name of a step, for status. */
+const char *engine_step_name(int step);
+
+/* A job's progress, read by status while the job writes it. */
+typedef struct engine_progress {
+	_Atomic int step;        /* enum engine_step */
+	_Atomic uint64_t done;   /* bytes of device memory copied */
+	_Atomic uint64_t total;  /* bytes to copy */
+	_Atomic uint64_t stall_ns; /* the process was stopped this long */
+	_Atomic bool cancel;     /* asked to stop early */
+	/* Nanoseconds spent in each step so far, and when the current one
+	 * began (CLOCK_MONOTONIC); kept by engine_step. */
+	_Atomic uint64_t step_ns[STEP_DONE];
+	_Atomic uint64_t step_at;
+	/* A checkpoint's unpublished gpu.data, and how many bytes at its start
+	 * are final (phosimg_writer_data_ready), for readers of the image
+	 * while it is written. data_ready is 0 until data_path is set. */
+	char data_path[PATH_MAX];
+	_Atomic uint64_t data_ready;
+	_Atomic uint32_t data_files; /* gpu.data and gpu.data.1, … of the image */
+	/* Bytes of device memory whose t1 contents are off the GPU (in
+	 * staging or in the image): `done` counts those in the image. */
+	_Atomic uint64_t off;
+	/* Nanoseconds from t1 until the last t1 byte left the GPU, and until
+	 * the image was published; 0 until then. */
+	_Atomic uint64_t off_ns, publish_ns;
+	/* CoW: shadow copies the tracer made, calls that waited for the copy
+	 * (and how long), and calls the safety net held. */
+	_Atomic uint64_t shadows, shadow_bytes, waits, wait_ns, net_waits, net_wait_ns;
+	_Atomic int protocol; /* PHOSIMG_PROTO_* of the checkpoint */
+	_Atomic uint64_t staging_bytes; /* the host staging pool of the copy */
+	_Atomic uint64_t staging_pin_ns; /* the time pinning it took (before the stall) */
+	/* Recopy: bytes the final stall took from the copy made while the
+	 * process ran, and bytes it copied from the GPU (dirty or new). */
+	_Atomic uint64_t recopy_clean, recopy_dirty;
+	/* Restore: the moves of GPUs it made ("" for none), set before the
+	 * driver restore. */
+	char devices[512];
+	/* Restore: lazy (the tree ran before its device memory was back);
+	 * nanoseconds from the start until the tree ran, and until all its
+	 * memory was back (0 until then); objects filled because a call
+	 * waited for them. A lazy restore's waits are counted in waits and
+	 * wait_ns (calls that waited for their buffers), net_waits and
+	 * net_wait_ns (calls that waited for everything). */
+	_Atomic bool lazy;
+	_Atomic uint64_t resume_ns, full_ns, on_demand;
+	/* Restore with CPU pages lazy too: nanoseconds from the start until
+	 * CRIU's lazy-pages daemon had every page back (0 until then). */
+	_Atomic bool lazy_pages;
+	_Atomic uint64_t pages_ns;
+	/* The fill's workers, summed: nanoseconds reading (and checking) the
+	 * image, queueing copies to the device, and waiting for a copy to end
+	 * before its buffer is read into again. */
+	_Atomic uint64_t fill_read_ns, fill_queue_ns, fill_wait_ns;
+} engine_progress;
+
+/* Clock c now, in nanoseconds. */
+static inline uint64_t engine_clock_ns(clockid_t c)
+{
+	struct timespec ts;
+	clock_gettime(c, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* The monotonic clock now, in nanoseconds: what jobs time their steps,
+ * copies and waits with. */
+static inline uint64_t engine_now_ns(void)
+{
+	return engine_clock_ns(CLOCK_MONOTONIC);
+}
+
+/* The moment ms from now on the realtime clock, as
+ * pthread_cond_timedwait takes it. */
+static inline struct timespec engine_deadline(int ms)
+{
+	uint64_t t = engine_clock_ns(CLOCK_REALTIME) + (uint64_t)ms * 1000000u;
+	return (struct timespec){ .tv_sec = (time_t)(t / 1000000000u), .tv_nsec = (long)(t % 1000000000u) };
+}
+
+/* Moves p to step, adding the time since the last move to the step it
+ * leaves. STEP_DONE ends the accounting. */
+void engine_step(engine_progress *p, int step);
+
+/* Formats an error message into err (a sentence without the trailing
+ * period); returns e. */
+int engine_fail(int e, char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+#endif

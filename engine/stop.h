@@ -1,0 +1,50 @@
+/*
+ * A checkpoint (stop.c): the stall stop, cow and recopy share, and each
+ * one's own part (doc/ARCHITECTURE.md, "The checkpoint protocols").
+ */
+#ifndef PHOS_ENGINE_STOP_H
+#define PHOS_ENGINE_STOP_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "park.h"
+#include "progress.h"
+
+typedef struct engine_stop_args {
+	pid_t pid;         /* the root of the tree */
+	const char *image; /* where the image is published; must not exist */
+	const char *criu;  /* the criu binary */
+	const char *log;   /* CRIU's log file */
+	bool kill;         /* end the tree after the dump */
+	/* The traced processes of the tree, which park; the rest of its CUDA
+	 * processes are checkpointed by the driver, which copies. */
+	const engine_traced *traced;
+	int ntraced;
+	const engine_tracer *tracer; /* meets woken tracers; NULL if ntraced is 0 */
+	engine_progress *prog;
+	/* Copy-on-write: the traced processes run again right after the
+	 * dump, and their memory is copied while they run. Ignored with
+	 * kill (nothing runs) and for a tree with no traced process. */
+	bool cow;
+	/* Recopy: the traced processes run on while their memory is copied,
+	 * their writes tracked; then the final stall copies what was written
+	 * meanwhile, and the image holds the state at its end (t2). Ignored
+	 * for a tree with no traced process. */
+	bool recopy;
+	uint64_t staging;  /* host staging pool, bytes (0: ENGINE_STAGING) */
+	int staging_fd;    /* phosfs's staging memfd, or -1 */
+	uint64_t shadow_pool; /* CoW shadow pool per process, bytes */
+	uint32_t chunk;    /* bytes (0: ENGINE_CHUNK) */
+} engine_stop_args;
+
+/* Checkpoints the process tree of pid and publishes one image of it: every
+ * traced process is parked, every CUDA process driver-checkpointed, then
+ * CRIU dumps the tree. With stop, the parked memory is copied before the
+ * processes run again; with cow, after. On failure every process runs on
+ * (unless it died), nothing is published and earlier images are
+ * untouched. */
+int engine_stop(const engine_stop_args *a, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,111 @@
+/*
+ * Job requests (request.h): made by phosfs, checked by the job.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+
+#include "../engine/engine.h"
+#include "request.h"
+
+void job_request_init(job_request *r, enum job_kind kind)
+{
+	memset(r, 0, sizeof(*r));
+	r->magic = JOB_REQUEST_MAGIC;
+	r->version = JOB_REQUEST_VERSION;
+	r->size = sizeof(*r);
+	r->kind = kind;
+	r->checkpoint.staging_fd = -1;
+}
+
+int job_request_set(char *field, size_t cap, const char *s)
+{
+	size_t n = strlen(s);
+	if (n >= cap) {
+		*field = 0;
+		return -ENAMETOOLONG;
+	}
+	memcpy(field, s, n + 1);
+	return 0;
+}
+
+const char *job_kind_name(uint32_t kind)
+{
+	return kind == JOB_CHECKPOINT ? "stop" : kind == JOB_RESTORE ? "restore" : NULL;
+}
+
+/* Whether field (cap bytes) holds a string that ends inside it, and is
+ * not empty unless empty_ok. */
+static bool string_ok(const char *field, size_t cap, bool empty_ok)
+{
+	size_t n = strnlen(field, cap);
+	return n < cap && (n > 0 || empty_ok);
+}
+
+static bool fd_open(int fd)
+{
+	return fd >= 0 && fcntl(fd, F_GETFD) != -1;
+}
+
+static int check_checkpoint(const job_request *r, char *err, size_t errlen)
+{
+	const job_checkpoint_req *c = &r->checkpoint;
+	if (c->pid <= 0)
+		return engine_fail(-EINVAL, err, errlen, "the job request names no process (pid %d)", (int)c->pid);
+	if (c->chunk < (64u << 10) || c->chunk > (256u << 20) || (c->chunk & (c->chunk - 1)))
+		return engine_fail(-EINVAL, err, errlen, "the job request's chunk size %u is not a power of two from 64 KiB to 256 MiB",
+				   c->chunk);
+	if (c->cow && c->recopy)
+		return engine_fail(-EINVAL, err, errlen, "the job request asks for both cow and recopy");
+	if (c->staging_fd != -1 && !fd_open(c->staging_fd))
+		return engine_fail(-EBADF, err, errlen, "the job request's staging fd %d is not open", (int)c->staging_fd);
+	if (c->nmembers > JOB_MEMBERS_MAX)
+		return engine_fail(-EINVAL, err, errlen, "the job request lists %u traced processes, more than %d",
+				   c->nmembers, JOB_MEMBERS_MAX);
+	for (uint32_t i = 0; i < c->nmembers; i++) {
+		const job_member *m = &c->members[i];
+		if (m->pid <= 0 || m->control_tid <= 0 || !fd_open(m->conn))
+			return engine_fail(-EBADF, err, errlen,
+					   "the job request's traced process %u (pid %d, connection %d, thread %d) is not valid",
+					   i, (int)m->pid, (int)m->conn, (int)m->control_tid);
+	}
+	return 0;
+}
+
+static int check_restore(const job_request *r, char *err, size_t errlen)
+{
+	if (!string_ok(r->restore.devices, sizeof(r->restore.devices), true))
+		return engine_fail(-EINVAL, err, errlen, "the job request's device moves do not end");
+	if (r->restore.fill_threads < 0 || r->restore.fill_threads > ENGINE_FILL_THREADS_MAX)
+		return engine_fail(-EINVAL, err, errlen, "the job request asks for %d fill threads (0 to %d)",
+				   (int)r->restore.fill_threads, ENGINE_FILL_THREADS_MAX);
+	if (r->restore.timeout_s < 0)
+		return engine_fail(-EINVAL, err, errlen, "the job request's timeout %d is negative",
+				   (int)r->restore.timeout_s);
+	return 0;
+}
+
+int job_request_check(const job_request *r, char *err, size_t errlen)
+{
+	if (r->magic != JOB_REQUEST_MAGIC || r->version != JOB_REQUEST_VERSION || r->size != sizeof(*r))
+		return engine_fail(-EINVAL, err, errlen,
+				   "the job request is not one this phosfs makes (magic %#x, version %u, %u bytes)",
+				   r->magic, r->version, r->size);
+	if (!job_kind_name(r->kind))
+		return engine_fail(-EINVAL, err, errlen, "the job request's kind %u is unknown", r->kind);
+	static const struct {
+		size_t off;
+		const char *what;
+		bool empty_ok;
+	} strings[] = {
+		{ offsetof(job_request, image), "image", false },
+		{ offsetof(job_request, criu), "criu", false },
+		{ offsetof(job_request, log), "log", false },
+		{ offsetof(job_request, plugins), "plugins", true },
+	};
+	for (size_t i = 0; i < sizeof(strings) / sizeof(*strings); i++)
+		if (!string_ok((const char *)r + strings[i].off, PATH_MAX, strings[i].empty_ok))
+			return engine_fail(-EINVAL, err, errlen, "the job request's %s is %s", strings[i].what,
+					   strings[i].empty_ok ? "not ended" : "empty or not ended");
+	return r->kind == JOB_CHECKPOINT ? check_checkpoint(r, err, errlen) : check_restore(r, err, errlen);
+}

@@ -1,0 +1,79 @@
+/*
+ * A job request: what phosfs asks of a job process, typed. phosfs fills
+ * it into the memfd it shares with the job (job_shared, shared.h) before
+ * the job starts; the job copies it out and checks it before it acts on
+ * anything (request.c). The job's command line only names it for people
+ * reading ps: `phosfs --job stop --pid ROOT --shared FD`, or
+ * `phosfs --job restore --shared FD`.
+ */
+#ifndef PHOS_PHOSFS_REQUEST_H
+#define PHOS_PHOSFS_REQUEST_H
+
+#include <limits.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ctl.h"
+
+#define JOB_REQUEST_MAGIC 0x4a524850u /* "PHRJ" in memory, little-endian */
+#define JOB_REQUEST_VERSION 1
+#define JOB_MEMBERS_MAX 256 /* traced processes of one checkpointed tree */
+
+enum job_kind { JOB_CHECKPOINT = 1, JOB_RESTORE };
+
+/* A traced process of the tree, with the connection phosfs handed over
+ * (an fd left open in the job) and its tracer's control thread. */
+typedef struct job_member {
+	int32_t pid, conn, control_tid;
+} job_member;
+
+/* What a checkpoint job is asked. */
+typedef struct job_checkpoint_req {
+	int32_t pid;          /* the root of the tree */
+	bool kill, cow, recopy;
+	uint64_t staging;     /* bytes of host staging */
+	int32_t staging_fd;   /* phosfs's staging memfd, or -1 */
+	uint32_t chunk;       /* bytes, a power of two */
+	uint64_t shadow_pool; /* bytes per process, 0 for none */
+	uint32_t nmembers;
+	job_member members[JOB_MEMBERS_MAX];
+} job_checkpoint_req;
+
+/* What a restore job is asked. */
+typedef struct job_restore_req {
+	char devices[CTL_MAX]; /* OLD=NEW,… or "" */
+	int32_t fill_threads;  /* 0: the default */
+	int32_t timeout_s;     /* each step's deadline; 0: none */
+	bool lazy, lazy_pages;
+} job_restore_req;
+
+typedef struct job_request {
+	uint32_t magic, version, size; /* JOB_REQUEST_*, sizeof(job_request) */
+	uint32_t kind;                 /* enum job_kind */
+	char image[PATH_MAX];   /* checkpoint: where it is published; restore: what */
+	char criu[PATH_MAX];    /* the criu binary */
+	char log[PATH_MAX];     /* CRIU's log */
+	char plugins[PATH_MAX]; /* CRIU's plugin folder, "" for none */
+	job_checkpoint_req checkpoint;
+	job_restore_req restore;
+} job_request;
+
+/* Empties r and makes it a request of kind. */
+void job_request_init(job_request *r, enum job_kind kind);
+
+/* Copies s into a field of cap bytes. Errors: -ENAMETOOLONG (it does not
+ * fit; the field is left empty). */
+int job_request_set(char *field, size_t cap, const char *s);
+
+/* The word a request of kind has on the job's command line ("stop",
+ * "restore"), or NULL. */
+const char *job_kind_name(uint32_t kind);
+
+/* Checks a request as the job found it: magic, version and size, the
+ * kind, every string ended inside its field and present where needed,
+ * numbers in range, and every fd it names open. Errors: -EINVAL or
+ * -EBADF, with err naming the field. */
+int job_request_check(const job_request *r, char *err, size_t errlen);
+
+#endif
