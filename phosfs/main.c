@@ -97,13 +97,27 @@ static bool parse_size(const char *s, uint64_t *out)
 	return true;
 }
 
+/* b in the largest binary unit that holds it whole ("256 MiB"). */
+static const char *size_words(uint64_t b, char *out, size_t len)
+{
+	static const char *const unit[] = { "bytes", "KiB", "MiB", "GiB", "TiB", "PiB" };
+	int u = 0;
+	while (u < 5 && b && !(b & 1023)) {
+		b >>= 10;
+		u++;
+	}
+	snprintf(out, len, "%llu %s", (unsigned long long)b, unit[u]);
+	return out;
+}
+
 /* A size option's value, or exits with a message. */
 static uint64_t size_option(const char *opt, const char *v, uint64_t min, uint64_t max, bool pow2)
 {
 	uint64_t b = 0;
 	if (!parse_size(v, &b) || b < min || b > max || (pow2 && (b & (b - 1)))) {
-		fprintf(stderr, "phosfs: %s %s: expected %s%llu KiB to %llu GiB\n", opt, v, pow2 ? "a power of two from " : "",
-			(unsigned long long)(min >> 10), (unsigned long long)(max >> 30));
+		char lo[32], hi[32];
+		fprintf(stderr, "phosfs: %s %s: expected %s%s to %s\n", opt, v, pow2 ? "a power of two from " : "",
+			size_words(min, lo, sizeof(lo)), size_words(max, hi, sizeof(hi)));
 		exit(2);
 	}
 	return b;
@@ -207,6 +221,72 @@ static int make_store(const char *dir, char *abs)
 	return 0;
 }
 
+/* phosfs's own options, as fuse_opt_parse leaves them: strings it
+ * allocated, each taken as `--NAME VALUE` or `--NAME=VALUE`. */
+struct options {
+	char *sock, *store, *criu, *plugins, *staging, *chunk, *pool, *fill_threads, *restores, *queue,
+		*restore_timeout, *checkpoint_wait;
+	int help;
+};
+
+#define OPT(name, field)                                                         \
+	{ name " %s", offsetof(struct options, field), 0 }, { name "=%s", offsetof(struct options, field), 0 }
+
+static const struct fuse_opt phosfs_opts[] = {
+	OPT("--socket", sock),
+	OPT("--store", store),
+	OPT("--criu", criu),
+	OPT("--criu-plugins", plugins),
+	OPT("--staging", staging),
+	OPT("--chunk", chunk),
+	OPT("--shadow-pool", pool),
+	OPT("--fill-threads", fill_threads),
+	OPT("--restores", restores),
+	OPT("--restore-queue", queue),
+	OPT("--restore-timeout", restore_timeout),
+	OPT("--checkpoint-wait", checkpoint_wait),
+	{ "-h", offsetof(struct options, help), 1 },
+	{ "--help", offsetof(struct options, help), 1 },
+	FUSE_OPT_END
+};
+
+static void options_free(struct options *o)
+{
+	char **all[] = { &o->sock,	   &o->store,	 &o->criu,	   &o->plugins,
+			 &o->staging,	   &o->chunk,	 &o->pool,	   &o->fill_threads,
+			 &o->restores,	   &o->queue,	 &o->restore_timeout, &o->checkpoint_wait };
+	for (size_t i = 0; i < sizeof(all) / sizeof(*all); i++) {
+		free(*all[i]);
+		*all[i] = NULL;
+	}
+}
+
+/* Sets the settings the options give, checking each (a bad value exits
+ * with a message naming it). */
+static void apply_options(const struct options *o)
+{
+	if (o->criu)
+		phosfs_criu = o->criu;
+	if (o->plugins)
+		phosfs_criu_plugins = o->plugins;
+	if (o->staging)
+		phosfs_staging = size_option("--staging", o->staging, 1ull << 20, 1ull << 50, false);
+	if (o->chunk)
+		phosfs_chunk = size_option("--chunk", o->chunk, 64u << 10, 256u << 20, true);
+	if (o->pool)
+		phosfs_shadow_pool = size_option("--shadow-pool", o->pool, 0, 1ull << 50, false);
+	if (o->fill_threads)
+		phosfs_fill_threads = count_option("--fill-threads", o->fill_threads, 1, ENGINE_FILL_THREADS_MAX);
+	if (o->restores)
+		phosfs_restores = count_option("--restores", o->restores, 1, 64);
+	if (o->queue)
+		phosfs_restore_queue = count_option("--restore-queue", o->queue, 0, 1024);
+	if (o->restore_timeout)
+		phosfs_restore_timeout = count_option("--restore-timeout", o->restore_timeout, 1, 86400);
+	if (o->checkpoint_wait)
+		phosfs_checkpoint_wait = count_option("--checkpoint-wait", o->checkpoint_wait, 0, 86400);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc > 1 && !strcmp(argv[1], "--job"))
@@ -223,51 +303,32 @@ int main(int argc, char **argv)
 	phosfs_criu_plugins = plugins                                        ? plugins
 			      : access(PHOS_LIBEXEC "/criu-plugins", X_OK) == 0 ? PHOS_LIBEXEC "/criu-plugins"
 										 : "";
-	char **argl = calloc((size_t)argc + 4, sizeof(*argl));
-	int n = 0;
-	if (!argl)
-		return 1;
-	argl[n++] = argv[0];
-	for (int i = 1; i < argc; i++) {
-		if (!strcmp(argv[i], "--socket") && i + 1 < argc) {
-			sock = argv[++i];
-		} else if (!strcmp(argv[i], "--store") && i + 1 < argc) {
-			store = argv[++i];
-		} else if (!strcmp(argv[i], "--criu") && i + 1 < argc) {
-			phosfs_criu = argv[++i];
-		} else if (!strcmp(argv[i], "--criu-plugins") && i + 1 < argc) {
-			phosfs_criu_plugins = argv[++i];
-		} else if (!strcmp(argv[i], "--staging") && i + 1 < argc) {
-			phosfs_staging = size_option("--staging", argv[++i], 1ull << 20, 1ull << 50, false);
-		} else if (!strcmp(argv[i], "--chunk") && i + 1 < argc) {
-			phosfs_chunk = size_option("--chunk", argv[++i], 64u << 10, 256u << 20, true);
-		} else if (!strcmp(argv[i], "--shadow-pool") && i + 1 < argc) {
-			phosfs_shadow_pool = size_option("--shadow-pool", argv[++i], 0, 1ull << 50, false);
-		} else if (!strcmp(argv[i], "--fill-threads") && i + 1 < argc) {
-			phosfs_fill_threads = count_option("--fill-threads", argv[++i], 1, ENGINE_FILL_THREADS_MAX);
-		} else if (!strcmp(argv[i], "--restores") && i + 1 < argc) {
-			phosfs_restores = count_option("--restores", argv[++i], 1, 64);
-		} else if (!strcmp(argv[i], "--restore-queue") && i + 1 < argc) {
-			phosfs_restore_queue = count_option("--restore-queue", argv[++i], 0, 1024);
-		} else if (!strcmp(argv[i], "--restore-timeout") && i + 1 < argc) {
-			phosfs_restore_timeout = count_option("--restore-timeout", argv[++i], 1, 86400);
-		} else if (!strcmp(argv[i], "--checkpoint-wait") && i + 1 < argc) {
-			phosfs_checkpoint_wait = count_option("--checkpoint-wait", argv[++i], 0, 86400);
-		} else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-			free(argl);
-			return usage(stdout);
-		} else {
-			argl[n++] = argv[i];
-		}
+	/* phosfs's own options; the rest (-f, -d, -o …, the mountpoint) are
+	 * FUSE's, and stay in args. */
+	struct options o = { 0 };
+	struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
+	if (fuse_opt_parse(&args, &o, phosfs_opts, NULL) != 0) {
+		options_free(&o);
+		return usage(stderr);
 	}
+	if (o.help) {
+		options_free(&o);
+		fuse_opt_free_args(&args);
+		return usage(stdout);
+	}
+	sock = o.sock ? o.sock : sock;
+	store = o.store ? o.store : store;
+	apply_options(&o);
 	/* Everyone may look; what each sees is decided per process. */
-	argl[n++] = "-o";
-	argl[n++] = "allow_other,default_permissions";
-	struct fuse_args args = FUSE_ARGS_INIT(n, argl);
+	if (fuse_opt_add_arg(&args, "-o") || fuse_opt_add_arg(&args, "allow_other,default_permissions")) {
+		options_free(&o);
+		fuse_opt_free_args(&args);
+		return 1;
+	}
 	struct fuse_cmdline_opts opts;
 	if (fuse_parse_cmdline(&args, &opts) != 0 || !opts.mountpoint) {
 		fuse_opt_free_args(&args);
-		free(argl);
+		options_free(&o);
 		return usage(stderr);
 	}
 	int se_ = make_store(store, store_abs);
@@ -275,7 +336,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "phosfs: cannot use the store %s: %s\n", store, strerror(-se_));
 		fuse_opt_free_args(&args);
 		free(opts.mountpoint);
-		free(argl);
+		options_free(&o);
 		return 1;
 	}
 	int sg = staging_start(phosfs_staging);
@@ -301,7 +362,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "phosfs: %s\n", why);
 		fuse_opt_free_args(&args);
 		free(opts.mountpoint);
-		free(argl);
+		options_free(&o);
 		return 1;
 	}
 	struct fuse_operations ops = phosfs_ops;
@@ -345,6 +406,6 @@ out_destroy:
 out:
 	free(opts.mountpoint);
 	fuse_opt_free_args(&args);
-	free(argl);
+	options_free(&o);
 	return rc;
 }

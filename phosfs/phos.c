@@ -13,6 +13,7 @@
  */
 #include <dirent.h>
 #include <errno.h>
+#include <getopt.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
@@ -135,21 +136,20 @@ static int ctl(const char *ctl_path, const char *cmd, const char *who, char *rep
 static int cmd_run(int argc, char **argv)
 {
 	bool detach = false, pid_ns = false;
-	int i = 0;
-	for (; i < argc && argv[i][0] == '-'; i++) {
-		if (!strcmp(argv[i], "--")) {
-			i++;
-			break;
-		}
-		if (!strcmp(argv[i], "-d") || !strcmp(argv[i], "--detach"))
+	static const struct option opts[] = { { "detach", no_argument, NULL, 'd' },
+					      { "pid-ns", no_argument, NULL, 'p' },
+					      { "host-pids", no_argument, NULL, 'H' },
+					      { 0 } };
+	optind = 0; /* the options end at the command: "+" */
+	for (int o; (o = getopt_long(argc, argv, "+d", opts, NULL)) != -1;) {
+		if (o == 'd')
 			detach = true;
-		else if (!strcmp(argv[i], "--pid-ns"))
-			pid_ns = true;
-		else if (!strcmp(argv[i], "--host-pids"))
-			pid_ns = false;
+		else if (o == 'p' || o == 'H')
+			pid_ns = o == 'p';
 		else
 			return usage(stderr);
 	}
+	int i = optind;
 	if (i == argc)
 		return usage(stderr);
 	char vpath[PATH_MAX], store[PATH_MAX] = "";
@@ -261,24 +261,31 @@ static int wait_job(const char *status_path)
 
 static int cmd_checkpoint(int argc, char **argv)
 {
-	if (argc < 1)
-		return usage(stderr);
-	char *end;
-	long pid = strtol(argv[0], &end, 10);
-	if (*end || pid <= 0)
-		return usage(stderr);
 	const char *proto = NULL, *name = NULL; /* NULL: phosfs's default (cow where it can) */
 	bool kill = false, wait = false;
-	for (int i = 1; i < argc; i++) {
-		if (!strcmp(argv[i], "cow") || !strcmp(argv[i], "recopy") || !strcmp(argv[i], "stop"))
-			proto = argv[i];
-		else if (!strcmp(argv[i], "--kill"))
+	static const struct option opts[] = { { "kill", no_argument, NULL, 'k' },
+					      { "wait", no_argument, NULL, 'w' },
+					      { "name", required_argument, NULL, 'n' },
+					      { 0 } };
+	optind = 0;
+	for (int o; (o = getopt_long(argc, argv, "", opts, NULL)) != -1;) {
+		if (o == 'k')
 			kill = true;
-		else if (!strcmp(argv[i], "--wait"))
+		else if (o == 'w')
 			wait = true;
-		else if (!strcmp(argv[i], "--name") && i + 1 < argc)
-			name = argv[++i];
+		else if (o == 'n')
+			name = optarg;
 		else
+			return usage(stderr);
+	}
+	/* PID, then at most one protocol. */
+	char *end = NULL;
+	long pid = optind < argc ? strtol(argv[optind], &end, 10) : 0;
+	if (!end || *end || pid <= 0 || argc - optind > 2)
+		return usage(stderr);
+	if (argc - optind == 2) {
+		proto = argv[optind + 1];
+		if (strcmp(proto, "cow") && strcmp(proto, "recopy") && strcmp(proto, "stop"))
 			return usage(stderr);
 	}
 	char cmd[256], c[PATH_MAX], s[PATH_MAX];
@@ -332,24 +339,30 @@ static int cmd_restore(int argc, char **argv)
 {
 	const char *dir = NULL, *mode = NULL, *devices = NULL;
 	bool lazy_pages = false, wait = false;
-	for (int i = 0; i < argc; i++) {
-		if (!strcmp(argv[i], "--lazy-pages"))
+	static const struct option opts[] = { { "lazy-pages", no_argument, NULL, 'l' },
+					      { "wait", no_argument, NULL, 'w' },
+					      { "device", required_argument, NULL, 'D' },
+					      { 0 } };
+	optind = 0;
+	for (int o; (o = getopt_long(argc, argv, "", opts, NULL)) != -1;) {
+		if (o == 'l')
 			lazy_pages = true;
-		else if (!strcmp(argv[i], "--wait"))
+		else if (o == 'w')
 			wait = true;
-		else if (!strcmp(argv[i], "--device") && i + 1 < argc)
-			devices = argv[++i];
-		else if (!strncmp(argv[i], "--device=", 9))
-			devices = argv[i] + 9;
-		else if (!dir && argv[i][0] != '-')
-			dir = argv[i];
-		else if (!mode && (!strcmp(argv[i], "eager") || !strcmp(argv[i], "lazy")))
-			mode = argv[i];
+		else if (o == 'D')
+			devices = optarg;
 		else
 			return usage(stderr);
 	}
-	if (!dir)
+	/* DIR, then at most one mode. */
+	if (optind == argc || argc - optind > 2)
 		return usage(stderr);
+	dir = argv[optind];
+	if (argc - optind == 2) {
+		mode = argv[optind + 1];
+		if (strcmp(mode, "eager") && strcmp(mode, "lazy"))
+			return usage(stderr);
+	}
 	char abs[PATH_MAX];
 	if (!realpath(dir, abs)) {
 		fprintf(stderr, "phos: %s: %s\n", dir, strerror(errno));
@@ -394,14 +407,18 @@ int main(int argc, char **argv)
 	if (argc < 2)
 		return usage(stderr);
 	const char *c = argv[1];
+	/* getopt's own messages then begin "phos CMD:". */
+	static char who[64];
+	snprintf(who, sizeof(who), "phos %.50s", c);
+	argv[1] = who;
 	if (!strcmp(c, "run"))
-		return cmd_run(argc - 2, argv + 2);
+		return cmd_run(argc - 1, argv + 1);
 	if (!strcmp(c, "ls"))
 		return cmd_ls();
 	if (!strcmp(c, "checkpoint"))
-		return cmd_checkpoint(argc - 2, argv + 2);
+		return cmd_checkpoint(argc - 1, argv + 1);
 	if (!strcmp(c, "restore"))
-		return cmd_restore(argc - 2, argv + 2);
+		return cmd_restore(argc - 1, argv + 1);
 	if (!strcmp(c, "status"))
 		return cmd_status(argc - 2, argv + 2);
 	if (!strcmp(c, "-h") || !strcmp(c, "--help") || !strcmp(c, "help"))
