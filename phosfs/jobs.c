@@ -335,11 +335,14 @@ static uint64_t table_bytes(const proc *p)
 /* Starts checkpoint c of t's tree (t->lock held, t not busy). When no
  * thread could watch the job, *here is its watch: the caller runs
  * watch_main once it has let go of the lock. */
-static int start_locked(target *t, const ctl_cmd *c, watch **here, char *err, size_t errlen)
+/* Where t's next checkpoint goes: its name (the one asked, or the next
+ * number), the image's path and its log's (PATH_MAX + 128 each), with
+ * the store's folder for t made and its logs pruned. Errors: mkdir's,
+ * -EEXIST (the name is taken). */
+static int place_image(target *t, const ctl_cmd *c, char *name, char *image, char *log, char *err, size_t errlen)
 {
-	char dir[PATH_MAX], image[PATH_MAX + 80], logdir[PATH_MAX + 16], log[PATH_MAX + 120];
+	char dir[PATH_MAX], logdir[PATH_MAX + 16];
 	snprintf(dir, sizeof(dir), "%s/%d", phosfs_store, (int)t->pid);
-	*here = NULL;
 	if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
 		int e = -errno;
 		return engine_fail(e, err, errlen, "cannot make %s: %s", dir, strerror(-e));
@@ -347,29 +350,32 @@ static int start_locked(target *t, const ctl_cmd *c, watch **here, char *err, si
 	/* Only for showing the owner after the process is gone. */
 	if (t->uid != (uid_t)-1)
 		(void)!chown(dir, t->uid, (gid_t)-1);
-	char name[CTL_NAME_MAX + 1];
 	if (*c->name)
-		snprintf(name, sizeof(name), "%s", c->name);
+		snprintf(name, CTL_NAME_MAX + 1, "%s", c->name);
 	else
-		next_name(dir, name, sizeof(name));
-	snprintf(image, sizeof(image), "%s/%s", dir, name);
+		next_name(dir, name, CTL_NAME_MAX + 1);
+	snprintf(image, PATH_MAX + 128, "%s/%s", dir, name);
 	struct stat st;
-	if (lstat(image, &st) == 0) {
+	if (lstat(image, &st) == 0)
 		return engine_fail(-EEXIST, err, errlen, "checkpoint %s exists", name);
-	}
 	snprintf(logdir, sizeof(logdir), "%s/.logs", dir);
 	mkdir(logdir, 0700);
 	logs_prune(logdir, LOGS_KEEP - 1); /* room for this job's */
-	snprintf(log, sizeof(log), "%s/%s-dump.log", logdir, name);
+	snprintf(log, PATH_MAX + 128, "%s/%s-dump.log", logdir, name);
 	unlink(log);
+	return 0;
+}
 
-	/* Each registered process of the tree hands its connection to the
-	 * job: it parks. The rest of the tree is dumped as it is. */
+/* The registered processes of root's tree (references, into a malloc'd
+ * *out, *n of them) and the device bytes they hold. Errors: -ESRCH (t's
+ * process is gone), -ENOMEM, -EOPNOTSUPP (one cannot be parked); on
+ * error nothing is held. */
+static int traced_of(target *t, pid_t root, proc ***out, int *n, uint64_t *bytes, char *err, size_t errlen)
+{
 	phosimg_member *m = NULL;
-	uint32_t n = 0;
-	pid_t root = job_root(t->pid);
-	int e = engine_tree(root, &m, &n);
-	proc **procs = e ? NULL : calloc(n, sizeof(*procs));
+	uint32_t nm = 0;
+	int e = engine_tree(root, &m, &nm);
+	proc **procs = e ? NULL : calloc(nm ? nm : 1, sizeof(*procs));
 	if (!e && !procs)
 		e = -ENOMEM;
 	if (e) {
@@ -377,22 +383,114 @@ static int start_locked(target *t, const ctl_cmd *c, watch **here, char *err, si
 		return engine_fail(e == -ESRCH ? e : -ENOMEM, err, errlen,
 				   e == -ESRCH ? "process %d is not running" : "out of memory (process %d)", (int)t->pid);
 	}
-	int ntraced = 0;
-	uint64_t bytes = 0;
-	for (uint32_t i = 0; i < n && !e; i++) {
+	int k = 0;
+	*bytes = 0;
+	for (uint32_t i = 0; i < nm && !e; i++) {
 		proc *p = registry_get(m[i].pid);
 		if (p && (p->hello.flags & WIRE_HELLO_STOP_ONLY))
 			e = engine_fail(-EOPNOTSUPP, err, errlen, "process %d cannot be parked (%s)", (int)p->pid,
 					p->hello.stop_only_reason);
 		if (p) {
-			bytes += table_bytes(p);
-			procs[ntraced++] = p;
+			*bytes += table_bytes(p);
+			procs[k++] = p;
 		}
 	}
+	free(m);
+	if (e) {
+		for (int i = 0; i < k; i++)
+			registry_put(procs[i]);
+		free(procs);
+		return e;
+	}
+	*out = procs;
+	*n = k;
+	return 0;
+}
+
+/* Each traced process hands its connection to the job (it parks there):
+ * into req's members and conns; t remembers who parked. Drops the
+ * references to procs. The number of connections taken. */
+static int take_members(target *t, proc **procs, int n, job_request *req, int *conns)
+{
+	int k = 0;
+	t->nparked = 0;
+	for (int i = 0; i < n; i++) {
+		pid_t tid = procs[i]->hello.control_tid;
+		int c = req ? registry_take(procs[i]) : -1;
+		if (c >= 0) {
+			conns[k] = c;
+			req->checkpoint.members[k] = (job_member){ procs[i]->pid, c, tid };
+			k++;
+			if (t->nparked < (int)(sizeof(t->parked) / sizeof(*t->parked)))
+				t->parked[t->nparked++] = procs[i]->pid;
+		}
+		registry_put(procs[i]);
+	}
+	return k;
+}
+
+/* A checkpoint's request, but for its members and staging. Errors:
+ * -ENAMETOOLONG. */
+static int checkpoint_request(job_request *req, const ctl_cmd *c, enum ctl_proto proto, pid_t root,
+			      const char *image, const char *log, char *err, size_t errlen)
+{
+	job_request_init(req, JOB_CHECKPOINT);
+	if (job_request_set(req->image, sizeof(req->image), image) ||
+	    job_request_set(req->criu, sizeof(req->criu), phosfs_criu) ||
+	    job_request_set(req->log, sizeof(req->log), log) ||
+	    job_request_set(req->plugins, sizeof(req->plugins), phosfs_criu_plugins))
+		return engine_fail(-ENAMETOOLONG, err, errlen, "a path of the checkpoint of %d is too long", (int)root);
+	job_checkpoint_req *cr = &req->checkpoint;
+	cr->pid = root;
+	cr->kill = c->kill;
+	cr->cow = proto == CTL_COW;
+	cr->recopy = proto == CTL_RECOPY;
+	cr->chunk = (uint32_t)phosfs_chunk;
+	cr->shadow_pool = phosfs_shadow_pool;
+	return 0;
+}
+
+/* Marks t busy with the checkpoint job w started, and watches it. */
+static void started(target *t, watch *w, const ctl_cmd *c, enum ctl_proto proto, const char *name, bool traced,
+		    watch **here)
+{
+	w->t = t;
+	t->busy = true;
+	t->kind = CTL_CHECKPOINT;
+	t->sh = w->s.sh;
+	t->result = 0;
+	t->error[0] = 0;
+	t->traced = traced;
+	snprintf(t->name, sizeof(t->name), "%s", name);
+	snprintf(t->job, sizeof(t->job), "checkpoint %s name=%s%s", proto_name(proto), name, c->kill ? " kill" : "");
+	pthread_t th;
+	if (pthread_create(&th, NULL, watch_main, w) != 0)
+		*here = w; /* without a watcher, the caller waits */
+	else
+		pthread_detach(th);
+	syslog(LOG_INFO, "process %d: %s started", (int)t->pid, t->job);
+}
+
+static int start_locked(target *t, const ctl_cmd *c, watch **here, char *err, size_t errlen)
+{
+	char name[CTL_NAME_MAX + 1], image[PATH_MAX + 128], log[PATH_MAX + 128];
+	*here = NULL;
+	int e = place_image(t, c, name, image, log, err, errlen);
+	if (e)
+		return e;
+	/* Each registered process of the tree parks; the rest of the tree is
+	 * dumped as it is. */
+	pid_t root = job_root(t->pid);
+	proc **procs = NULL;
+	int ntraced = 0;
+	uint64_t bytes = 0;
+	e = traced_of(t, root, &procs, &ntraced, &bytes, err, errlen);
+	if (e)
+		return e;
 	/* CoW needs the tracer; a checkpoint that names no protocol of a
 	 * tree without one stops it instead. */
 	enum ctl_proto proto = c->proto != CTL_DEFAULT ? c->proto : ntraced ? CTL_COW : CTL_STOP;
-	if (!e && (proto == CTL_COW || proto == CTL_RECOPY) && !ntraced)
+	if ((proto == CTL_COW || proto == CTL_RECOPY) && !ntraced)
 		e = engine_fail(-EOPNOTSUPP, err, errlen,
 				"checkpoint %s needs the tracer, and no process of %d's tree was started with phos run; "
 				"use checkpoint stop",
@@ -404,52 +502,20 @@ static int start_locked(target *t, const ctl_cmd *c, watch **here, char *err, si
 	int *conns = e ? NULL : calloc((size_t)ntraced + 1, sizeof(*conns));
 	if (!e && (!conns || !req))
 		e = engine_fail(-ENOMEM, err, errlen, "out of memory");
-	if (!e) {
-		job_request_init(req, JOB_CHECKPOINT);
-		if (job_request_set(req->image, sizeof(req->image), image) ||
-		    job_request_set(req->criu, sizeof(req->criu), phosfs_criu) ||
-		    job_request_set(req->log, sizeof(req->log), log) ||
-		    job_request_set(req->plugins, sizeof(req->plugins), phosfs_criu_plugins))
-			e = engine_fail(-ENAMETOOLONG, err, errlen, "a path of the checkpoint of %d is too long", (int)t->pid);
-	}
-	int nconns = 0;
-	t->nparked = 0;
-	for (int i = 0; i < ntraced; i++) {
-		if (!e) {
-			pid_t tid = procs[i]->hello.control_tid;
-			int c = registry_take(procs[i]);
-			if (c >= 0) {
-				conns[nconns] = c;
-				req->checkpoint.members[nconns] = (job_member){ procs[i]->pid, c, tid };
-				nconns++;
-				if (t->nparked < (int)(sizeof(t->parked) / sizeof(*t->parked)))
-					t->parked[t->nparked++] = procs[i]->pid;
-			}
-		}
-		registry_put(procs[i]);
-	}
+	if (!e)
+		e = checkpoint_request(req, c, proto, root, image, log, err, errlen);
+	int nconns = take_members(t, procs, ntraced, e ? NULL : req, conns);
 	free(procs);
-	free(m);
 	/* The staging pool needs to hold no more than the memory copied. */
-	uint64_t staging = phosfs_staging, room = bytes + bytes / 8 + 4 * phosfs_chunk;
-	if (bytes && room < staging)
-		staging = room;
+	uint64_t room = bytes + bytes / 8 + 4 * phosfs_chunk;
 	int sfd = e ? -1 : staging_take();
-	watch *w = NULL;
+	watch *w = e ? NULL : calloc(1, sizeof(*w));
 	if (!e) {
-		job_checkpoint_req *cr = &req->checkpoint;
-		cr->pid = root;
-		cr->kill = c->kill;
-		cr->cow = proto == CTL_COW;
-		cr->recopy = proto == CTL_RECOPY;
-		cr->staging = staging;
-		cr->staging_fd = sfd;
-		cr->chunk = (uint32_t)phosfs_chunk;
-		cr->shadow_pool = phosfs_shadow_pool;
-		cr->nmembers = (uint32_t)nconns;
+		req->checkpoint.staging = bytes && room < phosfs_staging ? room : phosfs_staging;
+		req->checkpoint.staging_fd = sfd;
+		req->checkpoint.nmembers = (uint32_t)nconns;
 		if (sfd >= 0)
 			conns[nconns] = sfd; /* kept open in the job, not closed here */
-		w = calloc(1, sizeof(*w));
 		e = w ? spawn_job(req, conns, nconns + (sfd >= 0), &w->s, err, errlen) : -ENOMEM;
 		if (w)
 			w->staging = sfd >= 0;
@@ -464,21 +530,7 @@ static int start_locked(target *t, const ctl_cmd *c, watch **here, char *err, si
 		free(w);
 		return e;
 	}
-	w->t = t;
-	t->busy = true;
-	t->kind = CTL_CHECKPOINT;
-	t->sh = w->s.sh;
-	t->result = 0;
-	t->error[0] = 0;
-	t->traced = nconns > 0;
-	snprintf(t->name, sizeof(t->name), "%s", name);
-	snprintf(t->job, sizeof(t->job), "checkpoint %s name=%s%s", proto_name(proto), name, c->kill ? " kill" : "");
-	pthread_t th;
-	if (pthread_create(&th, NULL, watch_main, w) != 0)
-		*here = w; /* without a watcher, the caller waits */
-	else
-		pthread_detach(th);
-	syslog(LOG_INFO, "process %d: %s started", (int)t->pid, t->job);
+	started(t, w, c, proto, name, nconns > 0, here);
 	return 0;
 }
 

@@ -42,14 +42,9 @@ int restore_eager(const restore_args *a, char *err, size_t errlen)
 		}
 	}
 	engine_parked_free(&objs);
-	if (!e) {
-		atomic_store(&prog->resume_ns, engine_now_ns() - t0);
-		if (a->resumed)
-			atomic_store(a->resumed, c.host[c.job]);
-		e = restore_pages_wait(a, &c, t0, err, errlen);
-	}
 	if (!e)
-		atomic_store(&prog->full_ns, engine_now_ns() - t0);
+		restore_resumed(a, &c, t0);
+	e = restore_finish(a, &c, t0, e, err, errlen);
 	restore_end(&c, e);
 	return e;
 }

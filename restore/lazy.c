@@ -287,22 +287,13 @@ int restore_lazy(const restore_args *a, char *err, size_t errlen)
 	}
 	engine_parked_free(&objs);
 	if (!e) {
-		atomic_store(&prog->resume_ns, engine_now_ns() - t0);
-		if (a->resumed)
-			atomic_store(a->resumed, c.host[c.job]);
+		restore_resumed(a, &c, t0);
 		engine_step(prog, STEP_LAZY);
 		e = fill_all(&l, err, errlen);
 	}
 	if (!e)
 		e = finish(&l, err, errlen);
-	if (!e)
-		e = restore_pages_wait(a, &c, t0, err, errlen);
-	if (!e)
-		atomic_store(&prog->full_ns, engine_now_ns() - t0);
-	if (e && c.restored && atomic_load(&prog->resume_ns)) {
-		size_t len = strlen(err);
-		snprintf(err + len, errlen - len, "; the restored process was killed, its memory incomplete");
-	}
+	e = restore_finish(a, &c, t0, e, err, errlen);
 	engine_cow_stats(&l.tables, prog);
 	for (uint32_t i = 0; l.conns && i < c.n; i++)
 		if (l.conns[i] >= 0)

@@ -239,3 +239,23 @@ void restore_end(restore_ctx *c, int e)
 	free(c->host);
 	memset(c, 0, sizeof(*c));
 }
+
+void restore_resumed(const restore_args *a, const restore_ctx *c, uint64_t t0)
+{
+	atomic_store(&a->prog->resume_ns, engine_now_ns() - t0);
+	if (a->resumed)
+		atomic_store(a->resumed, c->host[c->job]);
+}
+
+int restore_finish(const restore_args *a, restore_ctx *c, uint64_t t0, int e, char *err, size_t errlen)
+{
+	if (!e)
+		e = restore_pages_wait(a, c, t0, err, errlen);
+	if (!e)
+		atomic_store(&a->prog->full_ns, engine_now_ns() - t0);
+	if (e && c->restored && atomic_load(&a->prog->resume_ns)) {
+		size_t len = strlen(err);
+		snprintf(err + len, errlen - len, "; the restored process was killed, its memory incomplete");
+	}
+	return e;
+}

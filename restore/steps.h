@@ -43,6 +43,15 @@ int restore_tree(const restore_args *a, restore_ctx *c, char *err, size_t errlen
  * never came back: the caller fails, and the tree is killed). */
 int restore_pages_wait(const restore_args *a, restore_ctx *c, uint64_t t0, char *err, size_t errlen);
 
+/* The tree runs: records when (since t0), and tells a->resumed its pid. */
+void restore_resumed(const restore_args *a, const restore_ctx *c, uint64_t t0);
+
+/* The end both restores share, given e, the result so far: waits for CPU
+ * pages (restore_pages_wait), records when all was back, and where it
+ * failed after the tree ran, says that the tree is killed (restore_end
+ * does it). Returns the restore's result. */
+int restore_finish(const restore_args *a, restore_ctx *c, uint64_t t0, int e, char *err, size_t errlen);
+
 /* Member i's tracer control thread, for unpark; with mine its objects.
  * Returns the tid, 0 when it needs none (untraced, no memory), or
  * -EPROTO when the image holds memory of a process without a tracer
