@@ -62,31 +62,98 @@ static void mapped_file(pid_t pid, unsigned long long addr, char *path, size_t l
 		fclose(f);
 }
 
-void criu_explain(const char *log, pid_t pid, char *out, size_t len)
+/* CRIU's first real error line in log, malloc'd (NULL if none); where
+ * there is none but an image CRIU needed was missing, its name goes to
+ * missing (len bytes). */
+static char *first_error(const char *log, char *missing, size_t len)
 {
-	*out = 0;
+	*missing = 0;
 	FILE *f = fopen(log, "re");
 	if (!f)
-		return;
-	char line[1024], *msg = NULL, missing[256] = "";
+		return NULL;
+	char line[1024], *msg = NULL;
 	while (!msg && fgets(line, sizeof(line), f)) {
 		msg = error_message(line);
 		/* Logged at info level: an image CRIU needed was not there. */
 		char *no = strstr(line, "No pagemap-");
 		if (!msg && no && !*missing)
-			snprintf(missing, sizeof(missing), "%.*s", (int)strcspn(no + 3, " \n"), no + 3);
+			snprintf(missing, len, "%.*s", (int)strcspn(no + 3, " \n"), no + 3);
 	}
 	fclose(f);
-	if (!msg && *missing) {
+	return msg ? strdup(msg) : NULL;
+}
+
+/* "Can't handle non-regular mapping on PID's map ADDR": what is mapped
+ * there, and what to do. */
+static void explain_mapping(const char *msg, int mpid, unsigned long long a, char *out, size_t len)
+{
+	char file[512], what[600];
+	mapped_file(mpid, a, file, sizeof(file));
+	if (!*file)
+		snprintf(file, sizeof(file), "a device");
+	if (!strncmp(file, "/dev/nvidia", 11))
+		snprintf(what, sizeof(what),
+			 "process %d is a forked child of a CUDA process (such as a PyTorch DataLoader worker), "
+			 "which keeps the parent's %s mapped at 0x%llx; phos's CRIU plugin handles it, but this "
+			 "CRIU ran without it: start phosfs with --criu-plugins DIR",
+			 mpid, file, a);
+	else
+		snprintf(what, sizeof(what),
+			 "process %d maps %s at 0x%llx, which CRIU cannot save: such a process cannot be "
+			 "checkpointed",
+			 mpid, file, a);
+	snprintf(out, len, "%s: %s", msg, what);
+}
+
+/* Advice for the errors that name their own cause in sockets and pids;
+ * false if msg is none of them. */
+static bool explain_sockets(const char *msg, char *out, size_t len)
+{
+	int mpid = 0;
+	if (strstr(msg, "external") && strstr(msg, "unix"))
+		snprintf(out, len,
+			 "%s: a process of the tree has a unix socket connected to a process outside it; CRIU "
+			 "cannot save that: checkpoint the job that holds both ends",
+			 msg);
+	else if (sscanf(msg, "Can't fork for %d: File exists", &mpid) == 1)
+		snprintf(out, len,
+			 "%s: process %d of the image cannot have its pid back, which another process holds now; CRIU "
+			 "restores every process with its old pid: end that process first",
+			 msg, mpid);
+	else if (strstr(msg, "In-flight connection"))
+		snprintf(out, len,
+			 "%s: a listening TCP socket of the tree has connections it has not accepted yet, which CRIU "
+			 "cannot save (their clients would be cut off): checkpoint again once the server has "
+			 "accepted them",
+			 msg);
+	else if ((strstr(msg, "Can't bind inet socket") && strstr(msg, "Address already in use")) ||
+		 (strstr(msg, "Can't connect inet socket back") && strstr(msg, "Cannot assign requested address")))
+		snprintf(out, len,
+			 "%s: a TCP or UDP socket of the image cannot have its address and port back: they are in "
+			 "use on this machine, by the original process if it still runs, by another program, or, "
+			 "for a minute after the original ended, by its closed connections (TIME_WAIT; a server "
+			 "that sets SO_REUSEADDR does not wait for those); end what holds them, or restore where "
+			 "they are free",
+			 msg);
+	else if (strstr(msg, "is not a session leader"))
+		snprintf(out, len, "%s: start the job with `phos run`, which makes it a session of its own", msg);
+	else
+		return false;
+	return true;
+}
+
+void criu_explain(const char *log, pid_t pid, char *out, size_t len)
+{
+	*out = 0;
+	char missing[256], file[512];
+	char *msg = first_error(log, missing, sizeof(missing));
+	if (!msg && *missing)
 		snprintf(out, len,
 			 "CRIU found no %s, which a restored process reads once inside its own mount namespace: the "
 			 "image's files must be reachable there",
 			 missing);
-		return;
-	}
 	if (!msg)
 		return;
-	char file[512], what[600];
 	unsigned long long a = 0, b = 0;
 	int mpid = 0;
 	if (sscanf(msg, "File %510s has bad size %llu (expect %llu)", file + 1, &a, &b) == 3) {
@@ -105,57 +172,17 @@ void criu_explain(const char *log, pid_t pid, char *out, size_t len)
 			 "CAP_SYS_RESOURCE",
 			 msg, (int)pid);
 	} else if (sscanf(msg, "Can't handle non-regular mapping on %d's map %llx", &mpid, &a) == 2) {
-		mapped_file(mpid, a, file, sizeof(file));
-		if (!*file)
-			snprintf(file, sizeof(file), "a device");
-		if (!strncmp(file, "/dev/nvidia", 11))
-			snprintf(what, sizeof(what),
-				 "process %d is a forked child of a CUDA process (such as a PyTorch DataLoader worker), "
-				 "which keeps the parent's %s mapped at 0x%llx; phos's CRIU plugin handles it, but this "
-				 "CRIU ran without it: start phosfs with --criu-plugins DIR",
-				 mpid, file, a);
-		else
-			snprintf(what, sizeof(what),
-				 "process %d maps %s at 0x%llx, which CRIU cannot save: such a process cannot be "
-				 "checkpointed",
-				 mpid, file, a);
-		snprintf(out, len, "%s: %s", msg, what);
+		explain_mapping(msg, mpid, a, out, len);
 	} else if (strstr(msg, "Can't dump file") && strstr(msg, "of that type")) {
 		snprintf(out, len,
 			 "%s: a process of the tree holds a file CRIU cannot save (a device, named by its major:minor); "
 			 "close it before checkpointing, or, for /dev/nvidia* files of a forked child of a CUDA "
 			 "process, start phosfs with --criu-plugins DIR",
 			 msg);
-	} else if (strstr(msg, "external") && strstr(msg, "unix")) {
-		snprintf(out, len,
-			 "%s: a process of the tree has a unix socket connected to a process outside it; CRIU "
-			 "cannot save that: checkpoint the job that holds both ends",
-			 msg);
-	} else if (sscanf(msg, "Can't fork for %d: File exists", &mpid) == 1) {
-		snprintf(out, len,
-			 "%s: process %d of the image cannot have its pid back, which another process holds now; CRIU "
-			 "restores every process with its old pid: end that process first",
-			 msg, mpid);
-	} else if (strstr(msg, "In-flight connection")) {
-		snprintf(out, len,
-			 "%s: a listening TCP socket of the tree has connections it has not accepted yet, which CRIU "
-			 "cannot save (their clients would be cut off): checkpoint again once the server has "
-			 "accepted them",
-			 msg);
-	} else if ((strstr(msg, "Can't bind inet socket") && strstr(msg, "Address already in use")) ||
-		   (strstr(msg, "Can't connect inet socket back") && strstr(msg, "Cannot assign requested address"))) {
-		snprintf(out, len,
-			 "%s: a TCP or UDP socket of the image cannot have its address and port back: they are in "
-			 "use on this machine, by the original process if it still runs, by another program, or, "
-			 "for a minute after the original ended, by its closed connections (TIME_WAIT; a server "
-			 "that sets SO_REUSEADDR does not wait for those); end what holds them, or restore where "
-			 "they are free",
-			 msg);
-	} else if (strstr(msg, "is not a session leader")) {
-		snprintf(out, len, "%s: start the job with `phos run`, which makes it a session of its own", msg);
-	} else {
+	} else if (!explain_sockets(msg, out, len)) {
 		snprintf(out, len, "%s", msg);
 	}
+	free(msg);
 }
 
 void criu_limits(char *out, size_t len)
