@@ -408,9 +408,9 @@ static int traced_of(target *t, pid_t root, proc ***out, int *n, uint64_t *bytes
 }
 
 /* Each traced process hands its connection to the job (it parks there):
- * into req's members and conns; t remembers who parked. Drops the
- * references to procs. The number of connections taken. */
-static int take_members(target *t, proc **procs, int n, job_request *req, int *conns)
+ * into req's members (req NULL: none is taken); t remembers who parked.
+ * Drops the references to procs. The number of connections taken. */
+static int take_members(target *t, proc **procs, int n, job_request *req)
 {
 	int k = 0;
 	t->nparked = 0;
@@ -418,7 +418,6 @@ static int take_members(target *t, proc **procs, int n, job_request *req, int *c
 		pid_t tid = procs[i]->hello.control_tid;
 		int c = req ? registry_take(procs[i]) : -1;
 		if (c >= 0) {
-			conns[k] = c;
 			req->checkpoint.members[k] = (job_member){ procs[i]->pid, c, tid };
 			k++;
 			if (t->nparked < (int)(sizeof(t->parked) / sizeof(*t->parked)))
@@ -434,11 +433,7 @@ static int take_members(target *t, proc **procs, int n, job_request *req, int *c
 static int checkpoint_request(job_request *req, const ctl_cmd *c, enum ctl_proto proto, pid_t root,
 			      const char *image, const char *log, char *err, size_t errlen)
 {
-	job_request_init(req, JOB_CHECKPOINT);
-	if (job_request_set(req->image, sizeof(req->image), image) ||
-	    job_request_set(req->criu, sizeof(req->criu), phosfs_criu) ||
-	    job_request_set(req->log, sizeof(req->log), log) ||
-	    job_request_set(req->plugins, sizeof(req->plugins), phosfs_criu_plugins))
+	if (job_request_init(req, JOB_CHECKPOINT, image, phosfs_criu, log, phosfs_criu_plugins))
 		return engine_fail(-ENAMETOOLONG, err, errlen, "a path of the checkpoint of %d is too long", (int)root);
 	job_checkpoint_req *cr = &req->checkpoint;
 	cr->pid = root;
@@ -499,12 +494,11 @@ static int start_locked(target *t, const ctl_cmd *c, watch **here, char *err, si
 		e = engine_fail(-E2BIG, err, errlen, "process %d's tree has %d traced processes; phos takes at most %d",
 				(int)t->pid, ntraced, JOB_MEMBERS_MAX);
 	job_request *req = e ? NULL : malloc(sizeof(*req));
-	int *conns = e ? NULL : calloc((size_t)ntraced + 1, sizeof(*conns));
-	if (!e && (!conns || !req))
+	if (!e && !req)
 		e = engine_fail(-ENOMEM, err, errlen, "out of memory");
 	if (!e)
 		e = checkpoint_request(req, c, proto, root, image, log, err, errlen);
-	int nconns = take_members(t, procs, ntraced, e ? NULL : req, conns);
+	int nconns = take_members(t, procs, ntraced, e ? NULL : req);
 	free(procs);
 	/* The staging pool needs to hold no more than the memory copied. */
 	uint64_t room = bytes + bytes / 8 + 4 * phosfs_chunk;
@@ -514,15 +508,13 @@ static int start_locked(target *t, const ctl_cmd *c, watch **here, char *err, si
 		req->checkpoint.staging = bytes && room < phosfs_staging ? room : phosfs_staging;
 		req->checkpoint.staging_fd = sfd;
 		req->checkpoint.nmembers = (uint32_t)nconns;
-		if (sfd >= 0)
-			conns[nconns] = sfd; /* kept open in the job, not closed here */
-		e = w ? spawn_job(req, conns, nconns + (sfd >= 0), &w->s, err, errlen) : -ENOMEM;
+		e = w ? spawn_job(req, &w->s, err, errlen) : -ENOMEM;
 		if (w)
 			w->staging = sfd >= 0;
 	}
+	/* The job has its own copies now (the staging memfd stays phosfs's). */
 	for (int i = 0; i < nconns; i++)
-		close(conns[i]);
-	free(conns);
+		close(req->checkpoint.members[i].conn);
 	free(req);
 	if (e) {
 		if (sfd >= 0)

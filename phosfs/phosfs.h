@@ -144,9 +144,10 @@ typedef struct spawn {
 	pid_t child;
 } spawn;
 /* Starts a job process for req (request.h), which it finds in the
- * memory it shares with phosfs, with the fds keep[0..nkeep) left open in
- * it. Errors: errno of memfd_create, mmap or fork, with err. */
-int spawn_job(const job_request *req, const int *keep, int nkeep, spawn *s, char *err, size_t errlen);
+ * memory it shares with phosfs, with the fds req names (its members'
+ * connections, the staging memfd) left open in it. Errors: errno of
+ * memfd_create, mmap or fork, with err. */
+int spawn_job(const job_request *req, spawn *s, char *err, size_t errlen);
 
 /* restores.c: restores side by side, and their queue. */
 enum restore_state { RESTORE_QUEUED, RESTORE_RUNNING, RESTORE_RESUMED, RESTORE_DONE, RESTORE_FAILED };

@@ -8,7 +8,8 @@
 #include "../engine/engine.h"
 #include "request.h"
 
-void job_request_init(job_request *r, enum job_kind kind)
+int job_request_init(job_request *r, enum job_kind kind, const char *image, const char *criu, const char *log,
+		     const char *plugins)
 {
 	memset(r, 0, sizeof(*r));
 	r->magic = JOB_REQUEST_MAGIC;
@@ -16,6 +17,11 @@ void job_request_init(job_request *r, enum job_kind kind)
 	r->size = sizeof(*r);
 	r->kind = kind;
 	r->checkpoint.staging_fd = -1;
+	if (job_request_set(r->image, sizeof(r->image), image) || job_request_set(r->criu, sizeof(r->criu), criu) ||
+	    job_request_set(r->log, sizeof(r->log), log) ||
+	    job_request_set(r->plugins, sizeof(r->plugins), plugins ? plugins : ""))
+		return -ENAMETOOLONG;
+	return 0;
 }
 
 int job_request_set(char *field, size_t cap, const char *s)

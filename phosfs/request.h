@@ -59,8 +59,11 @@ typedef struct job_request {
 	job_restore_req restore;
 } job_request;
 
-/* Empties r and makes it a request of kind. */
-void job_request_init(job_request *r, enum job_kind kind);
+/* Empties r and makes it a request of kind, for image, with CRIU's
+ * binary, log and plugin folder (NULL or "" for none). Errors:
+ * -ENAMETOOLONG (a path does not fit its field). */
+int job_request_init(job_request *r, enum job_kind kind, const char *image, const char *criu, const char *log,
+		     const char *plugins);
 
 /* Copies s into a field of cap bytes. Errors: -ENAMETOOLONG (it does not
  * fit; the field is left empty). */

@@ -149,21 +149,17 @@ static void run(restore_job *j)
 	job_request *req = malloc(sizeof(*req));
 	int e = req ? 0 : engine_fail(-ENOMEM, err, sizeof(err), "out of memory");
 	if (!e) {
-		job_request_init(req, JOB_RESTORE);
 		job_restore_req *rr = &req->restore;
+		if (job_request_init(req, JOB_RESTORE, c->dir, phosfs_criu, j->v.log, phosfs_criu_plugins) ||
+		    job_request_set(rr->devices, sizeof(rr->devices), c->devices))
+			e = engine_fail(-ENAMETOOLONG, err, sizeof(err), "a path of the restore is too long");
 		rr->fill_threads = phosfs_fill_threads;
 		rr->timeout_s = phosfs_restore_timeout;
 		rr->lazy = c->lazy;
 		rr->lazy_pages = c->lazy_pages;
-		if (job_request_set(req->image, sizeof(req->image), c->dir) ||
-		    job_request_set(req->criu, sizeof(req->criu), phosfs_criu) ||
-		    job_request_set(req->log, sizeof(req->log), j->v.log) ||
-		    job_request_set(req->plugins, sizeof(req->plugins), phosfs_criu_plugins) ||
-		    job_request_set(rr->devices, sizeof(rr->devices), c->devices))
-			e = engine_fail(-ENAMETOOLONG, err, sizeof(err), "a path of the restore is too long");
 	}
 	if (!e)
-		e = spawn_job(req, NULL, 0, &s, err, sizeof(err));
+		e = spawn_job(req, &s, err, sizeof(err));
 	free(req);
 	if (e) {
 		pthread_mutex_lock(&lock);

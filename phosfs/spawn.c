@@ -14,8 +14,8 @@
 
 /* Starts `phosfs --job KIND [--pid ROOT] --shared FD` (the words for
  * people reading ps; the request is in the shared memfd), with the fds
- * keep[0..nkeep) left open in it. */
-int spawn_job(const job_request *req, const int *keep, int nkeep, spawn *s, char *err, size_t errlen)
+ * the request names left open in it. */
+int spawn_job(const job_request *req, spawn *s, char *err, size_t errlen)
 {
 	int sfd = memfd_create("phos-job", MFD_CLOEXEC);
 	if (sfd < 0 || ftruncate(sfd, sizeof(job_shared)) != 0) {
@@ -34,16 +34,24 @@ int spawn_job(const job_request *req, const int *keep, int nkeep, spawn *s, char
 	snprintf(sfd_s, sizeof(sfd_s), "%d", sfd);
 	snprintf(pid_s, sizeof(pid_s), "%d", (int)req->checkpoint.pid);
 	const char *kind = job_kind_name(req->kind);
-	char *argv[] = { "phosfs", "--job", (char *)(kind ? kind : "?"), "--pid", pid_s, "--shared", sfd_s, NULL };
-	if (req->kind != JOB_CHECKPOINT) /* no --pid */
-		argv[3] = "--shared", argv[4] = sfd_s, argv[5] = NULL;
+	char *argv[8] = { "phosfs", "--job", (char *)(kind ? kind : "?") };
+	int n = 3;
+	if (req->kind == JOB_CHECKPOINT) {
+		argv[n++] = "--pid";
+		argv[n++] = pid_s;
+	}
+	argv[n++] = "--shared";
+	argv[n++] = sfd_s;
 	s->child = fork();
 	if (s->child == 0) {
 		/* Its own session: signals meant for phosfs's group do not end it. */
 		setsid();
 		fcntl(sfd, F_SETFD, 0);
-		for (int i = 0; i < nkeep; i++)
-			fcntl(keep[i], F_SETFD, 0);
+		const job_checkpoint_req *cr = &req->checkpoint;
+		for (uint32_t i = 0; req->kind == JOB_CHECKPOINT && i < cr->nmembers && i < JOB_MEMBERS_MAX; i++)
+			fcntl(cr->members[i].conn, F_SETFD, 0);
+		if (req->kind == JOB_CHECKPOINT && cr->staging_fd >= 0)
+			fcntl(cr->staging_fd, F_SETFD, 0);
 		execv(phosfs_self, argv);
 		_exit(127);
 	}

@@ -54,10 +54,7 @@ static int run_job(job_shared *sh, int fd)
 static void good_restore(job_shared *sh)
 {
 	memset(sh, 0, sizeof(*sh));
-	job_request_init(&sh->req, JOB_RESTORE);
-	job_request_set(sh->req.image, sizeof(sh->req.image), "/nonexistent/phos-image");
-	job_request_set(sh->req.criu, sizeof(sh->req.criu), "/nonexistent/criu");
-	job_request_set(sh->req.log, sizeof(sh->req.log), "/dev/null");
+	job_request_init(&sh->req, JOB_RESTORE, "/nonexistent/phos-image", "/nonexistent/criu", "/dev/null", NULL);
 	sh->req.restore.lazy = true;
 }
 
