@@ -78,9 +78,12 @@ $(LIBPHOS): $(TRACER_OBJ) $(BUILD)/common/cubin.o $(BUILD)/common/cuversions.o $
 
 PHOSFS_SRC := $(filter-out phosfs/phos.c phosfs/run.c,$(wildcard phosfs/*.c))
 PHOSFS_OBJ := $(PHOSFS_SRC:phosfs/%.c=$(BUILD)/phosfs/%.o)
-ENGINE_SRC := $(wildcard engine/*.c) $(wildcard restore/*.c)
+ENGINE_SRC := $(wildcard engine/*.c)
 ENGINE_OBJ := $(ENGINE_SRC:%.c=$(BUILD)/%.o)
-ENGINE_H := $(wildcard engine/*.h restore/*.h common/*.h) image-format/phosimg.h
+JOB_SRC := $(wildcard job/*.c)
+JOB_OBJ := $(JOB_SRC:%.c=$(BUILD)/%.o)
+ENGINE_H := $(wildcard engine/*.h common/*.h) image-format/phosimg.h
+JOB_H := $(wildcard job/*.h) $(ENGINE_H)
 PHOSFS := $(BUILD)/phosfs/phosfs
 PHOS_CLI := $(BUILD)/phos
 # Recursive (=): read when a recipe runs, so that `make deps all` works on
@@ -91,20 +94,20 @@ FUSE_LIBS = $(shell pkg-config --libs fuse3 2>/dev/null)
 .PHONY: phosfs
 phosfs: $(PHOSFS) $(PHOS_CLI)
 
-$(BUILD)/phosfs/%.o: phosfs/%.c $(wildcard phosfs/*.h) $(ENGINE_H)
+$(BUILD)/phosfs/%.o: phosfs/%.c $(wildcard phosfs/*.h) $(JOB_H)
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) -DPHOS_LIBEXEC='"$(PREFIX)/libexec/phos"' $(FUSE_CFLAGS) $(XCFLAGS) $(CFLAGS) -c -o $@ $<
 
-# engine/ and restore/ run inside phosfs (and its job processes).
+# job/ and engine/ run in phosfs's job processes.
 $(BUILD)/engine/%.o: engine/%.c $(ENGINE_H)
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) $(XCFLAGS) $(CFLAGS) -c -o $@ $<
-$(BUILD)/restore/%.o: restore/%.c $(ENGINE_H)
+$(BUILD)/job/%.o: job/%.c $(JOB_H)
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) $(XCFLAGS) $(CFLAGS) -c -o $@ $<
 
 # No -lcuda: the driver is loaded at the first job, so phosfs runs without one.
-$(PHOSFS): $(PHOSFS_OBJ) $(ENGINE_OBJ) $(WIRE_OBJ) $(LIBPHOSIMG)
+$(PHOSFS): $(PHOSFS_OBJ) $(JOB_OBJ) $(ENGINE_OBJ) $(WIRE_OBJ) $(LIBPHOSIMG)
 	$(CC) $(XLDFLAGS) $(LDFLAGS) -o $@ $^ $(FUSE_LIBS) $(IMG_LIBS) -ldl -lpthread
 
 $(PHOS_CLI): phosfs/phos.c phosfs/run.c phosfs/run.h
@@ -244,8 +247,8 @@ $(ENGINE_TESTS): $(ENGINE_OBJ)
 $(ENGINE_TESTS): TEST_OBJ = $(ENGINE_OBJ)
 # The job request's own test links what makes and checks one.
 REQUEST_TEST := $(BUILD)/tests/phosfs_job_refuses_a_malformed_request
-$(REQUEST_TEST): $(BUILD)/phosfs/request.o $(BUILD)/engine/progress.o
-$(REQUEST_TEST): TEST_OBJ = $(BUILD)/phosfs/request.o $(BUILD)/engine/progress.o
+$(REQUEST_TEST): $(BUILD)/job/request.o $(BUILD)/engine/progress.o
+$(REQUEST_TEST): TEST_OBJ = $(BUILD)/job/request.o $(BUILD)/engine/progress.o
 
 $(BUILD)/tests/%: tests/%.c $(wildcard tests/*.h) tests/simcuda/simcuda.h $(SIMCUDA_LIB) $(LIBPHOSIMG) $(LIBPHOS) $(WIRE_OBJ) | $(PHOSFS)
 	@mkdir -p $(@D)

@@ -479,6 +479,48 @@ static int take_staged(outjob *j, const engine_recopy *r, bool *held, uint64_t *
 	return 0;
 }
 
+/* Adds each object to the image (its id into ids), maps it here, and
+ * numbers its chunks (j->first). */
+static int add_objects(outjob *j, uint32_t *ids, char *err, size_t errlen)
+{
+	const engine_parked *objs = j->objs;
+	for (int k = 0; k < j->n; k++) {
+		const wire_object *ob = &objs->objs[k];
+		phosimg_object io = { .device = ob->device, .va = ob->va, .size = ob->size, .pid = objs->pids[k] };
+		if (ob->flags & WIRE_OBJ_APP) {
+			io.flags = PHOSIMG_OBJ_APP_VMM;
+			io.key = (uint32_t)ob->key;
+		}
+		int e = phosimg_writer_add_object(j->w, &io, &ids[k]);
+		if (e)
+			return engine_fail(e, err, errlen, "adding an object to the image: %s", strerror(-e));
+		e = mapping_import(&j->maps[k], objs->fds[k], ob->size, (int)ob->device, err, errlen);
+		j->first[k + 1] = j->first[k] + (ob->size + j->chunk - 1) / j->chunk;
+		if (e)
+			return e;
+	}
+	return 0;
+}
+
+/* Starts the copiers and the writers; a copy that cannot start either
+ * fails. */
+static void start(outjob *j)
+{
+	j->copiers = COPIERS;
+	for (; j->nc < (j->nchunks ? COPIERS : 0); j->nc++)
+		if (pthread_create(&j->th[j->nc], NULL, copier, j))
+			break;
+	pthread_mutex_lock(&j->lock);
+	j->copiers -= COPIERS - j->nc; /* those that did not start */
+	pthread_cond_broadcast(&j->moved);
+	pthread_mutex_unlock(&j->lock);
+	for (; j->nw < (j->nchunks ? WRITERS : 0); j->nw++)
+		if (pthread_create(&j->th[COPIERS + j->nw], NULL, writer, j))
+			break;
+	if (j->nchunks && (!j->nc || !j->nw))
+		fail(j, -EAGAIN, "cannot start the copy threads");
+}
+
 int engine_copy_begin(const engine_parked *objs, phosimg_writer *w, const engine_copy_opts *o, engine_progress *prog,
 		      engine_copy **out, char *err, size_t errlen)
 {
@@ -496,21 +538,8 @@ int engine_copy_begin(const engine_parked *objs, phosimg_writer *w, const engine
 	int e = maps && ids && j->first ? 0 : engine_fail(-ENOMEM, err, errlen, "out of memory");
 	if (!e && (!j->pool || j->nslots < 2))
 		e = engine_fail(-EINVAL, err, errlen, "no staging memory for the copy");
-	for (int k = 0; k < n && !e; k++) {
-		const wire_object *ob = &objs->objs[k];
-		phosimg_object io = { .device = ob->device, .va = ob->va, .size = ob->size, .pid = objs->pids[k] };
-		if (ob->flags & WIRE_OBJ_APP) {
-			io.flags = PHOSIMG_OBJ_APP_VMM;
-			io.key = (uint32_t)ob->key;
-		}
-		e = phosimg_writer_add_object(w, &io, &ids[k]);
-		if (e) {
-			engine_fail(e, err, errlen, "adding an object to the image: %s", strerror(-e));
-			break;
-		}
-		e = mapping_import(&maps[k], objs->fds[k], ob->size, (int)ob->device, err, errlen);
-		j->first[k + 1] = j->first[k] + (ob->size + o->chunk - 1) / o->chunk;
-	}
+	if (!e)
+		e = add_objects(j, ids, err, errlen);
 	j->nchunks = n && j->first ? j->first[n] : 0;
 	atomic_store(&j->left, j->nchunks);
 	j->free_slots = calloc(j->nslots ? j->nslots : 1, sizeof(*j->free_slots));
@@ -551,19 +580,7 @@ int engine_copy_begin(const engine_parked *objs, phosimg_writer *w, const engine
 		if (prog && j->t1_ns)
 			atomic_store(&prog->off_ns, engine_now_ns() - j->t1_ns);
 	}
-	j->copiers = COPIERS;
-	for (; j->nc < (j->nchunks ? COPIERS : 0); j->nc++)
-		if (pthread_create(&j->th[j->nc], NULL, copier, j))
-			break;
-	pthread_mutex_lock(&j->lock);
-	j->copiers -= COPIERS - j->nc; /* those that did not start */
-	pthread_cond_broadcast(&j->moved);
-	pthread_mutex_unlock(&j->lock);
-	for (; j->nw < (j->nchunks ? WRITERS : 0); j->nw++)
-		if (pthread_create(&j->th[COPIERS + j->nw], NULL, writer, j))
-			break;
-	if (j->nchunks && (!j->nc || !j->nw))
-		fail(j, -EAGAIN, "cannot start the copy threads");
+	start(j);
 	*out = j;
 	return 0;
 }

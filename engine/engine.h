@@ -1,7 +1,8 @@
 /*
- * engine: the checkpoint protocols and the mechanisms of checkpoint and
- * restore, run in job processes (doc/ARCHITECTURE.md). This header is
- * the engine's whole contract: each part has its own, one page each.
+ * engine: the mechanisms of checkpoint and restore, run in job processes
+ * (doc/ARCHITECTURE.md); the protocols that string them together are the
+ * job layer's (job/). This header is the engine's whole contract: each
+ * part has its own, one page each.
  *
  *   progress.h  a job's steps, progress, clocks and error messages
  *   tree.h      the processes of a job, their TCP connections
@@ -11,8 +12,8 @@
  *   criu.h      running CRIU
  *   copy-out.h  device memory into an image, through staging
  *   fill.h      an image back into device memory
- *   recopy.h    the first part of a recopy checkpoint
- *   stop.h      a checkpoint: the shared stall and each protocol's part
+ *   recopy.h    tracking writes while memory is copied (recopy)
+ *   sockets.h   socket names a restore finds taken
  *
  * The engine talks to a traced process over the wire (common/wire.h), to
  * the CUDA driver through its own context, to CRIU by running it, and
@@ -35,7 +36,7 @@
 #include "park.h"
 #include "progress.h"
 #include "recopy.h"
-#include "stop.h"
+#include "sockets.h"
 #include "tree.h"
 
 #endif

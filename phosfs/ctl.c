@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../restore/restore.h"
+#include "../job/restore.h"
 #include "ctl.h"
 
 static int bad(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

@@ -4,7 +4,7 @@
  * checkpoint, across the moments when the process is not registered (a
  * parked process has no connection).
  *
- * Each job runs in a process of its own (job-process.c), started here and
+ * Each job runs in a process of its own (job/main.c), started here and
  * watched by a thread that waits for it to end.
  */
 #include <dirent.h>

@@ -13,7 +13,7 @@
  * (logging to stderr as well as syslog), -d to debug, -o …. SIGTERM,
  * SIGINT and SIGHUP unmount and exit with status 0.
  *
- * `phosfs --job …` is a job process, started by phosfs itself (job-process.c).
+ * `phosfs --job …` is a job process, started by phosfs itself (job/main.c).
  */
 #define FUSE_USE_VERSION 312
 #include <dirent.h>
@@ -290,7 +290,7 @@ static void apply_options(const struct options *o)
 int main(int argc, char **argv)
 {
 	if (argc > 1 && !strcmp(argv[1], "--job"))
-		return job_process_main(argc, argv);
+		return job_main(argc, argv);
 	const char *sock = wire_socket_path();
 	const char *store = "/var/lib/phos";
 	static char store_abs[PATH_MAX], self[PATH_MAX];

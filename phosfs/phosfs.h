@@ -15,8 +15,7 @@
 
 #include "../common/state.h"
 #include "../common/wire.h"
-#include "../engine/engine.h"
-#include "shared.h"
+#include "../job/job.h"
 #include "ctl.h"
 
 #define PHOS_VERSION "0.1"
@@ -100,10 +99,6 @@ typedef struct target {
 	char error[ENGINE_ERR_MAX + 200]; /* the last error, "" if none */
 	struct target *next;        /* guarded by the list's lock */
 } target;
-
-/* job-process.c: the main of `phosfs --job stop|restore …`, a job's own
- * process. Returns its exit status. */
-int job_process_main(int argc, char **argv);
 
 /* jobs.c */
 /* The job pid belongs to: the root of the `phos run` job whose tree holds

@@ -1,6 +1,6 @@
 /*
  * Restores. A write to /ctl submits one and returns at once: a thread of
- * the restore's own starts its job process (job-process.c) when its turn
+ * the restore's own starts its job process (job/main.c) when its turn
  * comes, and watches it to its end. Up to phosfs_restores run side by
  * side; more wait, in the order they were asked for, in a queue of up to
  * phosfs_restore_queue; past that a restore is refused with EBUSY.

@@ -1,5 +1,5 @@
 /*
- * Starting a job process (`phosfs --job …`, job-process.c), with the
+ * Starting a job process (`phosfs --job …`, job/main.c), with the
  * memfd it shares with phosfs.
  */
 #include <errno.h>

@@ -18,7 +18,7 @@
 #include <sys/wait.h>
 #include <time.h>
 
-#include "../phosfs/shared.h"
+#include "../job/shared.h"
 #include "tap.h"
 #include "testpath.h"
 

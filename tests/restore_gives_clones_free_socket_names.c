@@ -1,7 +1,7 @@
 /*
  * A clone restored beside its running original cannot bind the listening
  * abstract unix sockets the original holds (the CUDA driver's
- * "@cuda-uvmfd-<pid namespace>-<pid>@" is one): restore_sockets gives
+ * "@cuda-uvmfd-<pid namespace>-<pid>@" is one): engine_sockets gives
  * each a free name of the same length in a folder of links for CRIU, and
  * leaves the image alone.
  *
@@ -19,6 +19,7 @@
  *     also run under ASan).
  */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,7 +29,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "../restore/sockets.h"
+#include "../engine/sockets.h"
 #include "tap.h"
 
 static const char NAME[] = "\0test-uvmfd-4026531836-2"; /* and a trailing NUL: 26 bytes */
@@ -175,7 +176,7 @@ int main(void)
 	if (orig < 0)
 		bail("cannot bind the test's abstract name: %s", strerror(errno));
 	int renamed = -1;
-	int e = restore_sockets(criu, work, out, sizeof(out), &renamed, err, sizeof(err));
+	int e = engine_sockets(criu, work, out, sizeof(out), &renamed, err, sizeof(err));
 	uint8_t got[4096];
 	snprintf(path, sizeof(path), "%s/files.img", out);
 	size_t n = e ? 0 : read_file(path, got, sizeof(got));
@@ -198,9 +199,9 @@ int main(void)
 	size_t m = read_file(path, again, sizeof(again));
 	ok(tl > 0 && strstr(target, "/criu/core-1.img") && m == img.n && !memcmp(again, img.p, m),
 	   "CRIU's other files are links to the image's, and the image's files.img is unchanged (%s)", target);
-	restore_sockets_end(out);
+	engine_sockets_end(out);
 	struct stat st;
-	ok(stat(out, &st) != 0 && errno == ENOENT, "restore_sockets_end removes the folder");
+	ok(stat(out, &st) != 0 && errno == ENOENT, "engine_sockets_end removes the folder");
 
 	/* Two taken names that differ only in the digits replaced. */
 	buf two = img;
@@ -208,14 +209,14 @@ int main(void)
 	snprintf(path, sizeof(path), "%s/files.img", criu);
 	write_file(path, two.p, two.n);
 	int orig2 = bound(SOCK_SEQPACKET, NAME2, NAME_LEN);
-	e = restore_sockets(criu, work, out, sizeof(out), &renamed, err, sizeof(err));
+	e = engine_sockets(criu, work, out, sizeof(out), &renamed, err, sizeof(err));
 	snprintf(path, sizeof(path), "%s/files.img", out);
 	n = e ? 0 : read_file(path, got, sizeof(got));
 	const uint8_t *a = n ? nth_name(got, n, 0) : NULL, *b2 = n ? nth_name(got, n, 2) : NULL;
 	ok(!e && renamed == 2 && a && b2 && memcmp(a, b2, NAME_LEN) && memcmp(a, NAME, NAME_LEN) &&
 		   memcmp(b2, NAME2, NAME_LEN),
 	   "two taken names that differ only in their digits get two different free names (renamed %d)", renamed);
-	restore_sockets_end(out);
+	engine_sockets_end(out);
 	if (orig2 >= 0)
 		close(orig2);
 	snprintf(path, sizeof(path), "%s/files.img", criu);
@@ -224,11 +225,11 @@ int main(void)
 	/* A socket of another type under the name does not take it. */
 	close(orig);
 	orig = bound(SOCK_STREAM, NAME, NAME_LEN);
-	e = restore_sockets(criu, work, out, sizeof(out), &renamed, err, sizeof(err));
+	e = engine_sockets(criu, work, out, sizeof(out), &renamed, err, sizeof(err));
 	ok(!e && renamed == 0 && !*out, "a name bound by a stream socket is free for a SEQPACKET one: nothing renamed");
 	if (orig >= 0)
 		close(orig);
-	e = restore_sockets(criu, work, out, sizeof(out), &renamed, err, sizeof(err));
+	e = engine_sockets(criu, work, out, sizeof(out), &renamed, err, sizeof(err));
 	ok(!e && renamed == 0 && !*out, "with the name free, nothing is renamed and no folder is made");
 
 	/* Corrupt files.img: an error or a folder, never a crash. */
@@ -244,12 +245,12 @@ int main(void)
 			c.n = (size_t)rand() % c.n;
 		snprintf(path, sizeof(path), "%s/files.img", criu);
 		write_file(path, c.p, c.n);
-		e = restore_sockets(criu, work, out, sizeof(out), &renamed, err, sizeof(err));
+		e = engine_sockets(criu, work, out, sizeof(out), &renamed, err, sizeof(err));
 		if (e == -EBADMSG && !*out && *err)
 			bad++;
 		else if (!e)
 			fine++;
-		restore_sockets_end(out);
+		engine_sockets_end(out);
 	}
 	if (orig >= 0)
 		close(orig);

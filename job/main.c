@@ -1,5 +1,5 @@
 /*
- * A job process. phosfs runs each checkpoint and restore as
+ * A job process's main (job.h). phosfs runs each checkpoint and restore as
  *
  *   phosfs --job stop --pid ROOT --shared FD
  *   phosfs --job restore --shared FD
@@ -37,8 +37,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../restore/restore.h"
-#include "phosfs.h"
+#include "job.h"
 
 /* The rendezvous with the woken tracer; used by this process alone. */
 typedef struct rendezvous {
@@ -215,7 +214,7 @@ static job_shared *take_request(int argc, char **argv, job_request *req)
 	return sh;
 }
 
-/* A checkpoint job: engine_stop, then the store's latest link. */
+/* A checkpoint job: checkpoint_run, then the store's latest link. */
 static int run_checkpoint(const job_request *req, job_shared *sh, char *err, size_t errlen)
 {
 	const job_checkpoint_req *cr = &req->checkpoint;
@@ -227,7 +226,7 @@ static int run_checkpoint(const job_request *req, job_shared *sh, char *err, siz
 		traced[i] = (engine_traced){ cr->members[i].pid, cr->members[i].conn, cr->members[i].control_tid };
 	rendezvous rv = { -1, -1 };
 	engine_tracer t = { .expect = rv_expect, .await = rv_await, .adopt = rv_done, .drop = rv_done, .arg = &rv };
-	engine_stop_args a = { .pid = cr->pid,
+	checkpoint_args a = { .pid = cr->pid,
 			       .image = req->image,
 			       .criu = req->criu,
 			       .log = req->log,
@@ -242,7 +241,7 @@ static int run_checkpoint(const job_request *req, job_shared *sh, char *err, siz
 			       .staging_fd = cr->staging_fd,
 			       .chunk = cr->chunk,
 			       .shadow_pool = cr->shadow_pool };
-	int e = engine_stop(&a, err, errlen);
+	int e = checkpoint_run(&a, err, errlen);
 	if (!e)
 		set_latest(req->image);
 	for (int i = 0; i < ntraced; i++)
@@ -273,6 +272,7 @@ static int run_restore(const job_request *req, job_shared *sh, char *err, size_t
 			   .devices = *rr->devices ? rr->devices : NULL,
 			   .criu = req->criu,
 			   .log = req->log,
+			   .lazy = rr->lazy,
 			   .lazy_pages = rr->lazy_pages,
 			   .fill_threads = rr->fill_threads,
 			   .tracer = &t,
@@ -281,7 +281,7 @@ static int run_restore(const job_request *req, job_shared *sh, char *err, size_t
 			   .resumed = &sh->resumed,
 			   .served = sh->served,
 			   .nserved = &sh->nserved };
-	int e = rr->lazy ? restore_lazy(&a, err, errlen) : restore_eager(&a, err, errlen);
+	int e = restore_run(&a, err, errlen);
 	atomic_store(&sh->pid, rpid);
 	if (watched) {
 		pthread_mutex_lock(&wd.lock);
@@ -294,7 +294,7 @@ static int run_restore(const job_request *req, job_shared *sh, char *err, size_t
 	return e;
 }
 
-int job_process_main(int argc, char **argv)
+int job_main(int argc, char **argv)
 {
 	static job_request req; /* large: not on the stack */
 	job_shared *sh = take_request(argc, argv, &req);

@@ -1,23 +1,25 @@
 /*
- * Lazy restore: the process runs before its device memory is back.
+ * The lazy variant of a restore (lazy.h; the sequence is restore_run's,
+ * in restore.c): the process runs before its device memory is back.
  *
- *   1. open the image; fill the application's own VMM objects (the
- *      tracer maps those where the application asks, so they come back
- *      first) and objects that were not mapped;
- *   2. criu restore; driver restore (gpuPairs when GPUs move) and unlock;
- *   3. wake each tracer with those objects and a LAZY table of the rest
- *      (common/cow.h), keeping its connection: the process runs;
- *   4. fill the rest, one object at a time, each on new memory of its
+ *   2. plan: the application's own VMM objects (the tracer maps those
+ *      where the application asks, so they come back first) and objects
+ *      that were not mapped are filled before the tree runs; the rest
+ *      are listed;
+ *   5. tables: a LAZY table per process (common/cow.h);
+ *   6. unpark: each tracer gets what is back and its table, and the job
+ *      keeps its connection: the process runs;
+ *   7. fill the rest, one object at a time, each on new memory of its
  *      (new) GPU: first any a call waits for (COW_URGENT), then in the
  *      image's object order, which is the tracer's guess at first use;
  *      each goes to its process on the connection as soon as it is full,
- *      and the tracer maps it at its old VA;
- *   5. once every object is mapped (or was freed), END: the tracers drop
- *      their tables and go back to phosfs.
+ *      and the tracer maps it at its old VA. Once every object is mapped
+ *      (or was freed), END: the tracers drop their tables and go back to
+ *      phosfs.
  *
- * A bad image fails at 1, before anything runs. A chunk that does not
- * check, or a driver error, after 3 kills the tree: a process that would
- * read memory that never comes back must not run on.
+ * A chunk that does not check, or a driver error, after 6 kills the tree
+ * (restore.c): a process that would read memory that never comes back
+ * must not run on.
  */
 #include <errno.h>
 #include <poll.h>
@@ -27,7 +29,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "steps.h"
+#include "lazy.h"
 
 #define END_TIMEOUT_MS 30000 /* for the tracers to map the last objects */
 
@@ -36,18 +38,6 @@ static bool eager(const phosimg_object *o)
 {
 	return (o->flags & PHOSIMG_OBJ_APP_VMM) || !o->va;
 }
-
-/* The lazy part of a restore. */
-typedef struct lazy {
-	restore_ctx *c;
-	engine_parked objs; /* records (no fds) of the objects still to come, in image order */
-	uint32_t *ids;      /* their image object ids */
-	int *member;        /* their process: an index into c->m */
-	engine_cow tables;  /* one LAZY table per process */
-	int *conns;         /* per member: the tracer's connection, or -1 */
-	engine_progress *prog;
-	int fill_threads;
-} lazy;
 
 /* Object k's state word, and its entry in its table. */
 static _Atomic uint32_t *state_of(const lazy *l, int k, cow_header **t, cow_object **co)
@@ -238,72 +228,62 @@ static int plan(lazy *l, const bool *sel, char *err, size_t errlen)
 	return 0;
 }
 
-int restore_lazy(const restore_args *a, char *err, size_t errlen)
+int lazy_plan(lazy *l, restore_ctx *c, const restore_args *a, char *err, size_t errlen)
 {
-	engine_progress *prog = a->prog;
-	atomic_store(&prog->lazy, true);
-	uint64_t t0 = engine_now_ns();
-	restore_ctx c;
-	lazy l = { .c = &c, .prog = prog, .fill_threads = a->fill_threads };
-	engine_parked objs = { 0 };
-	bool *sel = NULL;
-	int e = restore_begin(a, &c, err, errlen);
-	if (!e) {
-		sel = calloc(c.in->object_count ? c.in->object_count : 1, sizeof(*sel));
-		l.conns = malloc(c.n * sizeof(*l.conns));
-		if (!sel || !l.conns)
-			e = engine_fail(-ENOMEM, err, errlen, "out of memory");
-		for (uint32_t i = 0; l.conns && i < c.n; i++)
-			l.conns[i] = -1;
-	}
-	for (uint32_t k = 0; !e && k < c.in->object_count; k++)
-		sel[k] = eager(&c.in->objects[k]);
+	uint32_t n = c->in->object_count;
+	*l = (lazy){ .c = c, .prog = a->prog, .fill_threads = a->fill_threads };
+	l->now = calloc(n ? n : 1, sizeof(*l->now));
+	l->conns = malloc(c->n * sizeof(*l->conns));
+	if (!l->now || !l->conns)
+		return engine_fail(-ENOMEM, err, errlen, "out of memory");
+	for (uint32_t i = 0; i < c->n; i++)
+		l->conns[i] = -1;
+	for (uint32_t k = 0; k < n; k++)
+		l->now[k] = eager(&c->in->objects[k]);
+	return plan(l, l->now, err, errlen);
+}
+
+int lazy_tables(lazy *l, char *err, size_t errlen)
+{
+	return engine_cow_prepare(&l->tables, &l->objs, ENGINE_CHUNK, 0, COW_MODE_LAZY, err, errlen);
+}
+
+int lazy_later(const lazy *l, uint32_t i)
+{
+	return engine_parked_of(&l->objs, l->c->m[i].pid).n;
+}
+
+int lazy_unpark(lazy *l, uint32_t i, pid_t tid, const engine_tracer *tracer, const engine_parked *mine, char *err,
+		size_t errlen)
+{
+	const engine_cow_member *tm = engine_cow_of(&l->tables, l->c->m[i].pid);
+	pid_t host = l->c->host[i];
+	return tm ? engine_unpark_lazy(host, tid, tracer, mine, tm, &l->conns[i], err, errlen)
+		  : engine_unpark(host, tid, tracer, mine, NULL, err, errlen);
+}
+
+int lazy_fill(lazy *l, char *err, size_t errlen)
+{
+	engine_step(l->prog, STEP_LAZY);
+	int e = fill_all(l, err, errlen);
 	if (!e)
-		e = plan(&l, sel, err, errlen);
-	if (!e) {
-		atomic_store(&prog->total, c.in->raw_bytes);
-		engine_step(prog, STEP_FILL);
-		e = engine_copy_in(c.img, &c.map, sel, a->fill_threads, &objs, prog, err, errlen);
-	}
-	if (!e)
-		e = restore_tree(a, &c, err, errlen);
-	if (!e)
-		e = engine_cow_prepare(&l.tables, &l.objs, ENGINE_CHUNK, 0, COW_MODE_LAZY, err, errlen);
-	for (uint32_t i = 0; !e && i < c.n; i++) {
-		engine_parked mine = engine_parked_of(&objs, c.m[i].pid);
-		engine_parked later = engine_parked_of(&l.objs, c.m[i].pid);
-		engine_parked any = { .n = mine.n + later.n };
-		pid_t tid = restore_tracer_of(&c, i, &any, err, errlen);
-		if (tid < 0) {
-			e = tid;
-		} else if (tid > 0 && a->tracer) {
-			engine_step(prog, STEP_UNPARK);
-			const engine_cow_member *tm = engine_cow_of(&l.tables, c.m[i].pid);
-			e = tm ? engine_unpark_lazy(c.host[i], tid, a->tracer, &mine, tm, &l.conns[i], err, errlen)
-			       : engine_unpark(c.host[i], tid, a->tracer, &mine, NULL, err, errlen);
-			if (!e)
-				restore_served(a, c.host[i]);
-		}
-	}
-	engine_parked_free(&objs);
-	if (!e) {
-		restore_resumed(a, &c, t0);
-		engine_step(prog, STEP_LAZY);
-		e = fill_all(&l, err, errlen);
-	}
-	if (!e)
-		e = finish(&l, err, errlen);
-	e = restore_finish(a, &c, t0, e, err, errlen);
-	engine_cow_stats(&l.tables, prog);
-	for (uint32_t i = 0; l.conns && i < c.n; i++)
-		if (l.conns[i] >= 0)
-			close(l.conns[i]);
-	engine_cow_free(&l.tables);
-	engine_parked_free(&l.objs);
-	free(l.conns);
-	free(l.ids);
-	free(l.member);
-	free(sel);
-	restore_end(&c, e);
+		e = finish(l, err, errlen);
 	return e;
+}
+
+void lazy_end(lazy *l)
+{
+	if (!l->c)
+		return;
+	engine_cow_stats(&l->tables, l->prog);
+	for (uint32_t i = 0; l->conns && i < l->c->n; i++)
+		if (l->conns[i] >= 0)
+			close(l->conns[i]);
+	engine_cow_free(&l->tables);
+	engine_parked_free(&l->objs);
+	free(l->conns);
+	free(l->ids);
+	free(l->member);
+	free(l->now);
+	memset(l, 0, sizeof(*l));
 }

@@ -1,11 +1,12 @@
 /*
- * restore: bringing a checkpointed process back (doc/ARCHITECTURE.md,
- * "The restore protocols").
+ * A restore: bringing a checkpointed process tree back, eagerly or
+ * lazily (restore.c, lazy.c, devices.c; doc/ARCHITECTURE.md, "The
+ * restore protocols").
  * Functions return 0 or a negative errno, and fill err with a sentence
  * for people when they fail.
  */
-#ifndef PHOS_RESTORE_H
-#define PHOS_RESTORE_H
+#ifndef PHOS_JOB_RESTORE_H
+#define PHOS_JOB_RESTORE_H
 
 #include "../engine/engine.h"
 
@@ -17,6 +18,10 @@ typedef struct restore_args {
 	const char *devices; /* "OLD=NEW,…" moves of GPUs (restore_devices), or NULL */
 	const char *criu;  /* the criu binary */
 	const char *log;   /* CRIU's log file */
+	/* The tree runs right after CRIU and the driver, with only the
+	 * application's own VMM objects back; the rest comes back while it
+	 * runs. Else all of it is back first (eager). */
+	bool lazy;
 	/* CPU pages come back while the tree runs (CRIU's lazy-pages daemon,
 	 * userfaultfd); the restore ends once the last page is back. */
 	bool lazy_pages;
@@ -46,25 +51,22 @@ int restore_devices_check(const char *spec, char *err, size_t errlen);
 int restore_devices(const phosimg_info *in, const char *spec, engine_devmap *map, char *desc, size_t desclen,
 		    char *err, size_t errlen);
 
-/* Eager restore: checks the image, fills new device memory from it,
- * restores the process tree with CRIU, restores and unlocks each CUDA
- * process in the driver, and gives each tracer its memory; the tree then
- * runs. a->devices moves its GPUs (restore_devices). Errors: -EBADMSG and
- * other phosimg_open errors (a bad image; nothing was started), -EBUSY (a
- * pid of the tree is taken), restore_devices' errors (nothing was
- * started), -EIO (CRIU or the driver failed; err says which). */
-int restore_eager(const restore_args *a, char *err, size_t errlen);
-
-/* Lazy restore: as eager, but the tree runs right after CRIU and driver
- * restore, with only the application's own VMM objects back; the rest
- * comes back while it runs. A call that touches an object not yet back
- * waits until it is filled (first), and the others follow in the order
- * the image records (its objects' order: the tracer's guess at first
- * use). *a->resumed is set (to its root's pid) once the tree runs; returns when all its
- * memory is back. prog says how long each took, and how often and how
- * long calls waited. Errors: as restore_eager; an error after the tree
- * ran (a chunk that does not check, the driver) kills the tree, and err
- * says so. */
-int restore_lazy(const restore_args *a, char *err, size_t errlen);
+/* Restores the tree of image a->image. Eager: its device memory is
+ * filled from the image, the tree restored with CRIU, each CUDA process
+ * restored and unlocked in the driver, and each tracer given its memory;
+ * the tree then runs. Lazy: as eager, but the tree runs right after CRIU
+ * and driver restore, with only the application's own VMM objects back. A
+ * call that touches an object not yet back waits until it is filled
+ * (first), and the others follow in the order the image records (the
+ * tracer's guess at first use); restore_run returns when all is back.
+ * a->devices moves its GPUs (restore_devices). *a->resumed is set once
+ * the tree runs; prog says how long each step took, and how often and
+ * how long calls waited. Errors: -EBADMSG and other phosimg_open errors
+ * (a bad image; nothing was started), -EBUSY (a pid of the tree is
+ * taken), restore_devices' errors (nothing was started), -EIO (CRIU or
+ * the driver failed; err says which). An error after the tree ran (a
+ * chunk that does not check, the driver) kills the tree, and err says
+ * so. */
+int restore_run(const restore_args *a, char *err, size_t errlen);
 
 #endif

@@ -1,18 +1,18 @@
 /*
- * A checkpoint (stop.c): the stall stop, cow and recopy share, and each
- * one's own part (doc/ARCHITECTURE.md, "The checkpoint protocols").
+ * A checkpoint (checkpoint.c): the stall stop, cow and recopy share
+ * (stall.c), and each one's own short sequence (doc/ARCHITECTURE.md, "The
+ * checkpoint protocols").
  */
-#ifndef PHOS_ENGINE_STOP_H
-#define PHOS_ENGINE_STOP_H
+#ifndef PHOS_JOB_CHECKPOINT_H
+#define PHOS_JOB_CHECKPOINT_H
 
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "park.h"
-#include "progress.h"
+#include "../engine/engine.h"
 
-typedef struct engine_stop_args {
+typedef struct checkpoint_args {
 	pid_t pid;         /* the root of the tree */
 	const char *image; /* where the image is published; must not exist */
 	const char *criu;  /* the criu binary */
@@ -37,7 +37,7 @@ typedef struct engine_stop_args {
 	int staging_fd;    /* phosfs's staging memfd, or -1 */
 	uint64_t shadow_pool; /* CoW shadow pool per process, bytes */
 	uint32_t chunk;    /* bytes (0: ENGINE_CHUNK) */
-} engine_stop_args;
+} checkpoint_args;
 
 /* Checkpoints the process tree of pid and publishes one image of it: every
  * traced process is parked, every CUDA process driver-checkpointed, then
@@ -45,6 +45,6 @@ typedef struct engine_stop_args {
  * processes run again; with cow, after. On failure every process runs on
  * (unless it died), nothing is published and earlier images are
  * untouched. */
-int engine_stop(const engine_stop_args *a, char *err, size_t errlen);
+int checkpoint_run(const checkpoint_args *a, char *err, size_t errlen);
 
 #endif

@@ -1,9 +1,9 @@
 /*
- * What a job process (job-process.c) shares with phosfs: a memfd both
- * map, made by spawn.c.
+ * What a job process (main.c) shares with phosfs: a memfd both map,
+ * made by phosfs (phosfs/spawn.c).
  */
-#ifndef PHOS_PHOSFS_SHARED_H
-#define PHOS_PHOSFS_SHARED_H
+#ifndef PHOS_JOB_SHARED_H
+#define PHOS_JOB_SHARED_H
 
 #include <stdatomic.h>
 #include <stdint.h>

@@ -34,6 +34,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "progress.h"
 #include "sockets.h"
 
 #define CRIU_COMMON_MAGIC 0x54564319u
@@ -327,11 +328,11 @@ static int make_folder(const char *dir, const char *work, const uint8_t *buf, si
 			e = -errno;
 	}
 	if (e)
-		restore_sockets_end(out);
+		engine_sockets_end(out);
 	return e;
 }
 
-int restore_sockets(const char *dir, const char *work, char *out, size_t outlen, int *renamed, char *err,
+int engine_sockets(const char *dir, const char *work, char *out, size_t outlen, int *renamed, char *err,
 		    size_t errlen)
 {
 	*out = 0;
@@ -360,7 +361,7 @@ int restore_sockets(const char *dir, const char *work, char *out, size_t outlen,
 	return e;
 }
 
-void restore_sockets_end(const char *out)
+void engine_sockets_end(const char *out)
 {
 	if (!out || !*out)
 		return;

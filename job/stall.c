@@ -1,20 +1,18 @@
 /*
- * The stop-the-world and copy-on-write protocols, and recopy's final
- * stall (doc/ARCHITECTURE.md, "The checkpoint protocols"):
+ * The stall every checkpoint protocol shares (stall.h;
+ * doc/ARCHITECTURE.md, "The checkpoint protocols"):
  *
- *   1-2. quiesce and park (traced processes only)
- *   3.   driver lock and checkpoint (CUDA processes only)
- *   4.   criu dump, --leave-running unless kill
- *   5.   stop: copy the parked memory off the GPU, into staging
- *        cow:  make each traced process's CoW table and shadow pool
- *   6.   driver restore and unlock
- *   7.   unpark (cow: with the table); the stall ends here
- *   8.   stop: the staged memory is written into the image
- *        cow: the parked memory is copied while the processes run
- *   9.   publish the image
+ *   0.   stall_begin: the tree, staging, the image's writer
+ *   1-2. stall_enter: quiesce and park (traced processes only)
+ *   3-4. stall_freeze: driver lock and checkpoint (CUDA processes only),
+ *        then criu dump, --leave-running unless kill
+ *   6-7. stall_leave: driver restore and unlock, unpark (with the CoW
+ *        table when the protocol made one); the stall ends here
+ *   9.   stall_publish
  *
- * Whatever fails, a process that is still alive is brought back to
- * running before the error is returned, and nothing is published.
+ * stall_leave brings back whatever stall_enter and stall_freeze did,
+ * failed or not; stall_free is the one undo of the rest. Step 5 and 8
+ * are each protocol's own (checkpoint.c).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -25,12 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "copy-out.h"
-#include "criu.h"
-#include "driver.h"
-#include "recopy.h"
-#include "stop.h"
-#include "tree.h"
+#include "stall.h"
 
 #define LOCK_TIMEOUT_MS 10000
 
@@ -82,16 +75,9 @@ static int describe(pid_t pid, phosimg_meta *m, char **cmdline)
 	return 0;
 }
 
-/* What each member of the tree went through, so that exactly that is
- * undone. */
-typedef struct member_state {
-	bool locked, checkpointed, parked;
-	pid_t tid; /* a traced member's control thread */
-} member_state;
-
 /* Brings every live member back to running: driver restore and unlock,
  * then unpark. The first error goes to err (if it is still empty). */
-static int bring_back(const engine_stop_args *a, const phosimg_member *m, member_state *ms, uint32_t n,
+static int bring_back(const checkpoint_args *a, const phosimg_member *m, member_state *ms, uint32_t n,
 		      const engine_parked *parked, const engine_cow *cow, bool dumped, char *err, size_t errlen)
 {
 	engine_progress *prog = a->prog;
@@ -127,7 +113,7 @@ static int bring_back(const engine_stop_args *a, const phosimg_member *m, member
 }
 
 /* The processes of the tree now, which are traced, and which use CUDA. */
-static int members_of(const engine_stop_args *a, phosimg_member **mp, member_state **msp, uint32_t *np, char *err,
+static int members_of(const checkpoint_args *a, phosimg_member **mp, member_state **msp, uint32_t *np, char *err,
 		      size_t errlen)
 {
 	phosimg_member *m = NULL;
@@ -169,34 +155,7 @@ static int members_of(const engine_stop_args *a, phosimg_member **mp, member_sta
 	return 0;
 }
 
-/* A checkpoint under way: what engine_stop's steps share, and what
- * ckpt_free undoes, whatever step it failed at. */
-typedef struct ckpt {
-	const engine_stop_args *a;
-	engine_progress *prog;
-	bool recopy, cow;  /* the protocol, as it applies to this tree */
-	bool protect;      /* recopy: what is not off the GPU at unpark is CoW */
-	bool dumped;       /* CRIU dumped the tree */
-	uint32_t chunk;
-	phosimg_member *m; /* the tree, and what each member went through */
-	member_state *ms;
-	uint32_t n;
-	phosimg_meta meta;
-	char *cmdline;     /* meta's */
-	phosimg_device devs[PHOSIMG_DEVICES_MAX];
-	engine_staging staging;
-	phosimg_writer *w;
-	engine_parked parked;
-	engine_cow tables;
-	engine_recopy rc;
-	engine_copy_opts co;
-	engine_copy *copy;
-	uint64_t t0;       /* the stall's start */
-} ckpt;
-
-/* Lets go of the device memory, the tables and the staging pool (again:
- * nothing). */
-static void ckpt_release(ckpt *k)
+void stall_release(ckpt *k)
 {
 	engine_cow_free(&k->tables);
 	engine_recopy_free(&k->rc);
@@ -204,11 +163,9 @@ static void ckpt_release(ckpt *k)
 	engine_staging_free(&k->staging);
 }
 
-/* The one undo: frees what the checkpoint holds; the image is thrown
- * away unless it was published. */
-static void ckpt_free(ckpt *k)
+void stall_free(ckpt *k)
 {
-	ckpt_release(k);
+	stall_release(k);
 	if (k->w)
 		phosimg_writer_abort(k->w);
 	free(k->cmdline);
@@ -216,9 +173,7 @@ static void ckpt_free(ckpt *k)
 	free(k->m);
 }
 
-/* 0. The tree, its description, the staging pool (pinning is slow: it is
- * made before the stall) and the image's writer. */
-static int ckpt_begin(ckpt *k, const engine_stop_args *a, char *err, size_t errlen)
+int stall_begin(ckpt *k, const checkpoint_args *a, char *err, size_t errlen)
 {
 	k->a = a;
 	k->prog = a->prog;
@@ -258,24 +213,13 @@ static int ckpt_begin(ckpt *k, const engine_stop_args *a, char *err, size_t errl
 	return 0;
 }
 
-/* recopy: the processes run on, their writes tracked, while what they do
- * not write is copied; the stall after this is the final one (t2). */
-static int ckpt_track(ckpt *k, char *err, size_t errlen)
+int stall_retree(ckpt *k, char *err, size_t errlen)
 {
-	k->meta.t1_ns = engine_clock_ns(CLOCK_REALTIME); /* tracking starts */
-	engine_step(k->prog, STEP_TRACK);
-	int e = engine_recopy_track(&k->rc, k->a->traced, k->a->ntraced, k->chunk, err, errlen);
-	if (!e)
-		e = engine_recopy_copy(&k->rc, k->staging.buf, k->staging.bytes, k->prog, err, errlen);
-	if (e)
-		return e;
-	/* The tree may have changed while it ran: the final stall takes it as
-	 * it is now. */
 	free(k->ms);
 	free(k->m);
 	k->ms = NULL;
 	k->m = NULL;
-	e = members_of(k->a, &k->m, &k->ms, &k->n, err, errlen);
+	int e = members_of(k->a, &k->m, &k->ms, &k->n, err, errlen);
 	k->meta.members = k->m;
 	k->meta.member_count = k->n;
 	return e;
@@ -283,7 +227,7 @@ static int ckpt_track(ckpt *k, char *err, size_t errlen)
 
 /* 1-2. Every traced member parks, in tree order, parents first; the
  * image records the GPUs as the first that says sees them. */
-static int ckpt_park(ckpt *k, char *err, size_t errlen)
+static int park(ckpt *k, char *err, size_t errlen)
 {
 	bool view = false;
 	int e = 0;
@@ -316,43 +260,18 @@ static int ckpt_park(ckpt *k, char *err, size_t errlen)
 	return e;
 }
 
-/* stop and recopy: the parked memory is phosfs's now, and no process
- * runs on it, so its copy off the GPU starts at once and runs under the
- * driver's checkpoint and CRIU's dump. stop (and a checkpoint that kills)
- * lets the processes run again once it is off the GPU (staging holds the
- * rest meanwhile). recopy lets them run at once: what is not off the GPU
- * by then is copy-on-write, its CoW tables sent to the tracers with the
- * unpark, so its final stall does not wait for the bus or, past staging,
- * the store. */
-static int ckpt_copy_start(ckpt *k, char *err, size_t errlen)
+int stall_enter(ckpt *k, char *err, size_t errlen)
 {
-	k->co = (engine_copy_opts){ .chunk = k->chunk,
-				    .staging = k->staging.buf,
-				    .staging_bytes = k->staging.bytes,
-				    .t1_ns = k->t0,
-				    .recopy = k->recopy ? &k->rc : NULL };
-	k->protect = k->recopy && !k->a->kill && k->parked.n;
-	int e = 0;
-	if (k->protect) {
-		e = engine_cow_prepare(&k->tables, &k->parked, k->chunk, k->a->shadow_pool, COW_MODE_COW, err, errlen);
-		if (!e)
-			k->co.cow = &k->tables;
-	}
-	if (!e && k->parked.n && !k->cow) {
-		engine_step(k->prog, STEP_COPY);
-		e = engine_copy_begin(&k->parked, k->w, &k->co, k->prog, &k->copy, err, errlen);
-		/* What the final stall copies: the rest came from staging. */
-		if (!e && k->recopy)
-			atomic_store(&k->prog->recopy_dirty,
-				     atomic_load(&k->prog->total) - atomic_load(&k->prog->recopy_clean));
-	}
-	return e;
+	k->t0 = engine_now_ns();
+	*(k->recopy ? &k->meta.t2_ns : &k->meta.t1_ns) = engine_clock_ns(CLOCK_REALTIME);
+	int e = phosimg_writer_set_meta(k->w, &k->meta);
+	if (e)
+		return engine_fail(e, err, errlen, "describing the image: %s", strerror(-e));
+	return park(k, err, errlen);
 }
 
-/* 3-4. Every CUDA member is locked, and only then checkpointed (no
- * member is checkpointed while another still runs on the device); then
- * CRIU dumps the tree. */
-static int ckpt_freeze(ckpt *k, char *err, size_t errlen)
+/* No member is checkpointed while another still runs on the device. */
+int stall_freeze(ckpt *k, char *err, size_t errlen)
 {
 	int e = 0;
 	engine_step(k->prog, STEP_LOCK);
@@ -374,32 +293,7 @@ static int ckpt_freeze(ckpt *k, char *err, size_t errlen)
 	return e;
 }
 
-/* 5. Before the processes run again: stop waits until its memory is off
- * the GPU; cow makes the tables. */
-static int ckpt_before_unpark(ckpt *k, char *err, size_t errlen)
-{
-	int e = 0;
-	if (k->copy && !k->protect) {
-		engine_step(k->prog, STEP_COPY);
-		if (engine_copy_wait_off(k->copy)) {
-			e = engine_copy_end(k->copy, err, errlen);
-			k->copy = NULL;
-		}
-	}
-	/* recopy: a copy that failed already is not protected. */
-	if (!e && k->copy && k->protect && engine_copy_error(k->copy)) {
-		e = engine_copy_end(k->copy, err, errlen);
-		k->copy = NULL;
-	}
-	if (!e && k->cow)
-		e = engine_cow_prepare(&k->tables, &k->parked, k->chunk, k->a->shadow_pool, COW_MODE_COW, err, errlen);
-	return e;
-}
-
-/* 6-7. The stall ends: every live member is brought back to running,
- * whatever happened before (e). Returns the checkpoint's error; *back
- * says whether bringing them back worked. */
-static int ckpt_unpark(ckpt *k, int e, bool *back, char *err, size_t errlen)
+int stall_leave(ckpt *k, int e, bool *back, char *err, size_t errlen)
 {
 	/* A failed checkpoint's copy is not wanted: it stops now rather than
 	 * fill the store with what is thrown away. */
@@ -421,36 +315,7 @@ static int ckpt_unpark(ckpt *k, int e, bool *back, char *err, size_t errlen)
 	return e;
 }
 
-/* 8. The copy's end: stop's staged memory drains into the image, recopy's
- * protected copy ends; cow's copy runs now, while the processes run. */
-static int ckpt_drain(ckpt *k, int e, bool back, char *err, size_t errlen)
-{
-	if (k->copy) {
-		engine_step(k->prog, k->protect ? STEP_COPY : STEP_DRAIN);
-		char cerr[ENGINE_ERR_MAX] = "";
-		int ce = engine_copy_end(k->copy, cerr, sizeof(cerr));
-		k->copy = NULL;
-		/* A full store fails CRIU's dump as well (its files go there
-		 * too, while the copy runs): then the copy says the cause,
-		 * unless the processes could not be brought back, which says
-		 * more. */
-		if (ce && (!e || ((ce == -ENOSPC || ce == -EDQUOT) && back))) {
-			e = ce;
-			snprintf(err, errlen, "%s", cerr);
-		}
-	}
-	if (!e && k->cow) {
-		engine_step(k->prog, STEP_COPY);
-		k->co.cow = &k->tables;
-		e = engine_copy_out(&k->parked, k->w, &k->co, k->prog, err, errlen);
-	}
-	if (k->cow || k->protect)
-		engine_cow_stats(&k->tables, k->prog);
-	return e;
-}
-
-/* 9. Publish. */
-static int ckpt_publish(ckpt *k, char *err, size_t errlen)
+int stall_publish(ckpt *k, char *err, size_t errlen)
 {
 	engine_step(k->prog, STEP_PUBLISH);
 	int e = phosimg_writer_finish(k->w);
@@ -460,38 +325,4 @@ static int ckpt_publish(ckpt *k, char *err, size_t errlen)
 				   *phosimg_last_error() ? phosimg_last_error() : strerror(-e));
 	atomic_store(&k->prog->publish_ns, engine_now_ns() - k->t0);
 	return 0;
-}
-
-int engine_stop(const engine_stop_args *a, char *err, size_t errlen)
-{
-	ckpt k = { 0 };
-	int e = ckpt_begin(&k, a, err, errlen);
-	if (!e && k.recopy)
-		e = ckpt_track(&k, err, errlen);
-	if (e) {
-		ckpt_free(&k);
-		return e;
-	}
-	/* The stall: from here every process is brought back, whatever
-	 * fails. */
-	k.t0 = engine_now_ns();
-	*(k.recopy ? &k.meta.t2_ns : &k.meta.t1_ns) = engine_clock_ns(CLOCK_REALTIME);
-	if ((e = phosimg_writer_set_meta(k.w, &k.meta)) != 0)
-		engine_fail(e, err, errlen, "describing the image: %s", strerror(-e));
-	if (!e)
-		e = ckpt_park(&k, err, errlen);
-	if (!e)
-		e = ckpt_copy_start(&k, err, errlen);
-	if (!e)
-		e = ckpt_freeze(&k, err, errlen);
-	if (!e)
-		e = ckpt_before_unpark(&k, err, errlen);
-	bool back = false;
-	e = ckpt_unpark(&k, e, &back, err, errlen);
-	e = ckpt_drain(&k, e, back, err, errlen);
-	ckpt_release(&k);
-	if (!e)
-		e = ckpt_publish(&k, err, errlen);
-	ckpt_free(&k);
-	return e;
 }

@@ -1,5 +1,24 @@
 /*
- * The steps eager and lazy restores share (steps.h).
+ * A restore (doc/ARCHITECTURE.md, "The restore protocols"): one flat
+ * sequence of steps, restore_run at the end of this file, with eager and
+ * lazy as its two variants. Lazy's own steps are in lazy.c.
+ *
+ *   1. begin: open the image (its structure is checked, its CRIU files
+ *      beside the rest), wait for its pids, open the driver and place
+ *      its GPUs (devices.c);
+ *   2. lazy: list what comes back after the tree runs;
+ *   3. fill new device memory from the image (eager: all of it; lazy:
+ *      the application's own VMM objects and those not mapped), chunk
+ *      checksums checked as they are read;
+ *   4. criu restore; driver restore (gpuPairs when GPUs move) and unlock;
+ *   5. lazy: a LAZY table for each process (common/cow.h);
+ *   6. wake each tracer with its memory (lazy: and its table), which maps
+ *      it at its old addresses: the tree runs;
+ *   7. lazy: fill the rest while it runs (lazy.c);
+ *   8. finish: wait for CPU pages (lazy-pages), record the times;
+ *   9. end: the one undo. A tree half restored is killed.
+ *
+ * A bad image fails at 1, before anything is started.
  */
 #include <errno.h>
 #include <limits.h>
@@ -15,8 +34,9 @@
 
 #include "../common/pidns.h"
 #include "../engine/driver.h"
-#include "sockets.h"
-#include "steps.h"
+#include "../engine/sockets.h"
+#include "lazy.h"
+#include "restore-ctx.h"
 
 /* The processes of the image: its members, or (an image of one process
  * from before format 1.2) the process alone. */
@@ -90,7 +110,11 @@ static int place(const restore_args *a, restore_ctx *c, char *err, size_t errlen
 	return e;
 }
 
-int restore_begin(const restore_args *a, restore_ctx *c, char *err, size_t errlen)
+/* Opens the image (its structure is checked), waits for its pids to be
+ * free, opens the driver and places its GPUs (restore_devices). Errors:
+ * phosimg_open's (a bad image), -EBUSY (a pid is taken), -ENOMEM,
+ * driver_open's and restore_devices' errors; nothing was started. */
+static int restore_begin(const restore_args *a, restore_ctx *c, char *err, size_t errlen)
 {
 	memset(c, 0, sizeof(*c));
 	engine_step(a->prog, STEP_PREPARE);
@@ -118,7 +142,11 @@ int restore_begin(const restore_args *a, restore_ctx *c, char *err, size_t errle
 	return e;
 }
 
-int restore_tree(const restore_args *a, restore_ctx *c, char *err, size_t errlen)
+/* Restores the tree with CRIU, finds each member's pid on this machine
+ * (c->host), then restores and unlocks each CUDA process in the driver;
+ * *a->pid is the pid of member c->job. Errors: -EIO (err says which
+ * step), -ESRCH (a member CRIU restored is not there). */
+static int restore_tree(const restore_args *a, restore_ctx *c, char *err, size_t errlen)
 {
 	engine_step(a->prog, STEP_RESTORE);
 	pid_t root = 0;
@@ -139,14 +167,14 @@ int restore_tree(const restore_args *a, restore_ctx *c, char *err, size_t errlen
 	char folder[PATH_MAX + 32] = "";
 	int renamed = 0;
 	if (!e)
-		e = restore_sockets(phosimg_criu_dir(c->img), a->log, folder, sizeof(folder), &renamed, err, errlen);
+		e = engine_sockets(phosimg_criu_dir(c->img), a->log, folder, sizeof(folder), &renamed, err, errlen);
 	if (!e && renamed)
 		fprintf(stderr, "phosfs: restore %s: %d listening socket%s renamed, whose names are taken here\n",
 			a->image, renamed, renamed == 1 ? "" : "s");
 	if (!e)
 		e = criu_restore(a->criu, *folder ? folder : phosimg_criu_dir(c->img),
 				 a->lazy_pages ? c->pages_dir : NULL, a->log, &root, err, errlen);
-	restore_sockets_end(folder);
+	engine_sockets_end(folder);
 	c->restored = !e;
 	if (!e)
 		c->host[0] = root;
@@ -171,7 +199,10 @@ int restore_tree(const restore_args *a, restore_ctx *c, char *err, size_t errlen
 	return e;
 }
 
-int restore_pages_wait(const restore_args *a, restore_ctx *c, uint64_t t0, char *err, size_t errlen)
+/* With a->lazy_pages: waits until every CPU page is back (the lazy-pages
+ * daemon ended), and records when. Errors: criu_pages_wait's (pages that
+ * never came back: the caller fails, and the tree is killed). */
+static int restore_pages_wait(const restore_args *a, restore_ctx *c, uint64_t t0, char *err, size_t errlen)
 {
 	if (c->pages <= 0)
 		return 0;
@@ -187,7 +218,11 @@ int restore_pages_wait(const restore_args *a, restore_ctx *c, uint64_t t0, char 
 	return e;
 }
 
-pid_t restore_tracer_of(restore_ctx *c, uint32_t i, const engine_parked *mine, char *err, size_t errlen)
+/* Member i's tracer control thread, for unpark; with mine its objects.
+ * Returns the tid, 0 when it needs none (untraced, no memory), or
+ * -EPROTO when the image holds memory of a process without a tracer
+ * (err says so). */
+static pid_t restore_tracer_of(restore_ctx *c, uint32_t i, const engine_parked *mine, char *err, size_t errlen)
 {
 	if (!(c->m[i].flags & PHOSIMG_MEMBER_TRACED) && !mine->n)
 		return 0;
@@ -201,7 +236,8 @@ pid_t restore_tracer_of(restore_ctx *c, uint32_t i, const engine_parked *mine, c
 			   (int)c->m[i].pid);
 }
 
-void restore_served(const restore_args *a, pid_t pid)
+/* Tells a->served (when asked) that the restore woke pid's tracer. */
+static void restore_served(const restore_args *a, pid_t pid)
 {
 	if (!a->served || !a->nserved)
 		return;
@@ -212,7 +248,10 @@ void restore_served(const restore_args *a, pid_t pid)
 	atomic_store(a->nserved, n + 1);
 }
 
-void restore_end(restore_ctx *c, int e)
+/* After the restore (e: its result): a tree half restored is killed,
+ * since half restored is worse than not restored (the image stays); the
+ * image is closed and c freed. */
+static void restore_end(restore_ctx *c, int e)
 {
 	for (uint32_t i = 0; e && c->restored && i < c->n; i++)
 		if (c->host[i] > 0)
@@ -240,14 +279,19 @@ void restore_end(restore_ctx *c, int e)
 	memset(c, 0, sizeof(*c));
 }
 
-void restore_resumed(const restore_args *a, const restore_ctx *c, uint64_t t0)
+/* The tree runs: records when (since t0), and tells a->resumed its pid. */
+static void restore_resumed(const restore_args *a, const restore_ctx *c, uint64_t t0)
 {
 	atomic_store(&a->prog->resume_ns, engine_now_ns() - t0);
 	if (a->resumed)
 		atomic_store(a->resumed, c->host[c->job]);
 }
 
-int restore_finish(const restore_args *a, restore_ctx *c, uint64_t t0, int e, char *err, size_t errlen)
+/* The end both restores share, given e, the result so far: waits for CPU
+ * pages (restore_pages_wait), records when all was back, and where it
+ * failed after the tree ran, says that the tree is killed (restore_end
+ * does it). Returns the restore's result. */
+static int restore_finish(const restore_args *a, restore_ctx *c, uint64_t t0, int e, char *err, size_t errlen)
 {
 	if (!e)
 		e = restore_pages_wait(a, c, t0, err, errlen);
@@ -257,5 +301,69 @@ int restore_finish(const restore_args *a, restore_ctx *c, uint64_t t0, int e, ch
 		size_t len = strlen(err);
 		snprintf(err + len, errlen - len, "; the restored process was killed, its memory incomplete");
 	}
+	return e;
+}
+
+/* 3. Fills new device memory from the image: every object, or (lazy)
+ * those l->now names. The records of what was filled go to objs. */
+static int restore_fill(const restore_args *a, restore_ctx *c, const lazy *l, engine_parked *objs, char *err,
+			size_t errlen)
+{
+	atomic_store(&a->prog->total, c->in->raw_bytes);
+	engine_step(a->prog, STEP_FILL);
+	return engine_copy_in(c->img, &c->map, l ? l->now : NULL, a->fill_threads, objs, a->prog, err, errlen);
+}
+
+/* 6. Wakes each member's tracer with its memory (objs) and, lazy, its
+ * table: the tree runs. */
+static int restore_wake(const restore_args *a, restore_ctx *c, const engine_parked *objs, lazy *l, char *err,
+			size_t errlen)
+{
+	int e = 0;
+	for (uint32_t i = 0; !e && i < c->n; i++) {
+		engine_parked mine = engine_parked_of(objs, c->m[i].pid);
+		engine_parked any = { .n = mine.n + (l ? lazy_later(l, i) : 0) };
+		pid_t tid = restore_tracer_of(c, i, &any, err, errlen);
+		if (tid <= 0 || !a->tracer) {
+			e = tid < 0 ? tid : 0;
+			continue;
+		}
+		engine_step(a->prog, STEP_UNPARK);
+		e = l ? lazy_unpark(l, i, tid, a->tracer, &mine, err, errlen)
+		      : engine_unpark(c->host[i], tid, a->tracer, &mine, NULL, err, errlen);
+		if (!e)
+			restore_served(a, c->host[i]);
+	}
+	return e;
+}
+
+int restore_run(const restore_args *a, char *err, size_t errlen)
+{
+	uint64_t t0 = engine_now_ns();
+	restore_ctx c;
+	lazy l = { 0 };
+	lazy *lz = a->lazy ? &l : NULL; /* the variant */
+	engine_parked objs = { 0 };
+	if (lz)
+		atomic_store(&a->prog->lazy, true);
+	int e = restore_begin(a, &c, err, errlen);
+	if (!e && lz)
+		e = lazy_plan(lz, &c, a, err, errlen);
+	if (!e)
+		e = restore_fill(a, &c, lz, &objs, err, errlen);
+	if (!e)
+		e = restore_tree(a, &c, err, errlen);
+	if (!e && lz)
+		e = lazy_tables(lz, err, errlen);
+	if (!e)
+		e = restore_wake(a, &c, &objs, lz, err, errlen);
+	engine_parked_free(&objs);
+	if (!e)
+		restore_resumed(a, &c, t0);
+	if (!e && lz)
+		e = lazy_fill(lz, err, errlen);
+	e = restore_finish(a, &c, t0, e, err, errlen);
+	lazy_end(&l);
+	restore_end(&c, e);
 	return e;
 }

@@ -6,19 +6,18 @@
  * reading ps: `phosfs --job stop --pid ROOT --shared FD`, or
  * `phosfs --job restore --shared FD`.
  */
-#ifndef PHOS_PHOSFS_REQUEST_H
-#define PHOS_PHOSFS_REQUEST_H
+#ifndef PHOS_JOB_REQUEST_H
+#define PHOS_JOB_REQUEST_H
 
 #include <limits.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
-#include "ctl.h"
-
 #define JOB_REQUEST_MAGIC 0x4a524850u /* "PHRJ" in memory, little-endian */
 #define JOB_REQUEST_VERSION 1
 #define JOB_MEMBERS_MAX 256 /* traced processes of one checkpointed tree */
+#define JOB_DEVICES_MAX 4096 /* the longest list of GPU moves, with its NUL */
 
 enum job_kind { JOB_CHECKPOINT = 1, JOB_RESTORE };
 
@@ -42,7 +41,7 @@ typedef struct job_checkpoint_req {
 
 /* What a restore job is asked. */
 typedef struct job_restore_req {
-	char devices[CTL_MAX]; /* OLD=NEW,… or "" */
+	char devices[JOB_DEVICES_MAX]; /* OLD=NEW,… or "" */
 	int32_t fill_threads;  /* 0: the default */
 	int32_t timeout_s;     /* each step's deadline; 0: none */
 	bool lazy, lazy_pages;

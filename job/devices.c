@@ -114,17 +114,126 @@ static void ref_text(const gpu_ref *r, char *out, size_t len)
 		uuid_text(r->uuid, out);
 }
 
+/* A placement under way: the image's GPUs (old) onto this machine's
+ * (here). */
+typedef struct placing {
+	const phosimg_device *old;
+	uint32_t nold;
+	phosimg_device here[PHOSIMG_DEVICES_MAX];
+	uint32_t nhere;
+	uint64_t bytes[PHOSIMG_DEVICES_MAX]; /* the image's bytes on each old GPU */
+	int dest[PHOSIMG_DEVICES_MAX];       /* per old GPU: an index into here, or -1 */
+	bool taken[PHOSIMG_DEVICES_MAX];     /* per GPU here */
+} placing;
+
+/* Places old GPU k on GPU h here. */
+static void put(placing *p, uint32_t k, int h)
+{
+	p->dest[k] = h;
+	p->taken[h] = true;
+}
+
+/* The moves asked for. */
+static int place_asked(placing *p, const gpu_ref *from, const gpu_ref *to, int nmoves, char *err, size_t errlen)
+{
+	char a[48], b[48];
+	for (int i = 0; i < nmoves; i++) {
+		int k = find(p->old, p->nold, &from[i]), h = find(p->here, p->nhere, &to[i]);
+		ref_text(&from[i], a, sizeof(a));
+		ref_text(&to[i], b, sizeof(b));
+		if (k < 0)
+			return engine_fail(-EINVAL, err, errlen, "the image has no GPU %s (it has %u, ordinals 0 to %u)", a,
+					   p->nold, p->nold - 1);
+		if (h < 0)
+			return engine_fail(-ENODEV, err, errlen, "this machine has no GPU %s (it has %u, ordinals 0 to %u)",
+					   b, p->nhere, p->nhere - 1);
+		if (p->dest[k] >= 0)
+			return engine_fail(-EINVAL, err, errlen, "the image's GPU %s is moved twice", a);
+		if (p->taken[h])
+			return engine_fail(-EINVAL, err, errlen, "two of the image's GPUs are moved onto GPU %s", b);
+		if (strcmp(p->old[k].name, p->here[h].name))
+			return engine_fail(-EINVAL, err, errlen,
+					   "GPU %s is an %s, but the image's GPU %s was an %s: the driver restores only onto the same chip",
+					   b, p->here[h].name, a, p->old[k].name);
+		put(p, (uint32_t)k, h);
+	}
+	return 0;
+}
+
+/* The rest: the same GPU if it is here and free, else one of its chip
+ * (its own ordinal first). A GPU that holds memory and finds none
+ * fails. */
+static int place_rest(placing *p, char *err, size_t errlen)
+{
+	const phosimg_device *old = p->old;
+	for (uint32_t k = 0; k < p->nold; k++) {
+		gpu_ref self = { .ordinal = -1 };
+		memcpy(self.uuid, old[k].uuid, 16);
+		int h = p->dest[k] < 0 ? find(p->here, p->nhere, &self) : -1;
+		if (h >= 0 && !p->taken[h])
+			put(p, k, h);
+	}
+	for (uint32_t k = 0; k < p->nold; k++) {
+		if (p->dest[k] >= 0)
+			continue;
+		int h = -1;
+		uint32_t o = old[k].ordinal;
+		if (o < p->nhere && !p->taken[o] && !strcmp(p->here[o].name, old[k].name))
+			h = (int)o;
+		for (uint32_t j = 0; h < 0 && j < p->nhere; j++)
+			if (!p->taken[j] && !strcmp(p->here[j].name, old[k].name))
+				h = (int)j;
+		if (h >= 0) {
+			put(p, k, h);
+		} else if (p->bytes[o < PHOSIMG_DEVICES_MAX ? o : 0]) {
+			char a[48];
+			uuid_text(old[k].uuid, a);
+			return engine_fail(-ENODEV, err, errlen,
+					   "the image's GPU %u (%s, %s) holds device memory, and this machine has no free %s: "
+					   "name a GPU for it with --device %u=NEW",
+					   o, old[k].name, a, old[k].name, o);
+		}
+	}
+	return 0;
+}
+
+/* The placement as the driver's gpuPairs (every GPU placed), and in
+ * words into desc. */
+static void pairs_of(const placing *p, engine_devmap *map, char *desc, size_t desclen)
+{
+	map->pairs = true;
+	size_t at = 0;
+	for (uint32_t k = 0; k < p->nold; k++) {
+		int h = p->dest[k];
+		if (h < 0)
+			continue;
+		map->to[k] = (int)p->here[h].ordinal;
+		memcpy(map->old[map->npairs], p->old[k].uuid, 16);
+		memcpy(map->now[map->npairs], p->here[h].uuid, 16);
+		map->npairs++;
+		char a[48], b[48];
+		uuid_text(p->old[k].uuid, a);
+		uuid_text(p->here[h].uuid, b);
+		if (desc && at < desclen) {
+			int w = snprintf(desc + at, desclen - at, "%s%u (%s) -> %u (%s)", at ? ", " : "",
+					 p->old[k].ordinal, a, p->here[h].ordinal, b);
+			at += w > 0 ? (size_t)w : 0;
+		}
+	}
+}
+
 int restore_devices(const phosimg_info *in, const char *spec, engine_devmap *map, char *desc, size_t desclen,
 		    char *err, size_t errlen)
 {
 	memset(map, 0, sizeof(*map));
 	if (desc && desclen)
 		*desc = 0;
-	const phosimg_device *old = in->meta.devices;
-	uint32_t nold = in->meta.device_count;
-	map->n = nold;
-	for (uint32_t k = 0; k < nold; k++)
-		map->to[k] = (int)old[k].ordinal;
+	placing p = { .old = in->meta.devices, .nold = in->meta.device_count };
+	map->n = p.nold;
+	for (uint32_t k = 0; k < p.nold; k++) {
+		map->to[k] = (int)p.old[k].ordinal;
+		p.dest[k] = -1;
+	}
 	gpu_ref from[PHOSIMG_DEVICES_MAX], to[PHOSIMG_DEVICES_MAX];
 	int nmoves = 0;
 	if (spec && *spec) {
@@ -132,100 +241,25 @@ int restore_devices(const phosimg_info *in, const char *spec, engine_devmap *map
 		if (e)
 			return e;
 	}
-	if (!nold) {
-		if (nmoves)
-			return engine_fail(-EINVAL, err, errlen, "the image records no GPUs, so --device has nothing to move");
-		return 0;
-	}
-	phosimg_device here[PHOSIMG_DEVICES_MAX];
-	uint32_t nhere = 0;
-	if (driver_devices(here, PHOSIMG_DEVICES_MAX, &nhere) || !nhere)
+	if (!p.nold)
+		return nmoves ? engine_fail(-EINVAL, err, errlen,
+					    "the image records no GPUs, so --device has nothing to move")
+			      : 0;
+	if (driver_devices(p.here, PHOSIMG_DEVICES_MAX, &p.nhere) || !p.nhere)
 		return engine_fail(-EIO, err, errlen, "cannot list this machine's GPUs");
-	/* The bytes the image holds on each of its GPUs. */
-	uint64_t bytes[PHOSIMG_DEVICES_MAX] = { 0 };
 	for (uint32_t i = 0; i < in->object_count; i++)
 		if (in->objects[i].device < PHOSIMG_DEVICES_MAX)
-			bytes[in->objects[i].device] += in->objects[i].size;
-	int dest[PHOSIMG_DEVICES_MAX]; /* index into here, or -1 */
-	bool taken[PHOSIMG_DEVICES_MAX] = { false };
-	for (uint32_t k = 0; k < nold; k++)
-		dest[k] = -1;
-	char a[48], b[48];
-	for (int i = 0; i < nmoves; i++) {
-		int k = find(old, nold, &from[i]), h = find(here, nhere, &to[i]);
-		ref_text(&from[i], a, sizeof(a));
-		ref_text(&to[i], b, sizeof(b));
-		if (k < 0)
-			return engine_fail(-EINVAL, err, errlen, "the image has no GPU %s (it has %u, ordinals 0 to %u)", a,
-					   nold, nold - 1);
-		if (h < 0)
-			return engine_fail(-ENODEV, err, errlen, "this machine has no GPU %s (it has %u, ordinals 0 to %u)",
-					   b, nhere, nhere - 1);
-		if (dest[k] >= 0)
-			return engine_fail(-EINVAL, err, errlen, "the image's GPU %s is moved twice", a);
-		if (taken[h])
-			return engine_fail(-EINVAL, err, errlen, "two of the image's GPUs are moved onto GPU %s", b);
-		if (strcmp(old[k].name, here[h].name))
-			return engine_fail(-EINVAL, err, errlen,
-					   "GPU %s is an %s, but the image's GPU %s was an %s: the driver restores only onto the same chip",
-					   b, here[h].name, a, old[k].name);
-		dest[k] = h;
-		taken[h] = true;
-	}
-	/* The rest: the same GPU if it is here and free, else one of its chip. */
-	for (uint32_t k = 0; k < nold; k++) {
-		if (dest[k] >= 0)
-			continue;
-		gpu_ref self = { .ordinal = -1 };
-		memcpy(self.uuid, old[k].uuid, 16);
-		int h = find(here, nhere, &self);
-		if (h >= 0 && !taken[h]) {
-			dest[k] = h;
-			taken[h] = true;
-		}
-	}
-	for (uint32_t k = 0; k < nold; k++) {
-		if (dest[k] >= 0)
-			continue;
-		int h = -1;
-		if (old[k].ordinal < nhere && !taken[old[k].ordinal] && !strcmp(here[old[k].ordinal].name, old[k].name))
-			h = (int)old[k].ordinal;
-		for (uint32_t j = 0; h < 0 && j < nhere; j++)
-			if (!taken[j] && !strcmp(here[j].name, old[k].name))
-				h = (int)j;
-		if (h >= 0) {
-			dest[k] = h;
-			taken[h] = true;
-		} else if (bytes[old[k].ordinal < PHOSIMG_DEVICES_MAX ? old[k].ordinal : 0]) {
-			uuid_text(old[k].uuid, a);
-			return engine_fail(-ENODEV, err, errlen,
-					   "the image's GPU %u (%s, %s) holds device memory, and this machine has no free %s: "
-					   "name a GPU for it with --device %u=NEW",
-					   old[k].ordinal, old[k].name, a, old[k].name, old[k].ordinal);
-		}
-	}
+			p.bytes[in->objects[i].device] += in->objects[i].size;
+	int e = place_asked(&p, from, to, nmoves, err, errlen);
+	if (!e)
+		e = place_rest(&p, err, errlen);
+	if (e)
+		return e;
 	bool moved = nmoves > 0;
-	for (uint32_t k = 0; k < nold; k++)
-		if (dest[k] >= 0 && memcmp(here[dest[k]].uuid, old[k].uuid, 16))
+	for (uint32_t k = 0; k < p.nold; k++)
+		if (p.dest[k] >= 0 && memcmp(p.here[p.dest[k]].uuid, p.old[k].uuid, 16))
 			moved = true;
-	if (!moved)
-		return 0;
-	map->pairs = true;
-	size_t at = 0;
-	for (uint32_t k = 0; k < nold; k++) {
-		if (dest[k] < 0)
-			continue;
-		map->to[k] = (int)here[dest[k]].ordinal;
-		memcpy(map->old[map->npairs], old[k].uuid, 16);
-		memcpy(map->now[map->npairs], here[dest[k]].uuid, 16);
-		map->npairs++;
-		uuid_text(old[k].uuid, a);
-		uuid_text(here[dest[k]].uuid, b);
-		if (desc && at < desclen) {
-			int w = snprintf(desc + at, desclen - at, "%s%u (%s) -> %u (%s)", at ? ", " : "", old[k].ordinal,
-					 a, here[dest[k]].ordinal, b);
-			at += w > 0 ? (size_t)w : 0;
-		}
-	}
+	if (moved)
+		pairs_of(&p, map, desc, desclen);
 	return 0;
 }

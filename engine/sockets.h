@@ -1,14 +1,13 @@
 /*
  * Listening abstract unix sockets of an image whose names are taken on
  * this machine, such as the CUDA driver's of an original that still runs
- * beside its clone (internal to restore/; sockets.c says how).
+ * beside its clone (sockets.c says how).
  */
-#ifndef PHOS_RESTORE_SOCKETS_H
-#define PHOS_RESTORE_SOCKETS_H
+#ifndef PHOS_ENGINE_SOCKETS_H
+#define PHOS_ENGINE_SOCKETS_H
 
 #include <stddef.h>
 
-#include "../engine/engine.h"
 
 /* Looks through the CRIU images in dir for listening abstract sockets
  * whose names are bound here. If there are any (*renamed of them), makes
@@ -17,10 +16,10 @@
  * not changed. Errors: -errno of reading dir/files.img or making out,
  * -EBADMSG (files.img is not CRIU's), -EADDRINUSE (no free name); err
  * says which. */
-int restore_sockets(const char *dir, const char *work, char *out, size_t outlen, int *renamed, char *err,
+int engine_sockets(const char *dir, const char *work, char *out, size_t outlen, int *renamed, char *err,
 		    size_t errlen);
 
-/* Removes the folder restore_sockets made (out "" or NULL: nothing). */
-void restore_sockets_end(const char *out);
+/* Removes the folder engine_sockets made (out "" or NULL: nothing). */
+void engine_sockets_end(const char *out);
 
 #endif

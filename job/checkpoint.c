@@ -1,0 +1,182 @@
+/*
+ * A checkpoint (checkpoint.h; doc/ARCHITECTURE.md, "The checkpoint
+ * protocols"): the shared stall of stall.c, with each protocol's own
+ * short sequence around it.
+ *
+ *   stop:   enter (park) · copy starts · freeze (lock, dump) · the copy
+ *           is off the GPU · leave (unpark) · staging drains into the
+ *           image
+ *   cow:    enter · freeze · CoW tables and shadow pools · leave, with
+ *           the tables · the copy, while the processes run
+ *   recopy: track and copy while the processes run · enter · the copy
+ *           of what was written starts, CoW-protected · freeze · leave,
+ *           with the tables · the copy ends
+ *
+ * Then, for all three: release the device memory, publish, free. A
+ * checkpoint that kills the tree takes stop's sequence (recopy's, with
+ * nothing protected).
+ *
+ * The cut of an NCCL job belongs to the stall: a step in stall_enter
+ * before its members park, undone in stall_leave.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "stall.h"
+
+/* What the copy out is told, whichever protocol runs it. */
+static void copy_opts(ckpt *k)
+{
+	k->co = (engine_copy_opts){ .chunk = k->chunk,
+				    .staging = k->staging.buf,
+				    .staging_bytes = k->staging.bytes,
+				    .t1_ns = k->t0,
+				    .recopy = k->recopy ? &k->rc : NULL,
+				    .cow = k->protect ? &k->tables : NULL };
+}
+
+/* The parked memory is the job's now, and no process runs on it, so its
+ * copy off the GPU starts at once and runs under the driver's checkpoint
+ * and CRIU's dump. */
+static int copy_start(ckpt *k, char *err, size_t errlen)
+{
+	copy_opts(k);
+	if (!k->parked.n)
+		return 0;
+	engine_step(k->prog, STEP_COPY);
+	int e = engine_copy_begin(&k->parked, k->w, &k->co, k->prog, &k->copy, err, errlen);
+	/* recopy: what the final stall copies; the rest came from staging. */
+	if (!e && k->recopy)
+		atomic_store(&k->prog->recopy_dirty,
+			     atomic_load(&k->prog->total) - atomic_load(&k->prog->recopy_clean));
+	return e;
+}
+
+/* stop: waits until the memory is off the GPU (staging holds what the
+ * store has not taken yet). */
+static int copy_off(ckpt *k, char *err, size_t errlen)
+{
+	if (!k->copy)
+		return 0;
+	engine_step(k->prog, STEP_COPY);
+	if (!engine_copy_wait_off(k->copy))
+		return 0;
+	int e = engine_copy_end(k->copy, err, errlen);
+	k->copy = NULL;
+	return e;
+}
+
+/* The copy's end, after the stall: stop's staged memory drains into the
+ * image, recopy's protected copy ends. e is the checkpoint's result so
+ * far, back whether its processes run again. */
+static int copy_drain(ckpt *k, int e, bool back, char *err, size_t errlen)
+{
+	if (!k->copy)
+		return e;
+	engine_step(k->prog, k->protect ? STEP_COPY : STEP_DRAIN);
+	char cerr[ENGINE_ERR_MAX] = "";
+	int ce = engine_copy_end(k->copy, cerr, sizeof(cerr));
+	k->copy = NULL;
+	/* A full store fails CRIU's dump as well (its files go there too,
+	 * while the copy runs): then the copy says the cause, unless the
+	 * processes could not be brought back, which says more. */
+	if (ce && (!e || ((ce == -ENOSPC || ce == -EDQUOT) && back))) {
+		e = ce;
+		snprintf(err, errlen, "%s", cerr);
+	}
+	return e;
+}
+
+/* stop (t1), and a checkpoint that kills: the memory is off the GPU
+ * before the processes run again. */
+static int run_stop(ckpt *k, char *err, size_t errlen)
+{
+	int e = stall_enter(k, err, errlen);
+	if (!e)
+		e = copy_start(k, err, errlen);
+	if (!e)
+		e = stall_freeze(k, err, errlen);
+	if (!e)
+		e = copy_off(k, err, errlen);
+	bool back = false;
+	e = stall_leave(k, e, &back, err, errlen);
+	return copy_drain(k, e, back, err, errlen);
+}
+
+/* cow (t1): the processes run again right after the dump, with a CoW
+ * table and shadow pool each, and their memory is copied while they
+ * run. */
+static int run_cow(ckpt *k, char *err, size_t errlen)
+{
+	int e = stall_enter(k, err, errlen);
+	if (!e)
+		e = stall_freeze(k, err, errlen);
+	if (!e)
+		e = engine_cow_prepare(&k->tables, &k->parked, k->chunk, k->a->shadow_pool, COW_MODE_COW, err, errlen);
+	bool back = false;
+	e = stall_leave(k, e, &back, err, errlen);
+	if (!e) {
+		engine_step(k->prog, STEP_COPY);
+		copy_opts(k);
+		k->co.cow = &k->tables;
+		e = engine_copy_out(&k->parked, k->w, &k->co, k->prog, err, errlen);
+	}
+	engine_cow_stats(&k->tables, k->prog);
+	return e;
+}
+
+/* recopy (t2): the processes run on, their writes tracked, while what
+ * they do not write is copied; then the final stall copies only what
+ * was written meanwhile. What is not off the GPU when they run again is
+ * copy-on-write (protected), so the final stall waits neither for the
+ * bus nor, past staging, for the store. */
+static int run_recopy(ckpt *k, char *err, size_t errlen)
+{
+	k->meta.t1_ns = engine_clock_ns(CLOCK_REALTIME); /* tracking starts */
+	engine_step(k->prog, STEP_TRACK);
+	int e = engine_recopy_track(&k->rc, k->a->traced, k->a->ntraced, k->chunk, err, errlen);
+	if (!e)
+		e = engine_recopy_copy(&k->rc, k->staging.buf, k->staging.bytes, k->prog, err, errlen);
+	/* The tree may have changed while it ran: the final stall takes it
+	 * as it is now. */
+	if (!e)
+		e = stall_retree(k, err, errlen);
+	if (e)
+		return e; /* nothing was stopped */
+	e = stall_enter(k, err, errlen);
+	k->protect = !k->a->kill && k->parked.n;
+	if (!e && k->protect)
+		e = engine_cow_prepare(&k->tables, &k->parked, k->chunk, k->a->shadow_pool, COW_MODE_COW, err, errlen);
+	if (!e)
+		e = copy_start(k, err, errlen);
+	if (!e)
+		e = stall_freeze(k, err, errlen);
+	if (!e && !k->protect)
+		e = copy_off(k, err, errlen);
+	/* A copy that failed already is not protected. */
+	if (!e && k->copy && k->protect && engine_copy_error(k->copy)) {
+		e = engine_copy_end(k->copy, err, errlen);
+		k->copy = NULL;
+	}
+	bool back = false;
+	e = stall_leave(k, e, &back, err, errlen);
+	e = copy_drain(k, e, back, err, errlen);
+	if (k->protect)
+		engine_cow_stats(&k->tables, k->prog);
+	return e;
+}
+
+int checkpoint_run(const checkpoint_args *a, char *err, size_t errlen)
+{
+	ckpt k = { 0 };
+	int e = stall_begin(&k, a, err, errlen);
+	if (!e)
+		e = k.recopy ? run_recopy(&k, err, errlen) : k.cow ? run_cow(&k, err, errlen) : run_stop(&k, err, errlen);
+	stall_release(&k);
+	if (!e)
+		e = stall_publish(&k, err, errlen);
+	stall_free(&k);
+	return e;
+}

@@ -1,0 +1,83 @@
+/*
+ * The stall every checkpoint protocol shares (stall.c; internal to
+ * job/): quiesce and park, driver lock and checkpoint, CRIU's dump, and
+ * one way back (stall_leave) and one undo (stall_free), as CRIU's
+ * cr_dump_finish. checkpoint.c strings them together with each
+ * protocol's own part.
+ */
+#ifndef PHOS_JOB_STALL_H
+#define PHOS_JOB_STALL_H
+
+#include "checkpoint.h"
+
+/* What each member of the tree went through, so that exactly that is
+ * undone. */
+typedef struct member_state {
+	bool locked, checkpointed, parked;
+	pid_t tid; /* a traced member's control thread */
+} member_state;
+
+/* A checkpoint under way: what its steps share, and what stall_free
+ * undoes, whatever step it failed at. */
+typedef struct ckpt {
+	const checkpoint_args *a;
+	engine_progress *prog;
+	bool recopy, cow;  /* the protocol, as it applies to this tree */
+	bool protect;      /* recopy: what is not off the GPU at unpark is CoW */
+	bool dumped;       /* CRIU dumped the tree */
+	uint32_t chunk;
+	phosimg_member *m; /* the tree, and what each member went through */
+	member_state *ms;
+	uint32_t n;
+	phosimg_meta meta;
+	char *cmdline;     /* meta's */
+	phosimg_device devs[PHOSIMG_DEVICES_MAX];
+	engine_staging staging;
+	phosimg_writer *w;
+	engine_parked parked;
+	engine_cow tables;
+	engine_recopy rc;
+	engine_copy_opts co;
+	engine_copy *copy;
+	uint64_t t0;       /* the stall's start */
+} ckpt;
+
+/* 0. Before the stall: the tree, its description, the protocol as it
+ * applies to it (k->cow, k->recopy), the staging pool (pinning is slow)
+ * and the image's writer. Errors: driver_open's, -ESRCH (the process is
+ * gone), -EOPNOTSUPP (a TCP connection leaves the tree), -ENOMEM, the
+ * staging pool's and the writer's; err says which. */
+int stall_begin(ckpt *k, const checkpoint_args *a, char *err, size_t errlen);
+
+/* Takes the tree again as it is now (it ran since stall_begin). Errors:
+ * as stall_begin's. */
+int stall_retree(ckpt *k, char *err, size_t errlen);
+
+/* 1-2. The stall begins (k->t0): the image is described, and every
+ * traced member parks, parents first. From here stall_leave must run.
+ * Errors: engine_park's, -ENOMEM, the writer's. */
+int stall_enter(ckpt *k, char *err, size_t errlen);
+
+/* 3-4. Every CUDA member is locked, and only then checkpointed in the
+ * driver; then CRIU dumps the tree. Errors: the driver's and
+ * criu_dump's (-EIO, -ETIMEDOUT), with err. */
+int stall_freeze(ckpt *k, char *err, size_t errlen);
+
+/* 6-7. The stall ends: every live member is brought back to running,
+ * whatever happened before (e, the checkpoint's result so far); with no
+ * error, with its CoW table if the protocol made one. Returns the
+ * checkpoint's result; *back says whether bringing them back worked. */
+int stall_leave(ckpt *k, int e, bool *back, char *err, size_t errlen);
+
+/* Lets go of the device memory, the tables and the staging pool (again:
+ * nothing). */
+void stall_release(ckpt *k);
+
+/* 9. Publishes the image. Errors: the writer's (-ENOSPC, -EIO, …). */
+int stall_publish(ckpt *k, char *err, size_t errlen);
+
+/* The one undo: frees what the checkpoint holds; the image is thrown
+ * away unless it was published. */
+void stall_free(ckpt *k);
+
+#endif
