@@ -31,34 +31,14 @@
 #include "../common/cow.h"
 #include "tracer.h"
 
-#define WAIT_SLICE_NS 50000000L /* re-check the job this often while waiting */
-
-/* `table` is read without the lock on the fast path; the rest is guarded
- * by lock (readers: calls protecting chunks; writer: begin and drop). */
-static pthread_rwlock_t lock = PTHREAD_RWLOCK_INITIALIZER;
-static _Atomic(cow_header *) table;
-static uint64_t table_bytes;
+/* The table; the pool and shadow_on are guarded by its lock too. */
+static tr_table tab = TR_TABLE_INIT;
 static CUdeviceptr pool_va;
 static CUmemGenericAllocationHandle pool_h;
 /* Per chunk: the stream its shadow copy was queued on, encoded as the
  * handle + 1 (0: none yet). A write on that stream runs after the copy;
  * a write on another one waits until the copy is done. */
 static _Atomic uintptr_t *shadow_on;
-static int job_fd = -1; /* a pidfd of the copying job: readable once it ended */
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-static void bump(cow_header *t)
-{
-	atomic_fetch_add(&t->progress, 1);
-	if (atomic_load(&t->waiters))
-		cow_futex_wake(&t->progress);
-}
 
 /* Whether the copy still runs. */
 static bool running(cow_header *t)
@@ -70,11 +50,7 @@ static bool running(cow_header *t)
  * will move any more, so it is marked ended. Whether it had ended. */
 static bool job_ended(cow_header *t)
 {
-	struct pollfd pf = { job_fd, POLLIN, 0 };
-	if (job_fd >= 0 && poll(&pf, 1, 0) == 1 && atomic_exchange(&t->active, 0)) {
-		tr_log("the checkpoint's copy (phosfs job %d) is gone: writes go on unprotected", (int)t->job);
-		bump(t);
-	}
+	table_job_gone(&tab, t, "the checkpoint's copy", "writes go on unprotected");
 	return !running(t);
 }
 
@@ -82,9 +58,7 @@ static bool job_ended(cow_header *t)
  * checks that the copy's job still runs). */
 static void wait_progress(cow_header *t, uint32_t seen)
 {
-	atomic_fetch_add(&t->waiters, 1);
-	cow_futex_wait(&t->progress, seen, WAIT_SLICE_NS);
-	atomic_fetch_sub(&t->waiters, 1);
+	table_wait(t, seen);
 	if (atomic_load(&t->progress) == seen)
 		job_ended(t);
 }
@@ -97,9 +71,9 @@ static void shadow_done(void *arg)
 	while ((s & COW_STATE_MASK) == COW_SHADOWING &&
 	       !atomic_compare_exchange_weak(c, &s, (s & ~COW_STATE_MASK) | COW_SHADOWED))
 		;
-	cow_header *t = atomic_load(&table);
+	cow_header *t = atomic_load(&tab.t);
 	if (t)
-		bump(t);
+		table_bump(t);
 }
 
 static uint32_t take_slot(cow_header *t)
@@ -167,29 +141,29 @@ static void protect(cow_header *t, const cow_object *o, uint64_t c, CUstream s)
 				 * slot for good. */
 				tr_log("a CoW shadow copy failed (error %d): the call waits for the copy", (int)r);
 				atomic_store(st, v);
-				bump(t);
+				table_bump(t);
 			}
 		}
 		if (state == COW_PENDING && !(v & COW_URGENT)) {
 			if (atomic_compare_exchange_strong(st, &v, v | COW_URGENT)) {
 				atomic_fetch_add(&t->urgent, 1);
-				bump(t);
+				table_bump(t);
 			}
 			continue;
 		}
 		if (!waited_from)
-			waited_from = now_ns();
+			waited_from = table_now_ns();
 		wait_progress(t, seen);
 	}
 	if (waited_from) {
 		atomic_fetch_add(&t->waits, 1);
-		atomic_fetch_add(&t->wait_ns, now_ns() - waited_from);
+		atomic_fetch_add(&t->wait_ns, table_now_ns() - waited_from);
 	}
 }
 
 bool cow_active(void)
 {
-	return atomic_load_explicit(&table, memory_order_acquire) != NULL;
+	return atomic_load_explicit(&tab.t, memory_order_acquire) != NULL;
 }
 
 /* Whether s is capturing a graph: its work runs at the graph's launch,
@@ -217,21 +191,12 @@ void cow_before_write(uint64_t addr, uint64_t len, CUstream s)
 	 * safety net holds (CoW) or marks everything (TRACK). */
 	if (capturing(s))
 		return;
-	pthread_rwlock_rdlock(&lock);
-	cow_header *t = atomic_load(&table);
+	pthread_rwlock_rdlock(&tab.lock);
+	cow_header *t = atomic_load(&tab.t);
 	if (t && atomic_load(&t->active)) {
 		const cow_object *objs = cow_objects(t);
-		/* The first object that ends above addr. */
-		uint32_t lo = 0, hi = t->nobjs;
-		while (lo < hi) {
-			uint32_t mid = (lo + hi) / 2;
-			if (objs[mid].va + objs[mid].size <= addr)
-				lo = mid + 1;
-			else
-				hi = mid;
-		}
 		uint64_t end = addr + len;
-		for (uint32_t i = lo; i < t->nobjs && objs[i].va < end; i++) {
+		for (uint32_t i = table_first_above(t, addr); i < t->nobjs && objs[i].va < end; i++) {
 			const cow_object *o = &objs[i];
 			if (atomic_load(&o->freed))
 				continue;
@@ -245,15 +210,15 @@ void cow_before_write(uint64_t addr, uint64_t len, CUstream s)
 				protect(t, o, o->first + c, s);
 		}
 	}
-	pthread_rwlock_unlock(&lock);
+	pthread_rwlock_unlock(&tab.lock);
 }
 
 void cow_net(kernel_info *k)
 {
 	if (!cow_active())
 		return;
-	pthread_rwlock_rdlock(&lock);
-	cow_header *t = atomic_load(&table);
+	pthread_rwlock_rdlock(&tab.lock);
+	cow_header *t = atomic_load(&tab.t);
 	uint64_t from = 0;
 	if (t && t->mode == COW_MODE_TRACK) {
 		/* Whatever it writes, the final stall copies everything again. */
@@ -265,36 +230,27 @@ void cow_net(kernel_info *k)
 		if (atomic_load(&t->off) >= t->nchunks)
 			break;
 		if (!from)
-			from = now_ns();
+			from = table_now_ns();
 		wait_progress(t, seen);
 	}
 	if (from) {
-		uint64_t ns = now_ns() - from;
+		uint64_t ns = table_now_ns() - from;
 		atomic_fetch_add(&t->net_waits, 1);
 		atomic_fetch_add(&t->net_wait_ns, ns);
 		if (k)
 			atomic_fetch_add_explicit(&k->net_waits, 1, memory_order_relaxed);
 	}
-	pthread_rwlock_unlock(&lock);
+	pthread_rwlock_unlock(&tab.lock);
 }
 
 void cow_freed(uint64_t va, uint64_t size)
 {
-	if (!cow_active())
-		return;
-	pthread_rwlock_rdlock(&lock);
-	cow_header *t = atomic_load(&table);
-	for (uint32_t i = 0; t && i < t->nobjs; i++) {
-		cow_object *o = &cow_objects(t)[i];
-		if (o->va < va + size && va < o->va + o->size)
-			atomic_store(&o->freed, 1);
-	}
-	pthread_rwlock_unlock(&lock);
+	table_freed(&tab, va, size);
 }
 
 void cow_transfer(int delta)
 {
-	cow_header *t = atomic_load_explicit(&table, memory_order_acquire);
+	cow_header *t = atomic_load_explicit(&tab.t, memory_order_acquire);
 	if (t)
 		atomic_fetch_add_explicit(&t->pcie_pending, (uint32_t)delta, memory_order_relaxed);
 }
@@ -305,7 +261,7 @@ static void drop_locked(void)
 	REAL(CUresult, cuMemUnmap, (CUdeviceptr, size_t));
 	REAL(CUresult, cuMemAddressFree, (CUdeviceptr, size_t));
 	REAL(CUresult, cuMemRelease, (CUmemGenericAllocationHandle));
-	cow_header *t = atomic_exchange(&table, NULL);
+	cow_header *t = atomic_load(&tab.t);
 	if (!t)
 		return;
 	if (pool_va) {
@@ -318,10 +274,7 @@ static void drop_locked(void)
 	pool_h = 0;
 	free(shadow_on);
 	shadow_on = NULL;
-	if (job_fd >= 0)
-		close(job_fd);
-	job_fd = -1;
-	munmap(t, table_bytes);
+	table_drop_locked(&tab);
 }
 
 /* Whether a shadow copy is still queued (its host function not run). */
@@ -344,11 +297,11 @@ static void *reaper(void *arg)
 	for (;;) {
 		uint32_t seen = atomic_load(&t->progress);
 		if (!running(t) && !shadowing(t)) {
-			pthread_rwlock_wrlock(&lock);
+			pthread_rwlock_wrlock(&tab.lock);
 			bool idle = !shadowing(t);
-			if (idle && atomic_load(&table) == t)
+			if (idle && atomic_load(&tab.t) == t)
 				drop_locked();
-			pthread_rwlock_unlock(&lock);
+			pthread_rwlock_unlock(&tab.lock);
 			if (idle)
 				return NULL;
 		}
@@ -359,11 +312,11 @@ static void *reaper(void *arg)
 /* Waits up to ms for the reaper to drop the last table. */
 static bool dropped(int ms)
 {
-	for (int i = 0; i < ms && atomic_load(&table); i++) {
+	for (int i = 0; i < ms && atomic_load(&tab.t); i++) {
 		struct timespec ts = { 0, 1000000 };
 		nanosleep(&ts, NULL);
 	}
-	return !atomic_load(&table);
+	return !atomic_load(&tab.t);
 }
 
 int cow_begin(const wire_cow *c, const int *fds, int nfds)
@@ -373,13 +326,14 @@ int cow_begin(const wire_cow *c, const int *fds, int nfds)
 	REAL(CUresult, cuMemAddressReserve, (CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long));
 	REAL(CUresult, cuMemMap, (CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long));
 	REAL(CUresult, cuMemSetAccess, (CUdeviceptr, size_t, const CUmemAccessDesc *, size_t));
-	if (nfds < 2 || (c->pool_bytes && nfds < 3) || c->table_bytes < sizeof(cow_header))
+	if (nfds < 2 || (c->pool_bytes && nfds < 3))
 		return -EPROTO;
-	void *p = mmap(NULL, c->table_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fds[0], 0);
-	if (p == MAP_FAILED)
-		return -errno;
-	cow_header *t = p;
-	if (t->magic != COW_MAGIC || t->version != COW_VERSION || t->mode > COW_MODE_TRACK ||
+	cow_header *t;
+	int e = table_map(c, fds[0], &t);
+	if (e)
+		return e;
+	void *p = t;
+	if (t->mode > COW_MODE_TRACK ||
 	    (t->mode == COW_MODE_TRACK && c->pool_bytes) ||
 	    cow_table_bytes(t->nobjs, t->nchunks, t->nslots) > c->table_bytes || !t->chunk ||
 	    t->pool_bytes != c->pool_bytes || (uint64_t)t->nslots * t->chunk > t->pool_bytes) {
@@ -391,11 +345,10 @@ int cow_begin(const wire_cow *c, const int *fds, int nfds)
 		munmap(p, c->table_bytes);
 		return -EBUSY;
 	}
-	pthread_rwlock_wrlock(&lock);
-	int e = 0;
+	pthread_rwlock_wrlock(&tab.lock);
 	shadow_on = calloc(t->nchunks ? t->nchunks : 1, sizeof(*shadow_on));
 	if (!shadow_on) {
-		pthread_rwlock_unlock(&lock);
+		pthread_rwlock_unlock(&tab.lock);
 		munmap(p, c->table_bytes);
 		return -ENOMEM;
 	}
@@ -427,16 +380,14 @@ int cow_begin(const wire_cow *c, const int *fds, int nfds)
 		t->nslots = 0;
 		e = 0;
 	}
-	table_bytes = c->table_bytes;
-	job_fd = fcntl(fds[1], F_DUPFD_CLOEXEC, 3);
-	atomic_store_explicit(&table, t, memory_order_release);
-	pthread_rwlock_unlock(&lock);
+	table_hold(&tab, t, c->table_bytes, fds[1]);
+	pthread_rwlock_unlock(&tab.lock);
 	pthread_t th;
 	if (pthread_create(&th, NULL, reaper, t) != 0) {
 		/* Nobody would drop it: take no part in this copy. */
-		pthread_rwlock_wrlock(&lock);
+		pthread_rwlock_wrlock(&tab.lock);
 		drop_locked();
-		pthread_rwlock_unlock(&lock);
+		pthread_rwlock_unlock(&tab.lock);
 		return -EAGAIN;
 	}
 	pthread_detach(th);
@@ -447,45 +398,40 @@ void cow_forget(void)
 {
 	/* A forked child: the parent's copy is not its own; the mappings of
 	 * the table go with the child's address space. */
-	cow_header *t = atomic_exchange(&table, NULL);
-	if (t)
-		munmap(t, table_bytes);
+	table_drop_locked(&tab);
 	free(shadow_on);
 	shadow_on = NULL;
-	if (job_fd >= 0)
-		close(job_fd);
-	job_fd = -1;
 	pool_va = 0;
 	pool_h = 0;
 }
 
 bool cow_tracking(void)
 {
-	pthread_rwlock_rdlock(&lock);
-	cow_header *t = atomic_load(&table);
+	pthread_rwlock_rdlock(&tab.lock);
+	cow_header *t = atomic_load(&tab.t);
 	bool track = t && t->mode == COW_MODE_TRACK && running(t);
-	pthread_rwlock_unlock(&lock);
+	pthread_rwlock_unlock(&tab.lock);
 	return track;
 }
 
 int cow_track_end(void)
 {
-	pthread_rwlock_rdlock(&lock);
-	cow_header *t = atomic_load(&table);
+	pthread_rwlock_rdlock(&tab.lock);
+	cow_header *t = atomic_load(&tab.t);
 	if (t && t->mode == COW_MODE_TRACK && atomic_exchange(&t->active, 0))
-		bump(t);
-	pthread_rwlock_unlock(&lock);
+		table_bump(t);
+	pthread_rwlock_unlock(&tab.lock);
 	return dropped(5000) ? 0 : -EBUSY;
 }
 
 int cow_settle(void)
 {
-	pthread_rwlock_rdlock(&lock);
-	cow_header *t = atomic_load(&table);
+	pthread_rwlock_rdlock(&tab.lock);
+	cow_header *t = atomic_load(&tab.t);
 	/* (A job killed a moment ago: its copy has ended, though the
 	 * reaper may not have seen it yet.) */
 	bool busy = t && running(t) && !job_ended(t);
-	pthread_rwlock_unlock(&lock);
+	pthread_rwlock_unlock(&tab.lock);
 	if (busy)
 		return -EBUSY;
 	/* Ended: its reaper drops it once its shadow copies are done. */

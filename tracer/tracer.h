@@ -21,6 +21,7 @@
 
 #include <cuda.h>
 
+#include "../common/cow.h"
 #include "../common/cubin.h"
 #include "../common/wire.h"
 
@@ -222,6 +223,44 @@ static inline CUstream tr_stream_of(const char *name, CUstream s)
 	bool per_thread = n > 5 && (!__builtin_strcmp(name + n - 5, "_ptsz") || !__builtin_strcmp(name + n - 5, "_ptds"));
 	return s ? s : per_thread ? CU_STREAM_PER_THREAD : NULL;
 }
+
+/* table.c: what cow.c and lazy.c share. A table a job handed this
+ * process (common/cow.h), and what guards it. */
+typedef struct tr_table {
+	/* Readers: calls that look the table up; writer: begin and drop. */
+	pthread_rwlock_t lock;
+	/* Read without the lock on the fast path; the mapping lives until
+	 * table_drop_locked, under the lock held for writing, so a reader
+	 * holding it for reading may use the table. */
+	_Atomic(cow_header *) t;
+	uint64_t bytes; /* guarded by lock: the mapping's size */
+	int job_fd;     /* guarded by lock: a pidfd of the job, readable once it ended */
+} tr_table;
+#define TR_TABLE_INIT { .lock = PTHREAD_RWLOCK_INITIALIZER, .t = NULL, .bytes = 0, .job_fd = -1 }
+/* CLOCK_MONOTONIC, in ns. */
+uint64_t table_now_ns(void);
+/* The table moved on: its progress counter goes up, and waiters wake. */
+void table_bump(cow_header *t);
+/* Sleeps until t's progress moves from seen, or a slice (50 ms) passes. */
+void table_wait(cow_header *t, uint32_t seen);
+/* Maps the table of c from fd, and checks its magic and version. Errors:
+ * -EPROTO (too small, or not a table of this version), errno of mmap. */
+int table_map(const wire_cow *c, int fd, cow_header **out);
+/* Holds t (bytes long) in tb, with a copy of the job's pidfd; tb's lock
+ * held for writing. */
+void table_hold(tr_table *tb, cow_header *t, uint64_t bytes, int job_fd);
+/* Whether t's job is gone (its pidfd is readable) and was still marked
+ * active: then it is marked ended, waiters wake, and the log says
+ * "WHAT (phosfs job N) is gone: SO". tb's lock held for reading. */
+bool table_job_gone(tr_table *tb, cow_header *t, const char *what, const char *so);
+/* The first object of t that ends above addr (objects sorted by VA). */
+uint32_t table_first_above(const cow_header *t, uint64_t addr);
+/* The application freed or unmapped [va, va+size): the objects there are
+ * marked freed, and waiters wake. */
+void table_freed(tr_table *tb, uint64_t va, uint64_t size);
+/* Unmaps tb's table and closes the job's pidfd; tb's lock held for
+ * writing, or in a forked child, where no other thread runs. */
+void table_drop_locked(tr_table *tb);
 
 /* cow.c: copy-on-write while phosfs copies the t1 memory (common/cow.h). */
 /* Maps the table (fds[0]) and the shadow pool (fds[1]) of WIRE_COW and
