@@ -247,8 +247,8 @@ $(ENGINE_TESTS): $(ENGINE_OBJ)
 $(ENGINE_TESTS): TEST_OBJ = $(ENGINE_OBJ)
 # The job request's own test links what makes and checks one.
 REQUEST_TEST := $(BUILD)/tests/phosfs_job_refuses_a_malformed_request
-$(REQUEST_TEST): $(BUILD)/job/request.o $(BUILD)/engine/progress.o
-$(REQUEST_TEST): TEST_OBJ = $(BUILD)/job/request.o $(BUILD)/engine/progress.o
+$(REQUEST_TEST): $(BUILD)/job/request.o $(BUILD)/engine/progress.o $(BUILD)/engine/error.o
+$(REQUEST_TEST): TEST_OBJ = $(BUILD)/job/request.o $(BUILD)/engine/progress.o $(BUILD)/engine/error.o
 
 $(BUILD)/tests/%: tests/%.c $(wildcard tests/*.h) tests/simcuda/simcuda.h $(SIMCUDA_LIB) $(LIBPHOSIMG) $(LIBPHOS) $(WIRE_OBJ) | $(PHOSFS)
 	@mkdir -p $(@D)

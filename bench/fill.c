@@ -62,13 +62,13 @@ int main(int argc, char **argv)
 		fprintf(stderr, "usage: fill DIR THREADS...\n");
 		return 2;
 	}
-	char err[ENGINE_ERR_MAX] = "";
+	perr er = { 0 };
 	phosimg *img = NULL;
 	if (phosimg_open(argv[1], &img)) {
 		fprintf(stderr, "fill: %s\n", phosimg_last_error());
 		return 1;
 	}
-	if (driver_open(err, sizeof(err))) {
+	if (driver_open(&er)) {
 		fprintf(stderr, "fill: %s\n", err);
 		phosimg_close(img);
 		return 1;
@@ -89,7 +89,7 @@ int main(int argc, char **argv)
 			pthread_t th;
 			double t0 = now();
 			bool watching = pthread_create(&th, NULL, watcher, &w) == 0;
-			int e = engine_copy_in(img, NULL, NULL, threads, &out, &prog, err, sizeof(err));
+			int e = engine_copy_in(img, NULL, NULL, threads, &out, &prog, &er);
 			double t1 = now();
 			atomic_store(&w.stop, true);
 			if (watching)

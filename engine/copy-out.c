@@ -76,17 +76,22 @@ struct engine_copy {
 	uint64_t naside;
 	int copiers;
 	_Atomic int error;
-	char err[ENGINE_ERR_MAX];
+	perr err;          /* the first error; guarded by lock */
 	pthread_t th[COPIERS + WRITERS];
 	int nc, nw; /* copiers and writers started */
 };
 
-static void fail(outjob *j, int e, const char *msg)
+/* The copy failed with e, er saying why (NULL: nothing more): the first
+ * error is the copy's. */
+static void fail(outjob *j, int e, const perr *er)
 {
 	pthread_mutex_lock(&j->lock);
 	int none = 0;
-	if (atomic_compare_exchange_strong(&j->error, &none, e))
-		snprintf(j->err, sizeof(j->err), "%s", *msg ? msg : strerror(-e));
+	if (atomic_compare_exchange_strong(&j->error, &none, e)) {
+		if (er)
+			pr_copy(&j->err, er);
+		j->err.code = e;
+	}
 	pthread_cond_broadcast(&j->moved);
 	pthread_mutex_unlock(&j->lock);
 }
@@ -268,12 +273,12 @@ static void chunk_off(outjob *j, cow_header *t, _Atomic uint32_t *st, uint32_t s
 static void *copier(void *arg)
 {
 	outjob *j = arg;
-	char err[ENGINE_ERR_MAX] = "";
+	perr er = { 0 };
 	mapping_streams ss = { .dev = -1 };
 	int e = 0;
 	while (!e && !atomic_load(&j->error)) {
 		if (j->prog && atomic_load(&j->prog->cancel)) {
-			e = engine_fail(-ECANCELED, err, sizeof(err), "cancelled");
+			e = pr_err(&er, -ECANCELED, "cancelled");
 			break;
 		}
 		bool aside;
@@ -291,10 +296,9 @@ static void *copier(void *arg)
 		if (c) {
 			give_slot(j, slot);
 			if (c == -ESRCH)
-				e = engine_fail(c, err, sizeof(err), "process %d ended with a CoW shadow copy still queued",
-						(int)t->pid);
+				e = pr_err(&er, c, "process %d ended with a CoW shadow copy still queued", (int)t->pid);
 			else if (c < 0)
-				e = engine_fail(c, err, sizeof(err), "a CoW table holds a bad shadow slot");
+				e = pr_err(&er, c, "a CoW table holds a bad shadow slot");
 			continue;
 		}
 		int k = object_of(j, g);
@@ -302,7 +306,7 @@ static void *copier(void *arg)
 		uint64_t off = (g - j->first[k]) * j->chunk;
 		uint32_t len = m->len - off < j->chunk ? (uint32_t)(m->len - off) : j->chunk;
 		pause_for_app(j);
-		e = mapping_copy_out(&ss, m->device, j->pool + (uint64_t)slot * j->chunk, src, len, err, sizeof(err));
+		e = mapping_copy_out(&ss, m->device, j->pool + (uint64_t)slot * j->chunk, src, len, &er);
 		if (e) {
 			if (st) /* give the chunk back: the copy has failed anyway */
 				atomic_store(st, shadow == COW_NO_SLOT ? COW_PENDING
@@ -318,7 +322,7 @@ static void *copier(void *arg)
 	}
 	mapping_streams_free(&ss);
 	if (e)
-		fail(j, e, err);
+		fail(j, e, &er);
 	pthread_mutex_lock(&j->lock);
 	j->copiers--;
 	pthread_cond_broadcast(&j->moved);
@@ -344,10 +348,8 @@ static void *writer(void *arg)
 		if (!atomic_load(&j->error)) {
 			int e = phosimg_writer_put(j->w, it.obj, it.off, j->pool + (uint64_t)it.slot * j->chunk, it.len);
 			if (e) {
-				char msg[ENGINE_ERR_MAX];
-				snprintf(msg, sizeof(msg), "writing the image: %s",
-					 *phosimg_last_error() ? phosimg_last_error() : strerror(-e));
-				fail(j, e, msg);
+				perr er;
+				fail(j, pr_img(&er, e, "writing the image"), &er);
 			} else if (j->prog) {
 				atomic_fetch_add(&j->prog->done, it.len);
 				/* Puts finish out of order: the largest value seen wins. */
@@ -389,10 +391,10 @@ static int plan(outjob *j)
 	return 0;
 }
 
-int engine_staging_alloc(engine_staging *s, int fd, uint64_t want, uint32_t chunk, char *err, size_t errlen)
+int engine_staging_alloc(engine_staging *s, int fd, uint64_t want, uint32_t chunk, perr *er)
 {
 	memset(s, 0, sizeof(*s));
-	int e = driver_use(0, err, errlen);
+	int e = driver_use(0, er);
 	if (e)
 		return e;
 	uint64_t t0 = engine_now_ns(), min = 4ull * chunk;
@@ -417,7 +419,7 @@ int engine_staging_alloc(engine_staging *s, int fd, uint64_t want, uint32_t chun
 		}
 		s->buf = NULL;
 	}
-	return engine_fail(-ENOMEM, err, errlen, "cannot pin %llu MiB of host memory for staging",
+	return pr_err(er, -ENOMEM, "cannot pin %llu MiB of host memory for staging",
 			   (unsigned long long)(min >> 20));
 }
 
@@ -481,7 +483,7 @@ static int take_staged(outjob *j, const engine_recopy *r, bool *held, uint64_t *
 
 /* Adds each object to the image (its id into ids), maps it here, and
  * numbers its chunks (j->first). */
-static int add_objects(outjob *j, uint32_t *ids, char *err, size_t errlen)
+static int add_objects(outjob *j, uint32_t *ids, perr *er)
 {
 	const engine_parked *objs = j->objs;
 	for (int k = 0; k < j->n; k++) {
@@ -493,8 +495,8 @@ static int add_objects(outjob *j, uint32_t *ids, char *err, size_t errlen)
 		}
 		int e = phosimg_writer_add_object(j->w, &io, &ids[k]);
 		if (e)
-			return engine_fail(e, err, errlen, "adding an object to the image: %s", strerror(-e));
-		e = mapping_import(&j->maps[k], objs->fds[k], ob->size, (int)ob->device, err, errlen);
+			return pr_err(er, e, "adding an object to the image: %s", strerror(-e));
+		e = mapping_import(&j->maps[k], objs->fds[k], ob->size, (int)ob->device, er);
 		j->first[k + 1] = j->first[k] + (ob->size + j->chunk - 1) / j->chunk;
 		if (e)
 			return e;
@@ -517,36 +519,37 @@ static void start(outjob *j)
 	for (; j->nw < (j->nchunks ? WRITERS : 0); j->nw++)
 		if (pthread_create(&j->th[COPIERS + j->nw], NULL, writer, j))
 			break;
+	perr er;
 	if (j->nchunks && (!j->nc || !j->nw))
-		fail(j, -EAGAIN, "cannot start the copy threads");
+		fail(j, pr_err(&er, -EAGAIN, "cannot start the copy threads"), &er);
 }
 
 int engine_copy_begin(const engine_parked *objs, phosimg_writer *w, const engine_copy_opts *o, engine_progress *prog,
-		      engine_copy **out, char *err, size_t errlen)
+		      engine_copy **out, perr *er)
 {
 	*out = NULL;
 	int n = objs->n;
 	outjob *j = calloc(1, sizeof(*j));
 	if (!j)
-		return engine_fail(-ENOMEM, err, errlen, "out of memory");
+		return pr_err(er, -ENOMEM, "out of memory");
 	*j = (outjob){ .objs = objs, .w = w, .prog = prog, .cow = o->cow, .chunk = o->chunk, .t1_ns = o->t1_ns,
 		       .n = n, .pool = o->staging, .nslots = (uint32_t)(o->staging_bytes / o->chunk) };
 	mapping *maps = j->maps = calloc(n ? (size_t)n : 1, sizeof(*maps));
 	uint32_t *ids = calloc(n ? (size_t)n : 1, sizeof(*ids));
 	j->ids = ids;
 	j->first = calloc((size_t)n + 1, sizeof(*j->first));
-	int e = maps && ids && j->first ? 0 : engine_fail(-ENOMEM, err, errlen, "out of memory");
+	int e = maps && ids && j->first ? 0 : pr_err(er, -ENOMEM, "out of memory");
 	if (!e && (!j->pool || j->nslots < 2))
-		e = engine_fail(-EINVAL, err, errlen, "no staging memory for the copy");
+		e = pr_err(er, -EINVAL, "no staging memory for the copy");
 	if (!e)
-		e = add_objects(j, ids, err, errlen);
+		e = add_objects(j, ids, er);
 	j->nchunks = n && j->first ? j->first[n] : 0;
 	atomic_store(&j->left, j->nchunks);
 	j->free_slots = calloc(j->nslots ? j->nslots : 1, sizeof(*j->free_slots));
 	j->queue = calloc(j->nslots ? j->nslots : 1, sizeof(*j->queue));
 	j->aside = calloc(j->nchunks ? j->nchunks : 1, sizeof(*j->aside));
 	if (!e && (!j->free_slots || !j->queue || !j->aside || plan(j)))
-		e = engine_fail(-ENOMEM, err, errlen, "out of memory");
+		e = pr_err(er, -ENOMEM, "out of memory");
 	if (e) {
 		job_free(j);
 		return e;
@@ -561,7 +564,7 @@ int engine_copy_begin(const engine_parked *objs, phosimg_writer *w, const engine
 	if (e) {
 		free(held);
 		job_free(j);
-		return engine_fail(e, err, errlen, "out of memory");
+		return pr_err(er, e, "out of memory");
 	}
 	for (uint32_t sl = 0; sl < j->nslots; sl++)
 		if (!held[j->nslots - 1 - sl])
@@ -597,7 +600,8 @@ int engine_copy_wait_off(engine_copy *j)
 
 void engine_copy_cancel(engine_copy *j)
 {
-	fail(j, -ECANCELED, "cancelled: the checkpoint failed");
+	perr er;
+	fail(j, pr_err(&er, -ECANCELED, "cancelled: the checkpoint failed"), &er);
 }
 
 int engine_copy_error(engine_copy *j)
@@ -605,7 +609,7 @@ int engine_copy_error(engine_copy *j)
 	return atomic_load(&j->error);
 }
 
-int engine_copy_end(engine_copy *j, char *err, size_t errlen)
+int engine_copy_end(engine_copy *j, perr *er)
 {
 	for (int i = 0; i < j->nc; i++)
 		pthread_join(j->th[i], NULL);
@@ -618,9 +622,9 @@ int engine_copy_end(engine_copy *j, char *err, size_t errlen)
 		pthread_join(j->th[COPIERS + i], NULL);
 	int e = atomic_load(&j->error);
 	if (!e && atomic_load(&j->left))
-		e = engine_fail(-EIO, err, errlen, "%llu chunks were not copied", (unsigned long long)atomic_load(&j->left));
+		e = pr_err(er, -EIO, "%llu chunks were not copied", (unsigned long long)atomic_load(&j->left));
 	else if (e)
-		engine_fail(e, err, errlen, "%s", j->err);
+		pr_copy(er, &j->err);
 	if (j->cow)
 		engine_cow_end(j->cow);
 	pthread_cond_destroy(&j->moved);
@@ -630,9 +634,9 @@ int engine_copy_end(engine_copy *j, char *err, size_t errlen)
 }
 
 int engine_copy_out(const engine_parked *objs, phosimg_writer *w, const engine_copy_opts *o, engine_progress *prog,
-		    char *err, size_t errlen)
+		    perr *er)
 {
 	engine_copy *j;
-	int e = engine_copy_begin(objs, w, o, prog, &j, err, errlen);
-	return e ? e : engine_copy_end(j, err, errlen);
+	int e = engine_copy_begin(objs, w, o, prog, &j, er);
+	return e ? e : engine_copy_end(j, er);
 }

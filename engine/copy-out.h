@@ -38,19 +38,19 @@ typedef struct engine_copy_opts {
  * Once every chunk is off the GPU, the copy ends for the tracers.
  * Errors: -ECANCELED (prog->cancel), -EIO (driver), image errors. */
 int engine_copy_out(const engine_parked *objs, phosimg_writer *w, const engine_copy_opts *o, engine_progress *prog,
-		    char *err, size_t errlen);
+		    perr *er);
 
 /* The same in three steps, so that a stop checkpoint lets the process run
  * again once its memory is off the GPU: begin starts the threads (*out is
  * the copy; objs, w, the staging and the CoW tables must outlive it);
  * wait_off returns once every chunk is off the GPU (or the copy failed:
  * its error); end waits for the writers, frees the copy and returns its
- * error (err says what it was). */
+ * error (er says what it was). */
 typedef struct engine_copy engine_copy;
 int engine_copy_begin(const engine_parked *objs, phosimg_writer *w, const engine_copy_opts *o, engine_progress *prog,
-		      engine_copy **out, char *err, size_t errlen);
+		      engine_copy **out, perr *er);
 int engine_copy_wait_off(engine_copy *c);
-int engine_copy_end(engine_copy *c, char *err, size_t errlen);
+int engine_copy_end(engine_copy *c, perr *er);
 /* Stops a copy that is no longer wanted (the checkpoint failed under
  * it): no more chunks are taken or written, and engine_copy_end returns
  * once each thread has finished the chunk it was on, with -ECANCELED
@@ -71,7 +71,7 @@ typedef struct engine_staging {
  * 4 chunks) for copies: the pages of the staging memfd fd that phosfs made
  * once (mapped and registered with the driver), or where fd is -1 or
  * cannot be registered, new pinned memory. Errors: -ENOMEM. */
-int engine_staging_alloc(engine_staging *s, int fd, uint64_t want, uint32_t chunk, char *err, size_t errlen);
+int engine_staging_alloc(engine_staging *s, int fd, uint64_t want, uint32_t chunk, perr *er);
 /* Unpins and unmaps it (s is emptied). */
 void engine_staging_free(engine_staging *s);
 

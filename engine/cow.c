@@ -16,7 +16,7 @@
 #include "driver-api.h"
 
 /* Makes the pool: device memory the tracer imports and this job maps. */
-static int make_pool(engine_cow_member *m, uint64_t want, uint32_t chunk, char *err, size_t errlen)
+static int make_pool(engine_cow_member *m, uint64_t want, uint32_t chunk, perr *er)
 {
 	CUmemAllocationProp prop = { .type = CU_MEM_ALLOCATION_TYPE_PINNED,
 				     .requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
@@ -24,8 +24,8 @@ static int make_pool(engine_cow_member *m, uint64_t want, uint32_t chunk, char *
 	size_t gran = 0;
 	CUresult r = cu.cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
 	if (r || !gran)
-		return driver_fail(r ? r : CUDA_ERROR_UNKNOWN, err, errlen, "asking the allocation granularity");
-	int e = driver_use((int)m->pool_device, err, errlen);
+		return driver_fail(r ? r : CUDA_ERROR_UNKNOWN, er, "asking the allocation granularity");
+	int e = driver_use((int)m->pool_device, er);
 	if (e)
 		return e;
 	/* A GPU that is nearly full gets a smaller pool, or none. */
@@ -57,7 +57,7 @@ static int make_pool(engine_cow_member *m, uint64_t want, uint32_t chunk, char *
 	if (!r)
 		r = cu.cuMemSetAccess(m->pool_va, m->pool_bytes, &acc, 1);
 	m->pool_fd = fd;
-	return r ? driver_fail(r, err, errlen, "making the CoW shadow pool") : 0;
+	return r ? driver_fail(r, er, "making the CoW shadow pool") : 0;
 }
 
 static int by_va(const void *a, const void *b, void *arg)
@@ -69,11 +69,11 @@ static int by_va(const void *a, const void *b, void *arg)
 
 /* The table of one process: its objects are all[from, from+n). */
 static int make_table(engine_cow *c, engine_cow_member *m, const engine_parked *all, int from, int n, uint32_t chunk,
-		      uint64_t pool, uint32_t mode, char *err, size_t errlen)
+		      uint64_t pool, uint32_t mode, perr *er)
 {
 	int *idx = calloc((size_t)n, sizeof(*idx));
 	if (!idx)
-		return engine_fail(-ENOMEM, err, errlen, "out of memory");
+		return pr_err(er, -ENOMEM, "out of memory");
 	uint64_t nchunks = 0, bytes = 0, dev_bytes[PHOSIMG_DEVICES_MAX] = { 0 };
 	for (int i = 0; i < n; i++) {
 		const wire_object *o = &all->objs[from + i];
@@ -88,16 +88,16 @@ static int make_table(engine_cow *c, engine_cow_member *m, const engine_parked *
 		if (dev_bytes[d] > dev_bytes[m->pool_device])
 			m->pool_device = d;
 	m->pool_fd = -1;
-	int e = pool ? make_pool(m, pool < bytes ? pool : bytes, chunk, err, errlen) : 0;
+	int e = pool ? make_pool(m, pool < bytes ? pool : bytes, chunk, er) : 0;
 	uint32_t nslots = (uint32_t)(m->pool_bytes / chunk);
 	m->bytes = cow_table_bytes((uint32_t)n, nchunks, nslots);
 	m->fd = e ? -1 : memfd_create("phos-cow", MFD_CLOEXEC);
 	if (!e && m->fd < 0)
-		e = engine_fail(-errno, err, errlen, "cannot make the CoW table: %s", strerror(errno));
+		e = pr_err(er, -errno, "cannot make the CoW table: %s", strerror(errno));
 	void *p = MAP_FAILED;
 	if (!e && (ftruncate(m->fd, (off_t)m->bytes) != 0 ||
 		   (p = mmap(NULL, m->bytes, PROT_READ | PROT_WRITE, MAP_SHARED, m->fd, 0)) == MAP_FAILED))
-		e = engine_fail(-errno, err, errlen, "cannot map the CoW table: %s", strerror(errno));
+		e = pr_err(er, -errno, "cannot map the CoW table: %s", strerror(errno));
 	if (e) {
 		free(idx);
 		return e;
@@ -128,7 +128,7 @@ static int make_table(engine_cow *c, engine_cow_member *m, const engine_parked *
 }
 
 int engine_cow_prepare(engine_cow *c, const engine_parked *all, uint32_t chunk, uint64_t pool, uint32_t mode,
-		       char *err, size_t errlen)
+		       perr *er)
 {
 	memset(c, 0, sizeof(*c));
 	c->chunk = chunk;
@@ -137,7 +137,7 @@ int engine_cow_prepare(engine_cow *c, const engine_parked *all, uint32_t chunk, 
 	c->first_of = calloc(all->n ? (size_t)all->n : 1, sizeof(*c->first_of));
 	if (!c->m || !c->table_of || !c->first_of) {
 		engine_cow_free(c);
-		return engine_fail(-ENOMEM, err, errlen, "out of memory");
+		return pr_err(er, -ENOMEM, "out of memory");
 	}
 	int e = 0;
 	for (int from = 0; from < all->n && !e;) {
@@ -146,7 +146,7 @@ int engine_cow_prepare(engine_cow *c, const engine_parked *all, uint32_t chunk, 
 			n++;
 		engine_cow_member *m = &c->m[c->n++];
 		m->pid = all->pids[from];
-		e = make_table(c, m, all, from, n, chunk, pool, mode, err, errlen);
+		e = make_table(c, m, all, from, n, chunk, pool, mode, er);
 		from += n;
 	}
 	if (e)
@@ -219,7 +219,7 @@ void engine_cow_free(engine_cow *c)
 		if (m->pool_fd >= 0)
 			close(m->pool_fd);
 		if (m->pool_va) {
-			driver_use((int)m->pool_device, NULL, 0);
+			driver_use((int)m->pool_device, NULL);
 			cu.cuMemUnmap(m->pool_va, m->pool_bytes);
 			cu.cuMemAddressFree(m->pool_va, m->pool_bytes);
 		}

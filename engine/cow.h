@@ -40,9 +40,9 @@ typedef struct engine_cow {
  * pool of up to pool bytes (0: none) on the device where it has most
  * memory. A LAZY table has one state word per object (chunk unused).
  * Errors:
- * -ENOMEM, errno of memfd_create, -EIO (the driver; err says which call). */
+ * -ENOMEM, errno of memfd_create, -EIO (the driver; er says which call). */
 int engine_cow_prepare(engine_cow *c, const engine_parked *all, uint32_t chunk, uint64_t pool, uint32_t mode,
-		       char *err, size_t errlen);
+		       perr *er);
 /* pid's table, or NULL. */
 const engine_cow_member *engine_cow_of(const engine_cow *c, pid_t pid);
 /* The state word of chunk `chunk` of parked object k, and its table. */

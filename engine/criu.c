@@ -202,17 +202,16 @@ void criu_limits(char *out, size_t len)
 				   "(\"Can't get rlimit\"); run jobs as root or give phosfs that capability.");
 }
 
-static int run(const char *criu, char *const argv[], const char *log, const char *what, pid_t pid, char *err,
-	       size_t errlen)
+static int run(const char *criu, char *const argv[], const char *log, const char *what, pid_t pid, perr *er)
 {
 	int lfd = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
 	if (lfd < 0)
-		return engine_fail(-errno, err, errlen, "cannot open CRIU's log %s: %s", log, strerror(errno));
+		return pr_err(er, -errno, "cannot open CRIU's log %s: %s", log, strerror(errno));
 	pid_t c = fork();
 	if (c < 0) {
 		int e = -errno;
 		close(lfd);
-		return engine_fail(e, err, errlen, "cannot start criu: %s", strerror(-e));
+		return pr_err(er, e, "cannot start criu: %s", strerror(-e));
 	}
 	if (c == 0) {
 		int nul = open("/dev/null", O_RDONLY);
@@ -228,7 +227,7 @@ static int run(const char *criu, char *const argv[], const char *log, const char
 	int st;
 	while (waitpid(c, &st, 0) < 0)
 		if (errno != EINTR)
-			return engine_fail(-errno, err, errlen, "waiting for criu: %s", strerror(errno));
+			return pr_err(er, -errno, "waiting for criu: %s", strerror(errno));
 	if (WIFEXITED(st) && WEXITSTATUS(st) == 0)
 		return 0;
 	char why[1400];
@@ -236,7 +235,7 @@ static int run(const char *criu, char *const argv[], const char *log, const char
 	if (!*why)
 		snprintf(why, sizeof(why), "it logged no error, and %s %d", WIFSIGNALED(st) ? "was killed by signal" : "exited with status",
 			 WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
-	return engine_fail(-EIO, err, errlen, "criu %s failed: %s (log: %s)", what, why, log);
+	return pr_err(er, -EIO, "criu %s failed: %s (log: %s)", what, why, log);
 }
 
 /* Whether pid leads its own session: CRIU needs --shell-job otherwise. */
@@ -278,8 +277,7 @@ static bool has_mounts(const char *dir)
 /* Less free space than this in the store after a failed dump: it is full. */
 #define STORE_FULL_BYTES (1u << 20)
 
-int criu_dump(const char *criu, pid_t pid, const char *dir, bool kill, const char *log, char *err,
-	      size_t errlen)
+int criu_dump(const char *criu, pid_t pid, const char *dir, bool kill, const char *log, perr *er)
 {
 	char spid[16];
 	snprintf(spid, sizeof(spid), "%d", (int)pid);
@@ -315,25 +313,23 @@ int criu_dump(const char *criu, pid_t pid, const char *dir, bool kill, const cha
 		argv[n++] = (char *)engine_criu_plugins;
 	}
 	argv[n] = NULL;
-	int e = run(criu, argv, log, "dump", pid, err, errlen);
+	int e = run(criu, argv, log, "dump", pid, er);
 	/* A full store fails CRIU's writes; its log (on the same store) may
 	 * not say so. */
 	struct statvfs vs;
 	if (e == -EIO && statvfs(dir, &vs) == 0 && (uint64_t)vs.f_bavail * vs.f_frsize < STORE_FULL_BYTES) {
-		char was[ENGINE_ERR_MAX];
-		snprintf(was, sizeof(was), "%s", err);
-		e = engine_fail(-ENOSPC, err, errlen, "the store holding %s is full (%s): %s", dir, strerror(ENOSPC),
-				was);
+		char was[PERR_MAX];
+		snprintf(was, sizeof(was), "%s", er ? er->msg : "");
+		e = pr_err(er, -ENOSPC, "the store holding %s is full (%s): %s", dir, strerror(ENOSPC), was);
 	}
 	return e;
 }
 
-int criu_restore(const char *criu, const char *dir, const char *lazy_dir, const char *log, pid_t *root, char *err,
-		 size_t errlen)
+int criu_restore(const char *criu, const char *dir, const char *lazy_dir, const char *log, pid_t *root, perr *er)
 {
 	char pidfile[PATH_MAX];
 	if (snprintf(pidfile, sizeof(pidfile), "%s.pid", log) >= (int)sizeof(pidfile))
-		return engine_fail(-ENAMETOOLONG, err, errlen, "CRIU's log path %s is too long", log);
+		return pr_err(er, -ENAMETOOLONG, "CRIU's log path %s is too long", log);
 	unlink(pidfile);
 	/* room for every option below (21 at most) */
 	/* -v3: CRIU logs some causes of a failed restore at info level only. */
@@ -363,7 +359,7 @@ int criu_restore(const char *criu, const char *dir, const char *lazy_dir, const 
 		argv[n++] = EXTERNAL_MOUNTS;
 	}
 	argv[n] = NULL;
-	int e = run(criu, argv, log, "restore", 0, err, errlen);
+	int e = run(criu, argv, log, "restore", 0, er);
 	if (!lazy_dir) {
 		char stats[PATH_MAX + 32];
 		snprintf(stats, sizeof(stats), "%s/stats-restore", work);
@@ -378,24 +374,24 @@ int criu_restore(const char *criu, const char *dir, const char *lazy_dir, const 
 		fclose(f);
 	unlink(pidfile);
 	if (!e && pid <= 0)
-		e = engine_fail(-EIO, err, errlen, "criu restore succeeded but wrote no pid to %s", pidfile);
+		e = pr_err(er, -EIO, "criu restore succeeded but wrote no pid to %s", pidfile);
 	*root = pid;
 	return e;
 }
 
 int criu_pages_start(const char *criu, const char *dir, const char *work, const char *log, pid_t *daemon,
-		     char *err, size_t errlen)
+		     perr *er)
 {
 	*daemon = 0;
 	int ready[2];
 	if (pipe2(ready, O_CLOEXEC) != 0)
-		return engine_fail(-errno, err, errlen, "pipe: %s", strerror(errno));
+		return pr_err(er, -errno, "pipe: %s", strerror(errno));
 	pid_t c = fork();
 	if (c < 0) {
 		int e = -errno;
 		close(ready[0]);
 		close(ready[1]);
-		return engine_fail(e, err, errlen, "cannot start criu lazy-pages: %s", strerror(-e));
+		return pr_err(er, e, "cannot start criu lazy-pages: %s", strerror(-e));
 	}
 	if (c == 0) {
 		/* --status-fd: CRIU writes a byte there once it listens. */
@@ -424,21 +420,21 @@ int criu_pages_start(const char *criu, const char *dir, const char *work, const 
 		;
 	char why[1400];
 	criu_explain(log, 0, why, sizeof(why));
-	return engine_fail(-EIO, err, errlen, "criu lazy-pages did not start: %s (log: %s)",
+	return pr_err(er, -EIO, "criu lazy-pages did not start: %s (log: %s)",
 			   *why ? why : "no error logged", log);
 }
 
-int criu_pages_wait(pid_t daemon, const char *log, char *err, size_t errlen)
+int criu_pages_wait(pid_t daemon, const char *log, perr *er)
 {
 	int st;
 	while (waitpid(daemon, &st, 0) < 0)
 		if (errno != EINTR)
-			return engine_fail(-errno, err, errlen, "waiting for criu lazy-pages: %s", strerror(errno));
+			return pr_err(er, -errno, "waiting for criu lazy-pages: %s", strerror(errno));
 	if (WIFEXITED(st) && WEXITSTATUS(st) == 0)
 		return 0;
 	char why[1400];
 	criu_explain(log, 0, why, sizeof(why));
-	return engine_fail(-EIO, err, errlen, "criu lazy-pages failed (%s %d): %s (log: %s)",
+	return pr_err(er, -EIO, "criu lazy-pages failed (%s %d): %s (log: %s)",
 			   WIFSIGNALED(st) ? "killed by signal" : "exit status", WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st),
 			   *why ? why : "no error logged", log);
 }

@@ -9,36 +9,36 @@
 #include <stddef.h>
 #include <sys/types.h>
 
+#include "error.h"
+
 /* CRIU plugins (criu -L): phos's, for device files that forked children
  * of CUDA processes keep. NULL or "" for none. Set once, before jobs. */
 extern const char *engine_criu_plugins;
 
 /* Runs `criu dump` of pid's tree into dir, leaving it running unless
- * kill. CRIU's log goes to log. Errors: -EIO (err gives CRIU's first real
+ * kill. CRIU's log goes to log. Errors: -EIO (er gives CRIU's first real
  * error, what it names, and what to do), -ENOSPC (the store holding dir
  * was full when it failed). */
-int criu_dump(const char *criu, pid_t pid, const char *dir, bool kill, const char *log, char *err,
-	      size_t errlen);
+int criu_dump(const char *criu, pid_t pid, const char *dir, bool kill, const char *log, perr *er);
 
 /* Runs `criu restore` from dir, detached; *root is then the restored
  * tree's root as this (the host's) pid namespace sees it: its old pid, or
  * any, for a tree CRIU gave a pid namespace of its own. With lazy_dir (a
  * criu_pages_start's work directory), the tree runs before its CPU pages
  * are back. Errors as criu_dump, and -EIO when CRIU says no root. */
-int criu_restore(const char *criu, const char *dir, const char *lazy_dir, const char *log, pid_t *root, char *err,
-		 size_t errlen);
+int criu_restore(const char *criu, const char *dir, const char *lazy_dir, const char *log, pid_t *root, perr *er);
 
 /* Starts `criu lazy-pages` for the image in dir, with work directory
  * work (its socket; one per restore) and its log at log, and waits until
  * it listens. *daemon is its pid, for criu_pages_wait. Errors: -EIO (it
- * did not start; err gives its first error), fork's errno. */
+ * did not start; er gives its first error), fork's errno. */
 int criu_pages_start(const char *criu, const char *dir, const char *work, const char *log, pid_t *daemon,
-		     char *err, size_t errlen);
+		     perr *er);
 
 /* Waits until the lazy-pages daemon has given back every page and ended.
- * Errors: -EIO (it failed: pages it had not given back are lost; err
+ * Errors: -EIO (it failed: pages it had not given back are lost; er
  * gives its first error), waitpid's errno. */
-int criu_pages_wait(pid_t daemon, const char *log, char *err, size_t errlen);
+int criu_pages_wait(pid_t daemon, const char *log, perr *er);
 
 /* Turns CRIU's log into one sentence for people: its first real error
  * line (harmless warnings skipped), with what that line names and advice

@@ -59,7 +59,7 @@ extern struct driver_api cu;
 /* The driver's message for r. */
 const char *driver_error(CUresult r);
 
-/* Fills err with "<what> failed: <message>"; returns -EIO. */
-int driver_fail(CUresult r, char *err, size_t errlen, const char *what);
+/* Says in er "<what> failed: <message>"; returns -EIO. */
+int driver_fail(CUresult r, perr *er, const char *what);
 
 #endif

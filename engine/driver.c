@@ -97,15 +97,15 @@ const char *driver_error(CUresult r)
 	return "unknown CUDA error";
 }
 
-int driver_fail(CUresult r, char *err, size_t errlen, const char *what)
+int driver_fail(CUresult r, perr *er, const char *what)
 {
-	return engine_fail(-EIO, err, errlen, "%s failed: %s (CUDA error %d)", what, driver_error(r), (int)r);
+	return pr_err(er, -EIO, "%s failed: %s (CUDA error %d)", what, driver_error(r), (int)r);
 }
 
-int driver_use(int device, char *err, size_t errlen)
+int driver_use(int device, perr *er)
 {
 	if (device < 0 || device >= 64)
-		return engine_fail(-EINVAL, err, errlen, "device %d is out of range", device);
+		return pr_err(er, -EINVAL, "device %d is out of range", device);
 	pthread_mutex_lock(&ctx_lock);
 	CUresult r = CUDA_SUCCESS;
 	if (!ctxs[device]) {
@@ -118,15 +118,15 @@ int driver_use(int device, char *err, size_t errlen)
 	pthread_mutex_unlock(&ctx_lock);
 	if (!r)
 		r = cu.cuCtxSetCurrent(c);
-	return r ? driver_fail(r, err, errlen, "making a context on the device") : 0;
+	return r ? driver_fail(r, er, "making a context on the device") : 0;
 }
 
-int driver_open(char *err, size_t errlen)
+int driver_open(perr *er)
 {
 	pthread_once(&once, load);
 	if (load_error)
-		return engine_fail(load_error, err, errlen, "%s", load_msg);
-	return driver_use(0, err, errlen);
+		return pr_err(er, load_error, "%s", load_msg);
+	return driver_use(0, er);
 }
 
 int driver_process_state(pid_t pid, int *state)
@@ -141,17 +141,17 @@ int driver_process_state(pid_t pid, int *state)
 	return 0;
 }
 
-int driver_lock(pid_t pid, unsigned timeout_ms, char *err, size_t errlen)
+int driver_lock(pid_t pid, unsigned timeout_ms, perr *er)
 {
 	CUcheckpointLockArgs args = { .timeoutMs = timeout_ms };
 	CUresult r = cu.cuCheckpointProcessLock((int)pid, &args);
-	return r ? driver_fail(r, err, errlen, "driver lock") : 0;
+	return r ? driver_fail(r, er, "driver lock") : 0;
 }
 
-int driver_checkpoint(pid_t pid, char *err, size_t errlen)
+int driver_checkpoint(pid_t pid, perr *er)
 {
 	CUresult r = cu.cuCheckpointProcessCheckpoint((int)pid, NULL);
-	return r ? driver_fail(r, err, errlen, "driver checkpoint") : 0;
+	return r ? driver_fail(r, er, "driver checkpoint") : 0;
 }
 
 int engine_devmap_to(const engine_devmap *map, uint32_t k)
@@ -159,7 +159,7 @@ int engine_devmap_to(const engine_devmap *map, uint32_t k)
 	return map && k < map->n ? map->to[k] : (int)k;
 }
 
-int driver_restore(pid_t pid, const engine_devmap *map, char *err, size_t errlen)
+int driver_restore(pid_t pid, const engine_devmap *map, perr *er)
 {
 	CUcheckpointGpuPair pairs[PHOSIMG_DEVICES_MAX];
 	CUcheckpointRestoreArgs args;
@@ -172,13 +172,13 @@ int driver_restore(pid_t pid, const engine_devmap *map, char *err, size_t errlen
 	args.gpuPairs = pairs;
 	args.gpuPairsCount = with ? map->npairs : 0;
 	CUresult r = cu.cuCheckpointProcessRestore((int)pid, with ? &args : NULL);
-	return r ? driver_fail(r, err, errlen, with ? "driver restore onto the GPUs of gpuPairs" : "driver restore") : 0;
+	return r ? driver_fail(r, er, with ? "driver restore onto the GPUs of gpuPairs" : "driver restore") : 0;
 }
 
-int driver_unlock(pid_t pid, char *err, size_t errlen)
+int driver_unlock(pid_t pid, perr *er)
 {
 	CUresult r = cu.cuCheckpointProcessUnlock((int)pid, NULL);
-	return r ? driver_fail(r, err, errlen, "driver unlock") : 0;
+	return r ? driver_fail(r, er, "driver unlock") : 0;
 }
 
 int driver_devices(phosimg_device *out, uint32_t cap, uint32_t *n)

@@ -13,10 +13,11 @@
 #include <sys/types.h>
 
 #include "../image-format/phosimg.h"
+#include "error.h"
 
 /* Loads libcuda.so.1 and makes a context current on this thread.
  * Errors: -ENOSYS (no driver), -EIO (cuInit or the context failed). */
-int driver_open(char *err, size_t errlen);
+int driver_open(perr *er);
 
 /* A CUDA process's state under the driver's checkpoint API. */
 enum driver_state {
@@ -47,15 +48,15 @@ int engine_devmap_to(const engine_devmap *map, uint32_t k);
 
 /* cuCheckpointProcessLock / Checkpoint / Restore / Unlock on pid; restore
  * passes map's gpuPairs when it has them (map may be NULL).
- * Errors: -EIO with err naming the call and the driver's message. */
-int driver_lock(pid_t pid, unsigned timeout_ms, char *err, size_t errlen);
-int driver_checkpoint(pid_t pid, char *err, size_t errlen);
-int driver_restore(pid_t pid, const engine_devmap *map, char *err, size_t errlen);
-int driver_unlock(pid_t pid, char *err, size_t errlen);
+ * Errors: -EIO with er naming the call and the driver's message. */
+int driver_lock(pid_t pid, unsigned timeout_ms, perr *er);
+int driver_checkpoint(pid_t pid, perr *er);
+int driver_restore(pid_t pid, const engine_devmap *map, perr *er);
+int driver_unlock(pid_t pid, perr *er);
 
 /* Makes device's primary context current on this thread (after
  * driver_open). Errors: -EINVAL, -EIO. */
-int driver_use(int device, char *err, size_t errlen);
+int driver_use(int device, perr *er);
 
 /* Describes up to cap devices. Errors: -EIO. */
 int driver_devices(phosimg_device *out, uint32_t cap, uint32_t *n);

@@ -4,7 +4,8 @@
  * job layer's (job/). This header is the engine's whole contract: each
  * part has its own, one page each.
  *
- *   progress.h  a job's steps, progress, clocks and error messages
+ *   error.h     one way to report an error: pr_err, carried in a perr
+ *   progress.h  a job's steps, progress and clocks
  *   tree.h      the processes of a job, their TCP connections
  *   park.h      parking: the conversation with a traced process
  *   cow.h       the CoW, TRACK and LAZY tables and the shadow pool
@@ -22,8 +23,8 @@
  * for the process to connect again (engine_tracer).
  *
  * Functions return 0 or a negative errno. Where they fail for a reason a
- * person should read, they also fill `err` (a sentence without the
- * trailing period, e.g. "criu dump failed: …").
+ * person should read, they also say it in `er` (error.h: a sentence
+ * without the trailing period, e.g. "criu dump failed: …").
  */
 #ifndef PHOS_ENGINE_H
 #define PHOS_ENGINE_H
@@ -32,6 +33,7 @@
 #include "cow.h"
 #include "criu.h"
 #include "driver.h"
+#include "error.h"
 #include "fill.h"
 #include "park.h"
 #include "progress.h"

@@ -55,7 +55,7 @@ typedef struct pass {
 	_Atomic uint64_t next; /* the next chunk to take */
 	_Atomic int error;     /* the first error; the workers stop at it */
 	pthread_mutex_t lock;  /* guards err */
-	char err[ENGINE_ERR_MAX];
+	perr err;
 } pass;
 
 struct engine_filler {
@@ -103,17 +103,19 @@ static uint64_t chunks_of(uint64_t size, uint32_t cs)
 }
 
 /* Records a worker's error in p, unless an earlier one is there. */
-static void pass_fail(pass *p, int e, const char *err)
+static void pass_fail(pass *p, int e, const perr *er)
 {
 	pthread_mutex_lock(&p->lock);
 	int none = 0;
-	if (atomic_compare_exchange_strong(&p->error, &none, e))
-		snprintf(p->err, sizeof(p->err), "%s", *err ? err : strerror(-e));
+	if (atomic_compare_exchange_strong(&p->error, &none, e)) {
+		pr_copy(&p->err, er);
+		p->err.code = e;
+	}
 	pthread_mutex_unlock(&p->lock);
 }
 
 /* Waits for s's copy, if one is queued (polling when spin). */
-static int settle(engine_filler *f, slot *s, char *err, size_t errlen)
+static int settle(engine_filler *f, slot *s, perr *er)
 {
 	if (!s->busy)
 		return 0;
@@ -127,7 +129,7 @@ static int settle(engine_filler *f, slot *s, char *err, size_t errlen)
 		r = cu.cuEventSynchronize(s->done);
 	if (f->prog)
 		atomic_fetch_add(&f->prog->fill_wait_ns, engine_now_ns() - t0);
-	return r ? driver_fail(r, err, errlen, "copying the image to the device") : 0;
+	return r ? driver_fail(r, er, "copying the image to the device") : 0;
 }
 
 /* Makes s's pinned buffer of bytes and its event, where not yet made. */
@@ -140,14 +142,14 @@ static CUresult slot_make(slot *s, size_t bytes)
 }
 
 /* Queues the copy of len bytes of s to dst on l's stream. */
-static int queue(engine_filler *f, lane *l, slot *s, CUdeviceptr dst, size_t len, char *err, size_t errlen)
+static int queue(engine_filler *f, lane *l, slot *s, CUdeviceptr dst, size_t len, perr *er)
 {
 	uint64_t t0 = f->prog ? engine_now_ns() : 0;
 	CUresult r = cu.cuMemcpyHtoDAsync(dst, s->buf, len, l->stream);
 	if (!r && (r = cu.cuEventRecord(s->done, l->stream)) != CUDA_SUCCESS)
 		cu.cuStreamSynchronize(l->stream); /* the copy queued must end before its buffer is used again */
 	if (r)
-		return driver_fail(r, err, errlen, "copying the image to the device");
+		return driver_fail(r, er, "copying the image to the device");
 	s->busy = true;
 	if (f->prog) {
 		atomic_fetch_add(&f->prog->done, len);
@@ -156,10 +158,9 @@ static int queue(engine_filler *f, lane *l, slot *s, CUdeviceptr dst, size_t len
 	return 0;
 }
 
-static int read_failed(int e, char *err, size_t errlen)
+static int read_failed(int e, perr *er)
 {
-	return engine_fail(e, err, errlen, "reading the image: %s",
-			   *phosimg_last_error() ? phosimg_last_error() : strerror(-e));
+	return pr_img(er, e, "reading the image");
 }
 
 /* Copies chunk `index` of image object obj (len bytes) to dst: a raw one
@@ -167,34 +168,34 @@ static int read_failed(int e, char *err, size_t errlen)
  * checksum is known at its end, when its pieces are on their way: if it
  * does not match, the fill fails and the memory is not used. */
 static int fill(engine_filler *f, phosimg_stream *st, lane *l, uint32_t obj, uint64_t index, uint64_t len,
-		CUdeviceptr dst, char *err, size_t errlen)
+		CUdeviceptr dst, perr *er)
 {
 	uint32_t raw = 0;
 	uint64_t rd = 0;
 	int e = phosimg_stream_start(st, obj, index, &raw);
 	if (e == -ENOTSUP) {
 		slot *w = &l->slot[WHOLE];
-		e = settle(f, w, err, errlen);
+		e = settle(f, w, er);
 		if (e)
 			return e;
 		CUresult r = slot_make(w, f->cs);
 		if (r)
-			return driver_fail(r, err, errlen, "making pinned staging");
+			return driver_fail(r, er, "making pinned staging");
 		uint64_t t0 = f->prog ? engine_now_ns() : 0;
 		e = phosimg_read(f->img, obj, index * f->cs, w->buf, len);
 		if (e)
-			return read_failed(e, err, errlen);
+			return read_failed(e, er);
 		if (f->prog)
 			atomic_fetch_add(&f->prog->fill_read_ns, engine_now_ns() - t0);
-		return queue(f, l, w, dst, len, err, errlen);
+		return queue(f, l, w, dst, len, er);
 	}
 	if (!e && raw != len)
 		e = -EBADMSG;
 	if (e)
-		return read_failed(e, err, errlen);
+		return read_failed(e, er);
 	for (uint64_t at = 0; at < len && !e; at += f->piece) {
 		slot *s = &l->slot[l->turn++ % (uint64_t)f->pieces];
-		e = settle(f, s, err, errlen);
+		e = settle(f, s, er);
 		if (e)
 			break;
 		size_t n = len - at < f->piece ? (size_t)(len - at) : f->piece;
@@ -203,25 +204,25 @@ static int fill(engine_filler *f, phosimg_stream *st, lane *l, uint32_t obj, uin
 		if (f->prog)
 			rd += engine_now_ns() - r0;
 		if (e)
-			return read_failed(e, err, errlen);
-		e = queue(f, l, s, dst + at, n, err, errlen);
+			return read_failed(e, er);
+		e = queue(f, l, s, dst + at, n, er);
 	}
 	uint64_t r0 = f->prog ? engine_now_ns() : 0;
 	int ee = phosimg_stream_end(st);
 	if (f->prog)
 		atomic_fetch_add(&f->prog->fill_read_ns, rd + engine_now_ns() - r0);
 	if (!e && ee)
-		e = read_failed(ee, err, errlen);
+		e = read_failed(ee, er);
 	return e;
 }
 
 /* Makes l's stream and ring on the current device, where not yet made. */
-static int lane_make(engine_filler *f, lane *l, char *err, size_t errlen)
+static int lane_make(engine_filler *f, lane *l, perr *er)
 {
 	CUresult r = l->stream ? CUDA_SUCCESS : cu.cuStreamCreate(&l->stream, CU_STREAM_NON_BLOCKING);
 	for (int i = 0; i < f->pieces && !r; i++)
 		r = slot_make(&l->slot[i], f->piece);
-	return r ? driver_fail(r, err, errlen, "making pinned staging") : 0;
+	return r ? driver_fail(r, er, "making pinned staging") : 0;
 }
 
 /* Frees what lane_make and fill made of l. */
@@ -242,14 +243,14 @@ static void lane_free(lane *l)
  * p's device's lane. */
 static void run(engine_filler *f, pass *p, phosimg_stream *st, lane *l)
 {
-	char err[ENGINE_ERR_MAX] = "";
-	int e = driver_use(p->device, err, sizeof(err));
+	perr er = { 0 };
+	int e = driver_use(p->device, &er);
 	if (!e)
-		e = lane_make(f, l, err, sizeof(err));
+		e = lane_make(f, l, &er);
 	uint64_t total = p->first[p->n];
 	while (!e && !atomic_load(&p->error)) {
 		if (f->prog && atomic_load(&f->prog->cancel)) {
-			e = engine_fail(-ECANCELED, err, sizeof(err), "cancelled");
+			e = pr_err(&er, -ECANCELED, "cancelled");
 			break;
 		}
 		uint64_t g = atomic_fetch_add(&p->next, 1);
@@ -259,15 +260,15 @@ static void run(engine_filler *f, pass *p, phosimg_stream *st, lane *l)
 		const mapping *m = &p->maps[p->objs[i]];
 		uint64_t index = g - p->first[i], off = index * f->cs;
 		uint64_t len = m->len - off < f->cs ? m->len - off : f->cs;
-		e = fill(f, st, l, p->ids[p->objs[i]], index, len, m->va + off, err, sizeof(err));
+		e = fill(f, st, l, p->ids[p->objs[i]], index, len, m->va + off, &er);
 	}
 	/* Every copy queued ends before the pass does. */
 	for (int i = 0; i <= WHOLE; i++) {
-		int de = settle(f, &l->slot[i], e ? NULL : err, sizeof(err));
+		int de = settle(f, &l->slot[i], e ? NULL : &er);
 		e = e ? e : de;
 	}
 	if (e)
-		pass_fail(p, e, err);
+		pass_fail(p, e, &er);
 }
 
 /* A worker: runs each pass the filler starts, until it stops. */
@@ -287,12 +288,13 @@ static void *worker(void *arg)
 		pthread_mutex_unlock(&f->lock);
 		if (!p)
 			break;
+		perr er;
 		if (made)
-			pass_fail(p, made, "out of memory");
+			pass_fail(p, pr_err(&er, made, "out of memory"), &er);
 		else if (p->device >= 0 && p->device < PHOSIMG_DEVICES_MAX)
 			run(f, p, st, &lanes[p->device]);
 		else
-			pass_fail(p, -EINVAL, "a device out of range");
+			pass_fail(p, pr_err(&er, -EINVAL, "a device out of range"), &er);
 		pthread_mutex_lock(&f->lock);
 		if (--f->busy == 0)
 			pthread_cond_broadcast(&f->idle);
@@ -301,7 +303,7 @@ static void *worker(void *arg)
 	for (int d = 0; lanes && d < PHOSIMG_DEVICES_MAX; d++) {
 		if (!lanes[d].stream)
 			continue;
-		driver_use(d, NULL, 0);
+		driver_use(d, NULL);
 		lane_free(&lanes[d]);
 	}
 	free(lanes);
@@ -309,8 +311,7 @@ static void *worker(void *arg)
 	return NULL;
 }
 
-int engine_filler_start(phosimg *img, int threads, engine_progress *prog, engine_filler **out, char *err,
-			size_t errlen)
+int engine_filler_start(phosimg *img, int threads, engine_progress *prog, engine_filler **out, perr *er)
 {
 	if (threads <= 0) {
 		cpu_set_t set;
@@ -321,7 +322,7 @@ int engine_filler_start(phosimg *img, int threads, engine_progress *prog, engine
 		threads = ENGINE_FILL_THREADS_MAX;
 	engine_filler *f = calloc(1, sizeof(*f));
 	if (!f)
-		return engine_fail(-ENOMEM, err, errlen, "out of memory");
+		return pr_err(er, -ENOMEM, "out of memory");
 	f->img = img;
 	f->prog = prog;
 	f->cs = phosimg_get_info(img)->chunk_size;
@@ -347,7 +348,7 @@ int engine_filler_start(phosimg *img, int threads, engine_progress *prog, engine
 		int pe = pthread_create(&f->th[f->nth], NULL, worker, f);
 		if (pe) {
 			engine_filler_stop(f);
-			return engine_fail(-pe, err, errlen, "cannot start a copy thread: %s", strerror(pe));
+			return pr_err(er, -pe, "cannot start a copy thread: %s", strerror(pe));
 		}
 	}
 	*out = f;
@@ -371,7 +372,7 @@ void engine_filler_stop(engine_filler *f)
 }
 
 /* Runs pass p on every worker and waits for its end; its error. */
-static int run_pass(engine_filler *f, pass *p, char *err, size_t errlen)
+static int run_pass(engine_filler *f, pass *p, perr *er)
 {
 	pthread_mutex_init(&p->lock, NULL);
 	pthread_mutex_lock(&f->lock);
@@ -385,12 +386,12 @@ static int run_pass(engine_filler *f, pass *p, char *err, size_t errlen)
 	pthread_mutex_unlock(&f->lock);
 	pthread_mutex_destroy(&p->lock);
 	int e = atomic_load(&p->error);
-	return e ? engine_fail(e, err, errlen, "%s", p->err) : 0;
+	return e ? pr_copy(er, &p->err) : 0;
 }
 
 /* Fills every mapping (all of them already made) from the image, one
  * device at a time. */
-static int run_passes(engine_filler *f, const mapping *maps, const uint32_t *ids, int n, char *err, size_t errlen)
+static int run_passes(engine_filler *f, const mapping *maps, const uint32_t *ids, int n, perr *er)
 {
 	int *objs = calloc(n ? (size_t)n : 1, sizeof(*objs));
 	uint64_t *first = calloc((size_t)n + 1, sizeof(*first));
@@ -408,7 +409,7 @@ static int run_passes(engine_filler *f, const mapping *maps, const uint32_t *ids
 			first[p.n + 1] = first[p.n] + chunks_of(maps[j].len, f->cs);
 			p.n++;
 		}
-		e = run_pass(f, &p, err, errlen);
+		e = run_pass(f, &p, er);
 	}
 	free(objs);
 	free(first);
@@ -417,7 +418,7 @@ static int run_passes(engine_filler *f, const mapping *maps, const uint32_t *ids
 }
 
 /* Makes one allocation of at least size bytes on dev, exportable as an fd. */
-static int create(mapping *m, uint64_t size, int dev, char *err, size_t errlen)
+static int create(mapping *m, uint64_t size, int dev, perr *er)
 {
 	CUmemAllocationProp prop = { .type = CU_MEM_ALLOCATION_TYPE_PINNED,
 				     .requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
@@ -425,13 +426,13 @@ static int create(mapping *m, uint64_t size, int dev, char *err, size_t errlen)
 	size_t gran = 0;
 	CUresult r = cu.cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
 	if (r || !gran)
-		return driver_fail(r, err, errlen, "asking the allocation granularity");
+		return driver_fail(r, er, "asking the allocation granularity");
 	size_t bytes = (size + gran - 1) / gran * gran;
 	CUmemGenericAllocationHandle h;
 	r = cu.cuMemCreate(&h, bytes, &prop, 0);
 	if (r)
-		return driver_fail(r, err, errlen, "allocating device memory");
-	return mapping_map(m, h, bytes, dev, err, errlen);
+		return driver_fail(r, er, "allocating device memory");
+	return mapping_map(m, h, bytes, dev, er);
 }
 
 /* The record of image object o, as its tracer knows it. */
@@ -443,16 +444,16 @@ static wire_object record_of(const phosimg_object *o)
 }
 
 /* Exports m's memory as an fd (its device's context current). */
-static int export(const mapping *m, int *fd, char *err, size_t errlen)
+static int export(const mapping *m, int *fd, perr *er)
 {
 	*fd = -1;
-	int e = driver_use(m->device, err, errlen);
+	int e = driver_use(m->device, er);
 	CUresult r = e ? CUDA_SUCCESS : cu.cuMemExportToShareableHandle(fd, m->h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
-	return e ? e : r ? driver_fail(r, err, errlen, "exporting device memory") : 0;
+	return e ? e : r ? driver_fail(r, er, "exporting device memory") : 0;
 }
 
 int engine_copy_in(phosimg *img, const engine_devmap *map, const bool *sel, int threads, engine_parked *out,
-		   engine_progress *prog, char *err, size_t errlen)
+		   engine_progress *prog, perr *er)
 {
 	const phosimg_info *in = phosimg_get_info(img);
 	memset(out, 0, sizeof(*out));
@@ -466,7 +467,7 @@ int engine_copy_in(phosimg *img, const engine_devmap *map, const bool *sel, int 
 	uint32_t *ids = calloc(n ? (size_t)n : 1, sizeof(*ids));
 	int e = out->objs && out->fds && out->pids && maps && ids ? 0 : -ENOMEM;
 	if (e)
-		engine_fail(e, err, errlen, "out of memory");
+		pr_err(er, e, "out of memory");
 	out->cap = n;
 	for (int k = 0, i = 0; k < all && !e; k++) {
 		if (sel && !sel[k])
@@ -474,22 +475,22 @@ int engine_copy_in(phosimg *img, const engine_devmap *map, const bool *sel, int 
 		const phosimg_object *o = &in->objects[k];
 		ids[i] = (uint32_t)k;
 		int dev = engine_devmap_to(map, o->device);
-		e = driver_use(dev, err, errlen);
+		e = driver_use(dev, er);
 		if (!e)
-			e = create(&maps[i], o->size, dev, err, errlen);
+			e = create(&maps[i], o->size, dev, er);
 		/* The object's bytes, not the rounded-up allocation's. */
 		maps[i++].len = o->size;
 	}
 	engine_filler *f = NULL;
 	if (!e && n)
-		e = engine_filler_start(img, threads, prog, &f, err, errlen);
+		e = engine_filler_start(img, threads, prog, &f, er);
 	if (!e && n)
-		e = run_passes(f, maps, ids, n, err, errlen);
+		e = run_passes(f, maps, ids, n, er);
 	engine_filler_stop(f);
 	for (int i = 0; i < n && !e; i++) {
 		const phosimg_object *o = &in->objects[ids[i]];
 		int fd;
-		e = export(&maps[i], &fd, err, errlen);
+		e = export(&maps[i], &fd, er);
 		if (e)
 			break;
 		out->objs[i] = record_of(o);
@@ -507,25 +508,25 @@ int engine_copy_in(phosimg *img, const engine_devmap *map, const bool *sel, int 
 	return e;
 }
 
-int engine_fill_object(engine_filler *f, uint32_t k, int dev, wire_object *rec, int *fd, char *err, size_t errlen)
+int engine_fill_object(engine_filler *f, uint32_t k, int dev, wire_object *rec, int *fd, perr *er)
 {
 	const phosimg_info *in = phosimg_get_info(f->img);
 	*fd = -1;
 	if (k >= in->object_count)
-		return engine_fail(-EINVAL, err, errlen, "no object %u in the image", k);
+		return pr_err(er, -EINVAL, "no object %u in the image", k);
 	const phosimg_object *o = &in->objects[k];
 	mapping m = { 0 };
-	int e = driver_use(dev, err, errlen);
+	int e = driver_use(dev, er);
 	if (!e)
-		e = create(&m, o->size, dev, err, errlen);
+		e = create(&m, o->size, dev, er);
 	m.len = o->size;
 	int idx = 0;
 	uint64_t first[2] = { 0, chunks_of(o->size, f->cs) };
 	pass p = { .device = dev, .maps = &m, .ids = &k, .objs = &idx, .first = first, .n = 1 };
 	if (!e)
-		e = run_pass(f, &p, err, errlen);
+		e = run_pass(f, &p, er);
 	if (!e)
-		e = export(&m, fd, err, errlen);
+		e = export(&m, fd, er);
 	if (!e)
 		*rec = record_of(o);
 	mapping_unmap_all(&m, 1);

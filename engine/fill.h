@@ -23,9 +23,9 @@ typedef struct phosimg phosimg;
  * same ordinal), fills it from the image, and returns the records, fds
  * and pids in *out, ready for unpark; the records keep the process's own
  * device ordinals. Errors: -ENOMEM, -EIO (the driver), -ECANCELED, the
- * reader's (a chunk that does not check: -EBADMSG); err says which. */
+ * reader's (a chunk that does not check: -EBADMSG); er says which. */
 int engine_copy_in(phosimg *img, const engine_devmap *map, const bool *sel, int threads, engine_parked *out,
-		   engine_progress *prog, char *err, size_t errlen);
+		   engine_progress *prog, perr *er);
 
 /* Threads that fill device memory from an image, one object or device at
  * a time; they count the bytes in prog->done. */
@@ -34,12 +34,11 @@ typedef struct engine_filler engine_filler;
  * this process may run on where there are fewer; at most
  * ENGINE_FILL_THREADS_MAX), driver_open first; img must outlive them.
  * Errors: -ENOMEM, errno of pthread_create. */
-int engine_filler_start(phosimg *img, int threads, engine_progress *prog, engine_filler **out, char *err,
-			size_t errlen);
+int engine_filler_start(phosimg *img, int threads, engine_progress *prog, engine_filler **out, perr *er);
 /* Makes new memory for image object k on device dev, fills it, and
  * returns its record (as the tracer knows it) and an fd that holds it.
  * Errors: as engine_copy_in. */
-int engine_fill_object(engine_filler *f, uint32_t k, int dev, wire_object *rec, int *fd, char *err, size_t errlen);
+int engine_fill_object(engine_filler *f, uint32_t k, int dev, wire_object *rec, int *fd, perr *er);
 /* Stops the threads and frees f (NULL: nothing). */
 void engine_filler_stop(engine_filler *f);
 /* How the fill's workers run, for bench/fill to try other ways; set it

@@ -7,6 +7,7 @@
 #define PHOS_ENGINE_MAPPING_H
 
 #include "driver-api.h"
+#include "error.h"
 
 /* One object mapped in phosfs's context. */
 typedef struct mapping {
@@ -17,13 +18,12 @@ typedef struct mapping {
 	int device;
 } mapping;
 
-
 /* Maps handle h of size bytes on device dev at a new address (m takes h).
- * Errors: -EIO (err names the call). */
-int mapping_map(mapping *m, CUmemGenericAllocationHandle h, size_t size, int dev, char *err, size_t errlen);
+ * Errors: -EIO (er names the call). */
+int mapping_map(mapping *m, CUmemGenericAllocationHandle h, size_t size, int dev, perr *er);
 
 /* Imports the object fd of size bytes on dev and maps it. Errors: -EIO. */
-int mapping_import(mapping *m, int fd, size_t size, int dev, char *err, size_t errlen);
+int mapping_import(mapping *m, int fd, size_t size, int dev, perr *er);
 
 /* Which of n mappings cut into chunks holds global chunk g, where
  * first[i] counts the chunks of the mappings before i (ascending). */
@@ -42,8 +42,8 @@ typedef struct mapping_streams {
 
 /* Copies len bytes at src, device memory of dev, into host memory dst,
  * on this thread's stream of dev, and waits for it. Errors: -EINVAL, -EIO
- * (err names the call). */
-int mapping_copy_out(mapping_streams *ss, int dev, void *dst, CUdeviceptr src, size_t len, char *err, size_t errlen);
+ * (er names the call). */
+int mapping_copy_out(mapping_streams *ss, int dev, void *dst, CUdeviceptr src, size_t len, perr *er);
 
 /* Destroys the streams, each in its device's context. */
 void mapping_streams_free(mapping_streams *ss);

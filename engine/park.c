@@ -105,36 +105,35 @@ static int readable(int sock, int ms)
 }
 
 int engine_recv(pid_t pid, int conn, const char *what, wire_header *h, void *buf, size_t cap, int *fds, int *nfds,
-		char *err, size_t errlen)
+		perr *er)
 {
 	*nfds = 0;
 	int e = readable(conn, PARK_TIMEOUT_MS);
 	if (!e)
 		e = wire_recv(conn, h, buf, (uint32_t)cap - 1, fds, nfds);
 	if (e)
-		return engine_fail(e, err, errlen, "process %d did not answer %s: %s", (int)pid, what, strerror(-e));
+		return pr_err(er, e, "process %d did not answer %s: %s", (int)pid, what, strerror(-e));
 	if (h->type == WIRE_ERROR) {
 		((char *)buf)[h->length < cap - 1 ? h->length : cap - 1] = 0;
 		for (int i = 0; i < *nfds; i++)
 			close(fds[i]);
 		*nfds = 0;
-		return engine_fail(-EIO, err, errlen, "process %d did not %s: %s", (int)pid, what, (char *)buf);
+		return pr_err(er, -EIO, "process %d did not %s: %s", (int)pid, what, (char *)buf);
 	}
 	return 0;
 }
 
-int engine_collect(pid_t pid, int conn, uint16_t ask, uint16_t done, const char *what, engine_parked *out, char *err,
-		   size_t errlen)
+int engine_collect(pid_t pid, int conn, uint16_t ask, uint16_t done, const char *what, engine_parked *out, perr *er)
 {
 	static _Thread_local uint8_t buf[WIRE_MAX_PAYLOAD + 1];
 	memset(out, 0, sizeof(*out));
 	int e = wire_send(conn, ask, NULL, 0, 0, NULL, 0);
 	if (e)
-		return engine_fail(e, err, errlen, "cannot ask process %d to %s: %s", (int)pid, what, strerror(-e));
+		return pr_err(er, e, "cannot ask process %d to %s: %s", (int)pid, what, strerror(-e));
 	for (;;) {
 		wire_header h;
 		int fds[WIRE_MAX_FDS], nfds = 0;
-		e = engine_recv(pid, conn, what, &h, buf, sizeof(buf), fds, &nfds, err, errlen);
+		e = engine_recv(pid, conn, what, &h, buf, sizeof(buf), fds, &nfds, er);
 		if (e)
 			break;
 		if (h.type == done && !nfds)
@@ -143,7 +142,7 @@ int engine_collect(pid_t pid, int conn, uint16_t ask, uint16_t done, const char 
 			e = engine_parked_add(out, (const wire_object *)buf, fds, pid, nfds);
 			if (!e)
 				continue;
-			engine_fail(e, err, errlen, "out of memory");
+			pr_err(er, e, "out of memory");
 		} else if (h.type == WIRE_DEVICES && !nfds && h.length == h.count * sizeof(wire_device)) {
 			for (uint32_t i = 0; i < h.count; i++) {
 				wire_device d; /* (buf is not aligned for it) */
@@ -156,7 +155,7 @@ int engine_collect(pid_t pid, int conn, uint16_t ask, uint16_t done, const char 
 			}
 			continue;
 		} else {
-			e = engine_fail(-EPROTO, err, errlen, "the tracer answered %s with message %u", what, h.type);
+			e = pr_err(er, -EPROTO, "the tracer answered %s with message %u", what, h.type);
 		}
 		for (int i = 0; i < nfds; i++)
 			close(fds[i]);
@@ -166,29 +165,29 @@ int engine_collect(pid_t pid, int conn, uint16_t ask, uint16_t done, const char 
 	return e;
 }
 
-int engine_park(pid_t pid, int conn, engine_parked *out, char *err, size_t errlen)
+int engine_park(pid_t pid, int conn, engine_parked *out, perr *er)
 {
-	return engine_collect(pid, conn, WIRE_PARK, WIRE_PARKED, "park", out, err, errlen);
+	return engine_collect(pid, conn, WIRE_PARK, WIRE_PARKED, "park", out, er);
 }
 
 /* engine_unpark, and engine_unpark_lazy when keep is not NULL: cow is
  * then the LAZY table, and *keep the connection, kept open. */
 static int unpark(pid_t pid, pid_t tid, const engine_tracer *t, const engine_parked *objs,
-		  const engine_cow_member *cow, int *keep, char *err, size_t errlen)
+		  const engine_cow_member *cow, int *keep, perr *er)
 {
 	int e = t->expect(t->arg, pid);
 	if (e)
-		return engine_fail(e, err, errlen, "cannot wait for process %d: %s", (int)pid, strerror(-e));
+		return pr_err(er, e, "cannot wait for process %d: %s", (int)pid, strerror(-e));
 	e = wire_wake(pid, tid);
 	if (e) {
 		t->drop(t->arg, pid);
-		return engine_fail(e, err, errlen, "cannot wake process %d's tracer (thread %d): %s", (int)pid, (int)tid, strerror(-e));
+		return pr_err(er, e, "cannot wake process %d's tracer (thread %d): %s", (int)pid, (int)tid, strerror(-e));
 	}
 	int conn = -1;
 	e = t->await(t->arg, pid, RESUME_TIMEOUT_MS, &conn);
 	if (e) {
 		t->drop(t->arg, pid);
-		return engine_fail(e, err, errlen, "process %d did not come back to phosfs: %s", (int)pid, strerror(-e));
+		return pr_err(er, e, "process %d did not come back to phosfs: %s", (int)pid, strerror(-e));
 	}
 	const int per = 200;
 	for (int at = 0; !e && at < objs->n; at += per) {
@@ -218,16 +217,16 @@ static int unpark(pid_t pid, pid_t tid, const engine_tracer *t, const engine_par
 		close(fds[i]);
 	if (!e && h.type == WIRE_ERROR) {
 		buf[h.length < sizeof(buf) - 1 ? h.length : sizeof(buf) - 1] = 0;
-		e = engine_fail(-EIO, err, errlen, "the tracer did not unpark: %s", buf);
+		e = pr_err(er, -EIO, "the tracer did not unpark: %s", buf);
 	} else if (!e && h.type != WIRE_UNPARKED) {
-		e = engine_fail(-EPROTO, err, errlen, "the tracer answered UNPARK with message %u", h.type);
+		e = pr_err(er, -EPROTO, "the tracer answered UNPARK with message %u", h.type);
 	} else if (e) {
-		engine_fail(e, err, errlen, "unparking failed: %s", strerror(-e));
+		pr_err(er, e, "unparking failed: %s", strerror(-e));
 	}
 	if (!e && keep) {
 		*keep = fcntl(conn, F_DUPFD_CLOEXEC, 3);
 		if (*keep < 0)
-			e = engine_fail(-errno, err, errlen, "cannot keep process %d's connection: %s", (int)pid,
+			e = pr_err(er, -errno, "cannot keep process %d's connection: %s", (int)pid,
 					strerror(errno));
 	}
 	if (e)
@@ -238,16 +237,16 @@ static int unpark(pid_t pid, pid_t tid, const engine_tracer *t, const engine_par
 }
 
 int engine_unpark(pid_t pid, pid_t tid, const engine_tracer *t, const engine_parked *objs,
-		  const engine_cow_member *cow, char *err, size_t errlen)
+		  const engine_cow_member *cow, perr *er)
 {
-	return unpark(pid, tid, t, objs, cow, NULL, err, errlen);
+	return unpark(pid, tid, t, objs, cow, NULL, er);
 }
 
 int engine_unpark_lazy(pid_t pid, pid_t tid, const engine_tracer *t, const engine_parked *objs,
-		       const engine_cow_member *lazy, int *conn, char *err, size_t errlen)
+		       const engine_cow_member *lazy, int *conn, perr *er)
 {
 	*conn = -1;
-	return unpark(pid, tid, t, objs, lazy, conn, err, errlen);
+	return unpark(pid, tid, t, objs, lazy, conn, er);
 }
 
 /* Whether thread tid is the tracer's control thread, by its name. */

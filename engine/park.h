@@ -11,6 +11,7 @@
 
 #include "../common/wire.h"
 #include "../image-format/phosimg.h"
+#include "error.h"
 
 /* A process's CoW or LAZY table (cow.h). */
 typedef struct engine_cow_member engine_cow_member;
@@ -69,30 +70,29 @@ typedef struct engine_tracer {
 
 /* Sends PARK on conn and collects every object of process pid until
  * PARKED, into *out (emptied first). The tracer closes its end
- * afterwards. Errors: -EIO (the tracer refused: err says why), -EPROTO,
+ * afterwards. Errors: -EIO (the tracer refused: er says why), -EPROTO,
  * wire errors. */
-int engine_park(pid_t pid, int conn, engine_parked *out, char *err, size_t errlen);
+int engine_park(pid_t pid, int conn, engine_parked *out, perr *er);
 
 /* Sends ask (WIRE_PARK, WIRE_TRACK) on conn and collects every object of
  * process pid, and the GPUs it sees (WIRE_DEVICES), until done (WIRE_PARKED,
  * WIRE_TRACKED), into *out (emptied first). what names the request in
- * err. Errors: as engine_park. */
-int engine_collect(pid_t pid, int conn, uint16_t ask, uint16_t done, const char *what, engine_parked *out, char *err,
-		   size_t errlen);
+ * er. Errors: as engine_park. */
+int engine_collect(pid_t pid, int conn, uint16_t ask, uint16_t done, const char *what, engine_parked *out, perr *er);
 
 /* Receives one message from pid's tracer within the park timeout, into
- * h, buf (cap bytes) and fds (*nfds). Errors: -EIO when it is ERROR (err
+ * h, buf (cap bytes) and fds (*nfds). Errors: -EIO when it is ERROR (er
  * has the tracer's words, "process P did not WHAT: …"; its fds are
  * closed), -ETIMEDOUT and wire errors. */
 int engine_recv(pid_t pid, int conn, const char *what, wire_header *h, void *buf, size_t cap, int *fds, int *nfds,
-		char *err, size_t errlen);
+		perr *er);
 
 /* Wakes the parked process pid through its control thread tid, waits for
  * it to connect again, gives it the objects (the fds are sent, not
  * closed), and with cow (or NULL) its CoW table and pool, and waits until
- * it runs. Errors: -ETIMEDOUT, -EPROTO, -EIO (err says why). */
+ * it runs. Errors: -ETIMEDOUT, -EPROTO, -EIO (er says why). */
 int engine_unpark(pid_t pid, pid_t tid, const engine_tracer *t, const engine_parked *objs,
-		  const engine_cow_member *cow, char *err, size_t errlen);
+		  const engine_cow_member *cow, perr *er);
 
 /* The same for a lazy restore: the objects sent before the process runs
  * are objs, the rest are listed in the LAZY table lazy, and the
@@ -100,7 +100,7 @@ int engine_unpark(pid_t pid, pid_t tid, const engine_tracer *t, const engine_par
  * objects on as they are filled, then WIRE_END, and to close. Errors: as
  * engine_unpark. */
 int engine_unpark_lazy(pid_t pid, pid_t tid, const engine_tracer *t, const engine_parked *objs,
-		       const engine_cow_member *lazy, int *conn, char *err, size_t errlen);
+		       const engine_cow_member *lazy, int *conn, perr *er);
 
 /* The tid of pid's tracer control thread ("phos-control"), or -ESRCH. */
 pid_t engine_find_control_thread(pid_t pid);

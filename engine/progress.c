@@ -23,14 +23,3 @@ void engine_step(engine_progress *p, int step)
 	if (at && was > STEP_IDLE && was < STEP_DONE)
 		atomic_fetch_add(&p->step_ns[was], now - at);
 }
-
-int engine_fail(int e, char *err, size_t errlen, const char *fmt, ...)
-{
-	if (err && errlen) {
-		va_list ap;
-		va_start(ap, fmt);
-		vsnprintf(err, errlen, fmt, ap);
-		va_end(ap);
-	}
-	return e;
-}

@@ -1,7 +1,7 @@
 /*
- * A job's progress and errors (progress.c): the steps it goes through,
- * what status shows of it, the clocks it times them with, and how a
- * failure is put into words.
+ * A job's progress (progress.c): the steps it goes through, what status
+ * shows of it, and the clocks it times them with. Its errors are
+ * error.h's.
  */
 #ifndef PHOS_ENGINE_PROGRESS_H
 #define PHOS_ENGINE_PROGRESS_H
@@ -14,7 +14,9 @@
 #include <stdint.h>
 #include <time.h>
 
-#define ENGINE_ERR_MAX 512
+#include "error.h"
+
+#define ENGINE_ERR_MAX PERR_MAX          /* a job's message, as status shows it */
 #define ENGINE_SERVED_MAX 64             /* processes whose tracers a restore tells phosfs of */
 
 /* Where a job is; shown in status. */
@@ -120,8 +122,5 @@ static inline struct timespec engine_deadline(int ms)
  * leaves. STEP_DONE ends the accounting. */
 void engine_step(engine_progress *p, int step);
 
-/* Formats an error message into err (a sentence without the trailing
- * period); returns e. */
-int engine_fail(int e, char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
 #endif

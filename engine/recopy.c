@@ -27,31 +27,31 @@
 #define RESERVE_MIN 8
 
 /* TRACK: the objects of pid, still mapped in the process. */
-static int collect(pid_t pid, int conn, engine_parked *out, char *err, size_t errlen)
+static int collect(pid_t pid, int conn, engine_parked *out, perr *er)
 {
-	return engine_collect(pid, conn, WIRE_TRACK, WIRE_TRACKED, "track", out, err, errlen);
+	return engine_collect(pid, conn, WIRE_TRACK, WIRE_TRACKED, "track", out, er);
 }
 
 /* Sends pid its table; the process runs on, tracking. */
-static int start(pid_t pid, int conn, const engine_cow_member *m, char *err, size_t errlen)
+static int start(pid_t pid, int conn, const engine_cow_member *m, perr *er)
 {
 	wire_cow wc = { .table_bytes = m->bytes };
 	int self = (int)syscall(SYS_pidfd_open, getpid(), 0);
 	if (self < 0)
-		return engine_fail(-errno, err, errlen, "pidfd_open: %s", strerror(errno));
+		return pr_err(er, -errno, "pidfd_open: %s", strerror(errno));
 	int fds[2] = { m->fd, self };
 	int e = wire_send(conn, WIRE_COW, &wc, sizeof(wc), 1, fds, 2);
 	close(self);
 	if (e)
-		return engine_fail(e, err, errlen, "cannot send process %d its table: %s", (int)pid, strerror(-e));
+		return pr_err(er, e, "cannot send process %d its table: %s", (int)pid, strerror(-e));
 	char buf[512];
 	wire_header h;
 	int rfds[WIRE_MAX_FDS], nfds = 0;
-	e = engine_recv(pid, conn, "take its table", &h, buf, sizeof(buf), rfds, &nfds, err, errlen);
+	e = engine_recv(pid, conn, "take its table", &h, buf, sizeof(buf), rfds, &nfds, er);
 	for (int i = 0; i < nfds; i++)
 		close(rfds[i]);
 	if (!e && h.type != WIRE_UNPARKED)
-		e = engine_fail(-EPROTO, err, errlen, "the tracer answered the TRACK table with message %u", h.type);
+		e = pr_err(er, -EPROTO, "the tracer answered the TRACK table with message %u", h.type);
 	return e;
 }
 
@@ -59,11 +59,12 @@ static int start(pid_t pid, int conn, const engine_cow_member *m, char *err, siz
  * objects over run on without a table. */
 static void release(pid_t pid, int conn)
 {
-	char buf[512], err[ENGINE_ERR_MAX];
+	char buf[512];
+	perr er;
 	wire_header h;
 	int fds[WIRE_MAX_FDS], nfds = 0;
 	if (wire_send(conn, WIRE_END, NULL, 0, 0, NULL, 0) == 0)
-		engine_recv(pid, conn, "end tracking", &h, buf, sizeof(buf), fds, &nfds, err, sizeof(err));
+		engine_recv(pid, conn, "end tracking", &h, buf, sizeof(buf), fds, &nfds, &er);
 	for (int i = 0; i < nfds; i++)
 		close(fds[i]);
 }
@@ -100,28 +101,27 @@ static int adopt(engine_recopy *r, engine_parked *mine, engine_cow *c)
 
 /* Tracks one process: it is held (gate closed) only between its own
  * TRACK and its table. */
-static int track_one(engine_recopy *r, const engine_traced *tr, uint32_t chunk, char *err, size_t errlen)
+static int track_one(engine_recopy *r, const engine_traced *tr, uint32_t chunk, perr *er)
 {
 	engine_parked mine;
-	int e = collect(tr->pid, tr->conn, &mine, err, errlen);
+	int e = collect(tr->pid, tr->conn, &mine, er);
 	if (e)
 		return e;
 	engine_cow c = { 0 };
 	if (mine.n)
-		e = engine_cow_prepare(&c, &mine, chunk, 0, COW_MODE_TRACK, err, errlen);
+		e = engine_cow_prepare(&c, &mine, chunk, 0, COW_MODE_TRACK, er);
 	if (!e && mine.n)
-		e = start(tr->pid, tr->conn, &c.m[0], err, errlen);
+		e = start(tr->pid, tr->conn, &c.m[0], er);
 	else
 		release(tr->pid, tr->conn); /* nothing to track, or no table for it */
 	if (!e && mine.n && adopt(r, &mine, &c))
-		e = engine_fail(-ENOMEM, err, errlen, "out of memory");
+		e = pr_err(er, -ENOMEM, "out of memory");
 	engine_cow_free(&c); /* ends a table that was not adopted */
 	engine_parked_free(&mine);
 	return e;
 }
 
-int engine_recopy_track(engine_recopy *r, const engine_traced *traced, int ntraced, uint32_t chunk, char *err,
-			size_t errlen)
+int engine_recopy_track(engine_recopy *r, const engine_traced *traced, int ntraced, uint32_t chunk, perr *er)
 {
 	memset(r, 0, sizeof(*r));
 	r->chunk = chunk;
@@ -129,7 +129,7 @@ int engine_recopy_track(engine_recopy *r, const engine_traced *traced, int ntrac
 	int e = 0;
 	for (int t = 0; t < ntraced && !e; t++)
 		if (engine_alive(traced[t].pid)) /* one that left the tree is not waited for */
-			e = track_one(r, &traced[t], chunk, err, errlen);
+			e = track_one(r, &traced[t], chunk, er);
 	return e;
 }
 
@@ -142,7 +142,7 @@ typedef struct precopy {
 	_Atomic uint32_t next_slot;
 	_Atomic int error;
 	engine_progress *prog;
-	char err[ENGINE_ERR_MAX];
+	perr err;
 	pthread_mutex_t lock; /* guards err */
 } precopy;
 
@@ -151,7 +151,7 @@ static void *precopier(void *arg)
 	precopy *p = arg;
 	engine_recopy *r = p->r;
 	mapping_streams ss = { .dev = -1 };
-	char err[ENGINE_ERR_MAX] = "";
+	perr er = { 0 };
 	int e = 0;
 	for (;;) {
 		uint64_t g = atomic_fetch_add(&p->cursor, 1);
@@ -173,8 +173,7 @@ static void *precopier(void *arg)
 		const mapping *m = &p->maps[k];
 		uint64_t off = (g - r->first[k]) * r->chunk;
 		uint32_t len = m->len - off < r->chunk ? (uint32_t)(m->len - off) : r->chunk;
-		e = mapping_copy_out(&ss, m->device, p->staging + (uint64_t)slot * r->chunk, m->va + off, len, err,
-				     sizeof(err));
+		e = mapping_copy_out(&ss, m->device, p->staging + (uint64_t)slot * r->chunk, m->va + off, len, &er);
 		if (e)
 			break;
 		r->slot[g] = slot;
@@ -187,8 +186,10 @@ static void *precopier(void *arg)
 	if (e) {
 		int none = 0;
 		pthread_mutex_lock(&p->lock);
-		if (atomic_compare_exchange_strong(&p->error, &none, e))
-			memcpy(p->err, err, sizeof(err));
+		if (atomic_compare_exchange_strong(&p->error, &none, e)) {
+			pr_copy(&p->err, &er);
+			p->err.code = e;
+		}
 		pthread_mutex_unlock(&p->lock);
 	}
 	return NULL;
@@ -204,8 +205,7 @@ static int by_pid_va(const void *a, const void *b, void *arg)
 	return o->objs[x].va < o->objs[y].va ? -1 : o->objs[x].va > o->objs[y].va;
 }
 
-int engine_recopy_copy(engine_recopy *r, void *staging, uint64_t staging_bytes, engine_progress *prog, char *err,
-		       size_t errlen)
+int engine_recopy_copy(engine_recopy *r, void *staging, uint64_t staging_bytes, engine_progress *prog, perr *er)
 {
 	uint64_t t0 = engine_now_ns();
 	int n = r->objs.n;
@@ -213,7 +213,7 @@ int engine_recopy_copy(engine_recopy *r, void *staging, uint64_t staging_bytes, 
 	mapping *maps = calloc(n ? (size_t)n : 1, sizeof(*maps));
 	if (!r->first || !maps) {
 		free(maps);
-		return engine_fail(-ENOMEM, err, errlen, "out of memory");
+		return pr_err(er, -ENOMEM, "out of memory");
 	}
 	int e = 0, mapped = 0;
 	uint64_t bytes = 0;
@@ -226,13 +226,13 @@ int engine_recopy_copy(engine_recopy *r, void *staging, uint64_t staging_bytes, 
 	r->nchunks = r->first[n];
 	r->slot = malloc((r->nchunks ? r->nchunks : 1) * sizeof(*r->slot));
 	if (!r->slot)
-		e = engine_fail(-ENOMEM, err, errlen, "out of memory");
+		e = pr_err(er, -ENOMEM, "out of memory");
 	for (uint64_t g = 0; !e && g < r->nchunks; g++)
 		r->slot[g] = UINT32_MAX;
 	/* The objects by (pid, VA): the final stall looks each one up. */
 	r->order = malloc((n ? (size_t)n : 1) * sizeof(*r->order));
 	if (!e && !r->order)
-		e = engine_fail(-ENOMEM, err, errlen, "out of memory");
+		e = pr_err(er, -ENOMEM, "out of memory");
 	for (int k = 0; !e && k < n; k++)
 		r->order[k] = k;
 	if (!e)
@@ -240,7 +240,7 @@ int engine_recopy_copy(engine_recopy *r, void *staging, uint64_t staging_bytes, 
 	/* Each object's entry in its table, where the tracer marks it freed. */
 	r->co = calloc(n ? (size_t)n : 1, sizeof(*r->co));
 	if (!e && !r->co)
-		e = engine_fail(-ENOMEM, err, errlen, "out of memory");
+		e = pr_err(er, -ENOMEM, "out of memory");
 	for (int k = 0; k < n && !e; k++) {
 		cow_header *t;
 		engine_cow_chunk(&r->tables, k, 0, &t);
@@ -251,8 +251,7 @@ int engine_recopy_copy(engine_recopy *r, void *staging, uint64_t staging_bytes, 
 	/* The mappings hold the memory now: without the fds, an object the
 	 * process frees goes once this copy lets go of it. */
 	for (int k = 0; k < n && !e; k++, mapped++) {
-		e = mapping_import(&maps[k], r->objs.fds[k], r->objs.objs[k].size, (int)r->objs.objs[k].device, err,
-				   errlen);
+		e = mapping_import(&maps[k], r->objs.fds[k], r->objs.objs[k].size, (int)r->objs.objs[k].device, er);
 		close(r->objs.fds[k]);
 		r->objs.fds[k] = -1;
 	}
@@ -268,9 +267,9 @@ int engine_recopy_copy(engine_recopy *r, void *staging, uint64_t staging_bytes, 
 	for (int i = 0; i < started; i++)
 		pthread_join(th[i], NULL);
 	if (!e && atomic_load(&p.error))
-		e = engine_fail(atomic_load(&p.error), err, errlen, "%s", p.err);
+		e = pr_copy(er, &p.err);
 	if (!e && prog && atomic_load(&prog->cancel))
-		e = engine_fail(-ECANCELED, err, errlen, "cancelled");
+		e = pr_err(er, -ECANCELED, "cancelled");
 	pthread_mutex_destroy(&p.lock);
 	mapping_unmap_all(maps, mapped);
 	free(maps);

@@ -28,16 +28,14 @@ typedef struct engine_recopy {
 } engine_recopy;
 
 /* Asks every traced process to hand over its device memory and to run on
- * with a TRACK table. Errors: -EIO (a tracer refused; err says why),
+ * with a TRACK table. Errors: -EIO (a tracer refused; er says why),
  * -EPROTO, -ETIMEDOUT, -ENOMEM, those of engine_cow_prepare. After an
  * error, engine_recopy_free still ends what began. */
-int engine_recopy_track(engine_recopy *r, const engine_traced *traced, int ntraced, uint32_t chunk, char *err,
-			size_t errlen);
+int engine_recopy_track(engine_recopy *r, const engine_traced *traced, int ntraced, uint32_t chunk, perr *er);
 /* Copies every chunk not written since tracking began into staging, in
  * slots 0, 1, … (leaving a few free); what does not fit is left for the
  * final stall. Errors: -EIO (driver), -ECANCELED, -ENOMEM. */
-int engine_recopy_copy(engine_recopy *r, void *staging, uint64_t staging_bytes, engine_progress *prog, char *err,
-		       size_t errlen);
+int engine_recopy_copy(engine_recopy *r, void *staging, uint64_t staging_bytes, engine_progress *prog, perr *er);
 /* After the final park: which tracked object is object o of pid (the
  * same VA, size, device and kind), or -1. */
 int engine_recopy_find(const engine_recopy *r, const wire_object *o, pid_t pid);

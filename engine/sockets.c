@@ -332,8 +332,7 @@ static int make_folder(const char *dir, const char *work, const uint8_t *buf, si
 	return e;
 }
 
-int engine_sockets(const char *dir, const char *work, char *out, size_t outlen, int *renamed, char *err,
-		    size_t errlen)
+int engine_sockets(const char *dir, const char *work, char *out, size_t outlen, int *renamed, perr *er)
 {
 	*out = 0;
 	*renamed = 0;
@@ -343,17 +342,17 @@ int engine_sockets(const char *dir, const char *work, char *out, size_t outlen, 
 	if (e == -ENOENT)
 		return 0; /* no files: nothing to rename */
 	if (e)
-		return engine_fail(e, err, errlen, "cannot read %s/files.img: %s", dir, strerror(-e));
+		return pr_err(er, e, "cannot read %s/files.img: %s", dir, strerror(-e));
 	e = rename_in(buf, size, renamed);
 	if (e == -EBADMSG)
-		engine_fail(e, err, errlen, "%s/files.img is not CRIU's list of files", dir);
+		pr_err(er, e, "%s/files.img is not CRIU's list of files", dir);
 	else if (e)
-		engine_fail(e, err, errlen, "a listening socket of the image has a name taken here, and no free one "
+		pr_err(er, e, "a listening socket of the image has a name taken here, and no free one "
 					    "of its length was found");
 	if (!e && *renamed) {
 		e = make_folder(dir, work, buf, size, out, outlen);
 		if (e)
-			engine_fail(e, err, errlen, "cannot make a folder for CRIU beside %s: %s", work, strerror(-e));
+			pr_err(er, e, "cannot make a folder for CRIU beside %s: %s", work, strerror(-e));
 	}
 	free(buf);
 	if (e)

@@ -40,13 +40,13 @@ static void copy_opts(ckpt *k)
 /* The parked memory is the job's now, and no process runs on it, so its
  * copy off the GPU starts at once and runs under the driver's checkpoint
  * and CRIU's dump. */
-static int copy_start(ckpt *k, char *err, size_t errlen)
+static int copy_start(ckpt *k, perr *er)
 {
 	copy_opts(k);
 	if (!k->parked.n)
 		return 0;
 	engine_step(k->prog, STEP_COPY);
-	int e = engine_copy_begin(&k->parked, k->w, &k->co, k->prog, &k->copy, err, errlen);
+	int e = engine_copy_begin(&k->parked, k->w, &k->co, k->prog, &k->copy, er);
 	/* recopy: what the final stall copies; the rest came from staging. */
 	if (!e && k->recopy)
 		atomic_store(&k->prog->recopy_dirty,
@@ -56,14 +56,14 @@ static int copy_start(ckpt *k, char *err, size_t errlen)
 
 /* stop: waits until the memory is off the GPU (staging holds what the
  * store has not taken yet). */
-static int copy_off(ckpt *k, char *err, size_t errlen)
+static int copy_off(ckpt *k, perr *er)
 {
 	if (!k->copy)
 		return 0;
 	engine_step(k->prog, STEP_COPY);
 	if (!engine_copy_wait_off(k->copy))
 		return 0;
-	int e = engine_copy_end(k->copy, err, errlen);
+	int e = engine_copy_end(k->copy, er);
 	k->copy = NULL;
 	return e;
 }
@@ -71,57 +71,57 @@ static int copy_off(ckpt *k, char *err, size_t errlen)
 /* The copy's end, after the stall: stop's staged memory drains into the
  * image, recopy's protected copy ends. e is the checkpoint's result so
  * far, back whether its processes run again. */
-static int copy_drain(ckpt *k, int e, bool back, char *err, size_t errlen)
+static int copy_drain(ckpt *k, int e, bool back, perr *er)
 {
 	if (!k->copy)
 		return e;
 	engine_step(k->prog, k->protect ? STEP_COPY : STEP_DRAIN);
-	char cerr[ENGINE_ERR_MAX] = "";
-	int ce = engine_copy_end(k->copy, cerr, sizeof(cerr));
+	perr cerr = { 0 };
+	int ce = engine_copy_end(k->copy, &cerr);
 	k->copy = NULL;
 	/* A full store fails CRIU's dump as well (its files go there too,
 	 * while the copy runs): then the copy says the cause, unless the
 	 * processes could not be brought back, which says more. */
 	if (ce && (!e || ((ce == -ENOSPC || ce == -EDQUOT) && back))) {
 		e = ce;
-		snprintf(err, errlen, "%s", cerr);
+		pr_copy(er, &cerr);
 	}
 	return e;
 }
 
 /* stop (t1), and a checkpoint that kills: the memory is off the GPU
  * before the processes run again. */
-static int run_stop(ckpt *k, char *err, size_t errlen)
+static int run_stop(ckpt *k, perr *er)
 {
-	int e = stall_enter(k, err, errlen);
+	int e = stall_enter(k, er);
 	if (!e)
-		e = copy_start(k, err, errlen);
+		e = copy_start(k, er);
 	if (!e)
-		e = stall_freeze(k, err, errlen);
+		e = stall_freeze(k, er);
 	if (!e)
-		e = copy_off(k, err, errlen);
+		e = copy_off(k, er);
 	bool back = false;
-	e = stall_leave(k, e, &back, err, errlen);
-	return copy_drain(k, e, back, err, errlen);
+	e = stall_leave(k, e, &back, er);
+	return copy_drain(k, e, back, er);
 }
 
 /* cow (t1): the processes run again right after the dump, with a CoW
  * table and shadow pool each, and their memory is copied while they
  * run. */
-static int run_cow(ckpt *k, char *err, size_t errlen)
+static int run_cow(ckpt *k, perr *er)
 {
-	int e = stall_enter(k, err, errlen);
+	int e = stall_enter(k, er);
 	if (!e)
-		e = stall_freeze(k, err, errlen);
+		e = stall_freeze(k, er);
 	if (!e)
-		e = engine_cow_prepare(&k->tables, &k->parked, k->chunk, k->a->shadow_pool, COW_MODE_COW, err, errlen);
+		e = engine_cow_prepare(&k->tables, &k->parked, k->chunk, k->a->shadow_pool, COW_MODE_COW, er);
 	bool back = false;
-	e = stall_leave(k, e, &back, err, errlen);
+	e = stall_leave(k, e, &back, er);
 	if (!e) {
 		engine_step(k->prog, STEP_COPY);
 		copy_opts(k);
 		k->co.cow = &k->tables;
-		e = engine_copy_out(&k->parked, k->w, &k->co, k->prog, err, errlen);
+		e = engine_copy_out(&k->parked, k->w, &k->co, k->prog, er);
 	}
 	engine_cow_stats(&k->tables, k->prog);
 	return e;
@@ -132,51 +132,51 @@ static int run_cow(ckpt *k, char *err, size_t errlen)
  * was written meanwhile. What is not off the GPU when they run again is
  * copy-on-write (protected), so the final stall waits neither for the
  * bus nor, past staging, for the store. */
-static int run_recopy(ckpt *k, char *err, size_t errlen)
+static int run_recopy(ckpt *k, perr *er)
 {
 	k->meta.t1_ns = engine_clock_ns(CLOCK_REALTIME); /* tracking starts */
 	engine_step(k->prog, STEP_TRACK);
-	int e = engine_recopy_track(&k->rc, k->a->traced, k->a->ntraced, k->chunk, err, errlen);
+	int e = engine_recopy_track(&k->rc, k->a->traced, k->a->ntraced, k->chunk, er);
 	if (!e)
-		e = engine_recopy_copy(&k->rc, k->staging.buf, k->staging.bytes, k->prog, err, errlen);
+		e = engine_recopy_copy(&k->rc, k->staging.buf, k->staging.bytes, k->prog, er);
 	/* The tree may have changed while it ran: the final stall takes it
 	 * as it is now. */
 	if (!e)
-		e = stall_retree(k, err, errlen);
+		e = stall_retree(k, er);
 	if (e)
 		return e; /* nothing was stopped */
-	e = stall_enter(k, err, errlen);
+	e = stall_enter(k, er);
 	k->protect = !k->a->kill && k->parked.n;
 	if (!e && k->protect)
-		e = engine_cow_prepare(&k->tables, &k->parked, k->chunk, k->a->shadow_pool, COW_MODE_COW, err, errlen);
+		e = engine_cow_prepare(&k->tables, &k->parked, k->chunk, k->a->shadow_pool, COW_MODE_COW, er);
 	if (!e)
-		e = copy_start(k, err, errlen);
+		e = copy_start(k, er);
 	if (!e)
-		e = stall_freeze(k, err, errlen);
+		e = stall_freeze(k, er);
 	if (!e && !k->protect)
-		e = copy_off(k, err, errlen);
+		e = copy_off(k, er);
 	/* A copy that failed already is not protected. */
 	if (!e && k->copy && k->protect && engine_copy_error(k->copy)) {
-		e = engine_copy_end(k->copy, err, errlen);
+		e = engine_copy_end(k->copy, er);
 		k->copy = NULL;
 	}
 	bool back = false;
-	e = stall_leave(k, e, &back, err, errlen);
-	e = copy_drain(k, e, back, err, errlen);
+	e = stall_leave(k, e, &back, er);
+	e = copy_drain(k, e, back, er);
 	if (k->protect)
 		engine_cow_stats(&k->tables, k->prog);
 	return e;
 }
 
-int checkpoint_run(const checkpoint_args *a, char *err, size_t errlen)
+int checkpoint_run(const checkpoint_args *a, perr *er)
 {
 	ckpt k = { 0 };
-	int e = stall_begin(&k, a, err, errlen);
+	int e = stall_begin(&k, a, er);
 	if (!e)
-		e = k.recopy ? run_recopy(&k, err, errlen) : k.cow ? run_cow(&k, err, errlen) : run_stop(&k, err, errlen);
+		e = k.recopy ? run_recopy(&k, er) : k.cow ? run_cow(&k, er) : run_stop(&k, er);
 	stall_release(&k);
 	if (!e)
-		e = stall_publish(&k, err, errlen);
+		e = stall_publish(&k, er);
 	stall_free(&k);
 	return e;
 }

@@ -45,6 +45,6 @@ typedef struct checkpoint_args {
  * processes run again; with cow, after. On failure every process runs on
  * (unless it died), nothing is published and earlier images are
  * untouched. */
-int checkpoint_run(const checkpoint_args *a, char *err, size_t errlen);
+int checkpoint_run(const checkpoint_args *a, perr *er);
 
 #endif

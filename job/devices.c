@@ -58,36 +58,36 @@ static int parse_ref(const char *s, size_t len, gpu_ref *r)
 }
 
 /* Splits spec into moves; n of them. */
-static int parse(const char *spec, gpu_ref *from, gpu_ref *to, int cap, int *n, char *err, size_t errlen)
+static int parse(const char *spec, gpu_ref *from, gpu_ref *to, int cap, int *n, perr *er)
 {
 	*n = 0;
 	if (!spec || !*spec)
-		return engine_fail(-EINVAL, err, errlen, "an empty --device list (expected OLD=NEW,…)");
+		return pr_err(er, -EINVAL, "an empty --device list (expected OLD=NEW,…)");
 	if (strlen(spec) > RESTORE_DEVICES_MAX)
-		return engine_fail(-EINVAL, err, errlen, "a --device list longer than %d bytes", RESTORE_DEVICES_MAX);
+		return pr_err(er, -EINVAL, "a --device list longer than %d bytes", RESTORE_DEVICES_MAX);
 	for (const char *p = spec; *p;) {
 		size_t len = strcspn(p, ",");
 		const char *eq = memchr(p, '=', len);
 		if (*n == cap)
-			return engine_fail(-EINVAL, err, errlen, "more than %d moves in the --device list", cap);
+			return pr_err(er, -EINVAL, "more than %d moves in the --device list", cap);
 		if (!eq || parse_ref(p, (size_t)(eq - p), &from[*n]) ||
 		    parse_ref(eq + 1, len - (size_t)(eq + 1 - p), &to[*n]))
-			return engine_fail(-EINVAL, err, errlen,
+			return pr_err(er, -EINVAL,
 					   "bad move '%.*s' in the --device list (expected OLD=NEW, each an ordinal or GPU-UUID)",
 					   (int)(len > 80 ? 80 : len), p);
 		(*n)++;
 		p += len;
 		if (*p == ',' && !*++p)
-			return engine_fail(-EINVAL, err, errlen, "the --device list ends with a comma");
+			return pr_err(er, -EINVAL, "the --device list ends with a comma");
 	}
 	return 0;
 }
 
-int restore_devices_check(const char *spec, char *err, size_t errlen)
+int restore_devices_check(const char *spec, perr *er)
 {
 	gpu_ref from[PHOSIMG_DEVICES_MAX], to[PHOSIMG_DEVICES_MAX];
 	int n;
-	return parse(spec, from, to, PHOSIMG_DEVICES_MAX, &n, err, errlen);
+	return parse(spec, from, to, PHOSIMG_DEVICES_MAX, &n, er);
 }
 
 /* "GPU-" and the UUID, as nvidia-smi names a GPU (out: 48 bytes). */
@@ -134,7 +134,7 @@ static void put(placing *p, uint32_t k, int h)
 }
 
 /* The moves asked for. */
-static int place_asked(placing *p, const gpu_ref *from, const gpu_ref *to, int nmoves, char *err, size_t errlen)
+static int place_asked(placing *p, const gpu_ref *from, const gpu_ref *to, int nmoves, perr *er)
 {
 	char a[48], b[48];
 	for (int i = 0; i < nmoves; i++) {
@@ -142,17 +142,17 @@ static int place_asked(placing *p, const gpu_ref *from, const gpu_ref *to, int n
 		ref_text(&from[i], a, sizeof(a));
 		ref_text(&to[i], b, sizeof(b));
 		if (k < 0)
-			return engine_fail(-EINVAL, err, errlen, "the image has no GPU %s (it has %u, ordinals 0 to %u)", a,
+			return pr_err(er, -EINVAL, "the image has no GPU %s (it has %u, ordinals 0 to %u)", a,
 					   p->nold, p->nold - 1);
 		if (h < 0)
-			return engine_fail(-ENODEV, err, errlen, "this machine has no GPU %s (it has %u, ordinals 0 to %u)",
+			return pr_err(er, -ENODEV, "this machine has no GPU %s (it has %u, ordinals 0 to %u)",
 					   b, p->nhere, p->nhere - 1);
 		if (p->dest[k] >= 0)
-			return engine_fail(-EINVAL, err, errlen, "the image's GPU %s is moved twice", a);
+			return pr_err(er, -EINVAL, "the image's GPU %s is moved twice", a);
 		if (p->taken[h])
-			return engine_fail(-EINVAL, err, errlen, "two of the image's GPUs are moved onto GPU %s", b);
+			return pr_err(er, -EINVAL, "two of the image's GPUs are moved onto GPU %s", b);
 		if (strcmp(p->old[k].name, p->here[h].name))
-			return engine_fail(-EINVAL, err, errlen,
+			return pr_err(er, -EINVAL,
 					   "GPU %s is an %s, but the image's GPU %s was an %s: the driver restores only onto the same chip",
 					   b, p->here[h].name, a, p->old[k].name);
 		put(p, (uint32_t)k, h);
@@ -163,7 +163,7 @@ static int place_asked(placing *p, const gpu_ref *from, const gpu_ref *to, int n
 /* The rest: the same GPU if it is here and free, else one of its chip
  * (its own ordinal first). A GPU that holds memory and finds none
  * fails. */
-static int place_rest(placing *p, char *err, size_t errlen)
+static int place_rest(placing *p, perr *er)
 {
 	const phosimg_device *old = p->old;
 	for (uint32_t k = 0; k < p->nold; k++) {
@@ -188,7 +188,7 @@ static int place_rest(placing *p, char *err, size_t errlen)
 		} else if (p->bytes[o < PHOSIMG_DEVICES_MAX ? o : 0]) {
 			char a[48];
 			uuid_text(old[k].uuid, a);
-			return engine_fail(-ENODEV, err, errlen,
+			return pr_err(er, -ENODEV,
 					   "the image's GPU %u (%s, %s) holds device memory, and this machine has no free %s: "
 					   "name a GPU for it with --device %u=NEW",
 					   o, old[k].name, a, old[k].name, o);
@@ -223,7 +223,7 @@ static void pairs_of(const placing *p, engine_devmap *map, char *desc, size_t de
 }
 
 int restore_devices(const phosimg_info *in, const char *spec, engine_devmap *map, char *desc, size_t desclen,
-		    char *err, size_t errlen)
+		    perr *er)
 {
 	memset(map, 0, sizeof(*map));
 	if (desc && desclen)
@@ -237,22 +237,22 @@ int restore_devices(const phosimg_info *in, const char *spec, engine_devmap *map
 	gpu_ref from[PHOSIMG_DEVICES_MAX], to[PHOSIMG_DEVICES_MAX];
 	int nmoves = 0;
 	if (spec && *spec) {
-		int e = parse(spec, from, to, PHOSIMG_DEVICES_MAX, &nmoves, err, errlen);
+		int e = parse(spec, from, to, PHOSIMG_DEVICES_MAX, &nmoves, er);
 		if (e)
 			return e;
 	}
 	if (!p.nold)
-		return nmoves ? engine_fail(-EINVAL, err, errlen,
+		return nmoves ? pr_err(er, -EINVAL,
 					    "the image records no GPUs, so --device has nothing to move")
 			      : 0;
 	if (driver_devices(p.here, PHOSIMG_DEVICES_MAX, &p.nhere) || !p.nhere)
-		return engine_fail(-EIO, err, errlen, "cannot list this machine's GPUs");
+		return pr_err(er, -EIO, "cannot list this machine's GPUs");
 	for (uint32_t i = 0; i < in->object_count; i++)
 		if (in->objects[i].device < PHOSIMG_DEVICES_MAX)
 			p.bytes[in->objects[i].device] += in->objects[i].size;
-	int e = place_asked(&p, from, to, nmoves, err, errlen);
+	int e = place_asked(&p, from, to, nmoves, er);
 	if (!e)
-		e = place_rest(&p, err, errlen);
+		e = place_rest(&p, er);
 	if (e)
 		return e;
 	bool moved = nmoves > 0;

@@ -104,7 +104,7 @@ static int take(const lazy *l, int *cursor, bool *urgent)
 /* Reads what a tracer said meanwhile: an ERROR (it could not map an
  * object) fails the restore. A connection that ended is closed: its
  * process is gone. */
-static int heard(lazy *l, uint32_t i, char *err, size_t errlen)
+static int heard(lazy *l, uint32_t i, perr *er)
 {
 	int conn = l->conns[i];
 	struct pollfd pf = { conn, POLLIN, 0 };
@@ -122,28 +122,28 @@ static int heard(lazy *l, uint32_t i, char *err, size_t errlen)
 		}
 		if (!e && h.type == WIRE_ERROR) {
 			buf[h.length < sizeof(buf) - 1 ? h.length : sizeof(buf) - 1] = 0;
-			return engine_fail(-EIO, err, errlen, "process %d: %s", (int)l->c->host[i], buf);
+			return pr_err(er, -EIO, "process %d: %s", (int)l->c->host[i], buf);
 		}
 	}
 	return 0;
 }
 
 /* Fills every object and sends it to its process. */
-static int fill_all(lazy *l, char *err, size_t errlen)
+static int fill_all(lazy *l, perr *er)
 {
 	engine_filler *f = NULL;
-	int e = engine_filler_start(l->c->img, l->fill_threads, l->prog, &f, err, errlen);
+	int e = engine_filler_start(l->c->img, l->fill_threads, l->prog, &f, er);
 	int cursor = 0;
 	bool urgent;
 	for (int k; !e && (k = take(l, &cursor, &urgent)) >= 0;) {
 		if (atomic_load(&l->prog->cancel)) {
-			e = engine_fail(-ECANCELED, err, errlen, "cancelled");
+			e = pr_err(er, -ECANCELED, "cancelled");
 			break;
 		}
 		const wire_object *o = &l->objs.objs[k];
 		wire_object rec;
 		int fd = -1;
-		e = engine_fill_object(f, l->ids[k], engine_devmap_to(&l->c->map, o->device), &rec, &fd, err, errlen);
+		e = engine_fill_object(f, l->ids[k], engine_devmap_to(&l->c->map, o->device), &rec, &fd, er);
 		if (e)
 			break;
 		cow_header *t;
@@ -163,7 +163,7 @@ static int fill_all(lazy *l, char *err, size_t errlen)
 			l->conns[i] = -1;
 			skip(l, k);
 		}
-		e = heard(l, (uint32_t)i, err, errlen);
+		e = heard(l, (uint32_t)i, er);
 		engine_cow_stats(&l->tables, l->prog);
 	}
 	engine_filler_stop(f);
@@ -172,7 +172,7 @@ static int fill_all(lazy *l, char *err, size_t errlen)
 
 /* Waits until every tracer has mapped what it was sent, then ends the
  * fill for each. */
-static int finish(lazy *l, char *err, size_t errlen)
+static int finish(lazy *l, perr *er)
 {
 	int e = 0;
 	for (int m = 0; !e && m < l->tables.n; m++) {
@@ -181,7 +181,7 @@ static int finish(lazy *l, char *err, size_t errlen)
 		uint64_t from = engine_now_ns();
 		while (!e && i >= 0 && l->conns[i] >= 0 && atomic_load(&tm->t->off) < tm->t->nobjs) {
 			if (engine_now_ns() - from > END_TIMEOUT_MS * 1000000ull)
-				e = engine_fail(-ETIMEDOUT, err, errlen,
+				e = pr_err(er, -ETIMEDOUT,
 						"process %d did not map its device memory within %d s", (int)tm->pid,
 						END_TIMEOUT_MS / 1000);
 			uint32_t seen = atomic_load(&tm->t->progress);
@@ -190,10 +190,10 @@ static int finish(lazy *l, char *err, size_t errlen)
 				cow_futex_wait(&tm->t->progress, seen, 20000000L);
 			atomic_fetch_sub(&tm->t->waiters, 1);
 			if (!e)
-				e = heard(l, (uint32_t)i, err, errlen);
+				e = heard(l, (uint32_t)i, er);
 		}
 		if (!e && i >= 0)
-			e = heard(l, (uint32_t)i, err, errlen);
+			e = heard(l, (uint32_t)i, er);
 	}
 	for (uint32_t i = 0; !e && i < l->c->n; i++)
 		if (l->conns[i] >= 0)
@@ -202,50 +202,50 @@ static int finish(lazy *l, char *err, size_t errlen)
 }
 
 /* Lists the objects still to come, with their ids and processes. */
-static int plan(lazy *l, const bool *sel, char *err, size_t errlen)
+static int plan(lazy *l, const bool *sel, perr *er)
 {
 	const phosimg_info *in = l->c->in;
 	uint32_t n = in->object_count;
 	l->ids = calloc(n ? n : 1, sizeof(*l->ids));
 	l->member = calloc(n ? n : 1, sizeof(*l->member));
 	if (!l->ids || !l->member)
-		return engine_fail(-ENOMEM, err, errlen, "out of memory");
+		return pr_err(er, -ENOMEM, "out of memory");
 	for (uint32_t k = 0; k < n; k++) {
 		const phosimg_object *o = &in->objects[k];
 		if (sel[k])
 			continue;
 		int i = engine_tree_member(l->c->m, l->c->n, o->pid);
 		if (i < 0)
-			return engine_fail(-EBADMSG, err, errlen, "object %u belongs to process %d, which the image lacks", k,
+			return pr_err(er, -EBADMSG, "object %u belongs to process %d, which the image lacks", k,
 					   (int)o->pid);
 		wire_object rec = { .key = o->va, .va = o->va, .size = o->size, .device = o->device };
 		int none = -1;
 		if (engine_parked_add(&l->objs, &rec, &none, o->pid, 1))
-			return engine_fail(-ENOMEM, err, errlen, "out of memory");
+			return pr_err(er, -ENOMEM, "out of memory");
 		l->ids[l->objs.n - 1] = k;
 		l->member[l->objs.n - 1] = i;
 	}
 	return 0;
 }
 
-int lazy_plan(lazy *l, restore_ctx *c, const restore_args *a, char *err, size_t errlen)
+int lazy_plan(lazy *l, restore_ctx *c, const restore_args *a, perr *er)
 {
 	uint32_t n = c->in->object_count;
 	*l = (lazy){ .c = c, .prog = a->prog, .fill_threads = a->fill_threads };
 	l->now = calloc(n ? n : 1, sizeof(*l->now));
 	l->conns = malloc(c->n * sizeof(*l->conns));
 	if (!l->now || !l->conns)
-		return engine_fail(-ENOMEM, err, errlen, "out of memory");
+		return pr_err(er, -ENOMEM, "out of memory");
 	for (uint32_t i = 0; i < c->n; i++)
 		l->conns[i] = -1;
 	for (uint32_t k = 0; k < n; k++)
 		l->now[k] = eager(&c->in->objects[k]);
-	return plan(l, l->now, err, errlen);
+	return plan(l, l->now, er);
 }
 
-int lazy_tables(lazy *l, char *err, size_t errlen)
+int lazy_tables(lazy *l, perr *er)
 {
-	return engine_cow_prepare(&l->tables, &l->objs, ENGINE_CHUNK, 0, COW_MODE_LAZY, err, errlen);
+	return engine_cow_prepare(&l->tables, &l->objs, ENGINE_CHUNK, 0, COW_MODE_LAZY, er);
 }
 
 int lazy_later(const lazy *l, uint32_t i)
@@ -253,21 +253,20 @@ int lazy_later(const lazy *l, uint32_t i)
 	return engine_parked_of(&l->objs, l->c->m[i].pid).n;
 }
 
-int lazy_unpark(lazy *l, uint32_t i, pid_t tid, const engine_tracer *tracer, const engine_parked *mine, char *err,
-		size_t errlen)
+int lazy_unpark(lazy *l, uint32_t i, pid_t tid, const engine_tracer *tracer, const engine_parked *mine, perr *er)
 {
 	const engine_cow_member *tm = engine_cow_of(&l->tables, l->c->m[i].pid);
 	pid_t host = l->c->host[i];
-	return tm ? engine_unpark_lazy(host, tid, tracer, mine, tm, &l->conns[i], err, errlen)
-		  : engine_unpark(host, tid, tracer, mine, NULL, err, errlen);
+	return tm ? engine_unpark_lazy(host, tid, tracer, mine, tm, &l->conns[i], er)
+		  : engine_unpark(host, tid, tracer, mine, NULL, er);
 }
 
-int lazy_fill(lazy *l, char *err, size_t errlen)
+int lazy_fill(lazy *l, perr *er)
 {
 	engine_step(l->prog, STEP_LAZY);
-	int e = fill_all(l, err, errlen);
+	int e = fill_all(l, er);
 	if (!e)
-		e = finish(l, err, errlen);
+		e = finish(l, er);
 	return e;
 }
 

@@ -24,11 +24,11 @@ typedef struct lazy {
  * the application's own VMM objects, and those not mapped), and lists
  * the rest. Errors: -ENOMEM, -EBADMSG (an object of a process the image
  * lacks). */
-int lazy_plan(lazy *l, restore_ctx *c, const restore_args *a, char *err, size_t errlen);
+int lazy_plan(lazy *l, restore_ctx *c, const restore_args *a, perr *er);
 
 /* Step 5: a LAZY table for each process with objects still to come.
  * Errors: engine_cow_prepare's. */
-int lazy_tables(lazy *l, char *err, size_t errlen);
+int lazy_tables(lazy *l, perr *er);
 
 /* How many of member i's objects come back later. */
 int lazy_later(const lazy *l, uint32_t i);
@@ -36,14 +36,13 @@ int lazy_later(const lazy *l, uint32_t i);
 /* Step 6 for member i: wakes its tracer (control thread tid) with mine,
  * what is back, and its LAZY table, and keeps its connection. Errors:
  * engine_unpark_lazy's. */
-int lazy_unpark(lazy *l, uint32_t i, pid_t tid, const engine_tracer *tracer, const engine_parked *mine, char *err,
-		size_t errlen);
+int lazy_unpark(lazy *l, uint32_t i, pid_t tid, const engine_tracer *tracer, const engine_parked *mine, perr *er);
 
 /* Step 7: fills every object still to come and sends each to its
  * process, then waits until every tracer has mapped what it was sent and
  * ends the fill for each. Errors: -EIO (a tracer could not map an
  * object; the driver), -ECANCELED, -ETIMEDOUT, the fill's. */
-int lazy_fill(lazy *l, char *err, size_t errlen);
+int lazy_fill(lazy *l, perr *er);
 
 /* Records the tables' counters and frees what l holds (nothing, if
  * lazy_plan never ran). */

@@ -149,12 +149,13 @@ static void *watchdog_main(void *arg)
 		if (s == STEP_DONE || now - since < limit)
 			continue;
 		kill_below();
-		snprintf(w->sh->err, sizeof(w->sh->err),
-			 "its step %s did not end within %d s%s: CRIU and the processes it restored were killed "
-			 "(phosfs --restore-timeout; CRIU's log: %s)",
-			 engine_step_name(s), w->timeout_s, s == STEP_FILL || s == STEP_LAZY ? " of no progress" : "",
-			 w->log);
-		w->sh->result = -ETIMEDOUT;
+		perr er;
+		w->sh->result = pr_err(&er, -ETIMEDOUT,
+				       "its step %s did not end within %d s%s: CRIU and the processes it restored were "
+				       "killed (phosfs --restore-timeout; CRIU's log: %s)",
+				       engine_step_name(s), w->timeout_s,
+				       s == STEP_FILL || s == STEP_LAZY ? " of no progress" : "", w->log);
+		snprintf(w->sh->err, sizeof(w->sh->err), "%s", er.msg);
 		atomic_store(&w->sh->finished, 1);
 		_exit(1);
 	}
@@ -201,12 +202,11 @@ static job_shared *take_request(int argc, char **argv, job_request *req)
 		return NULL;
 	}
 	*req = sh->req; /* phosfs does not write it again; read it once */
-	char err[ENGINE_ERR_MAX];
-	int e = job_request_check(req, err, sizeof(err));
+	perr er = { 0 };
+	int e = job_request_check(req, &er);
 	if (e) {
-		fprintf(stderr, "phosfs: %s\n", err);
 		sh->result = e;
-		snprintf(sh->err, sizeof(sh->err), "%s", err);
+		snprintf(sh->err, sizeof(sh->err), "%s", pr_msg(&er));
 		atomic_store(&sh->finished, 1);
 		munmap(sh, sizeof(*sh));
 		return NULL;
@@ -215,13 +215,13 @@ static job_shared *take_request(int argc, char **argv, job_request *req)
 }
 
 /* A checkpoint job: checkpoint_run, then the store's latest link. */
-static int run_checkpoint(const job_request *req, job_shared *sh, char *err, size_t errlen)
+static int run_checkpoint(const job_request *req, job_shared *sh, perr *er)
 {
 	const job_checkpoint_req *cr = &req->checkpoint;
 	int ntraced = (int)cr->nmembers;
 	engine_traced *traced = calloc((size_t)ntraced + 1, sizeof(*traced));
 	if (!traced)
-		return engine_fail(-ENOMEM, err, errlen, "out of memory");
+		return pr_err(er, -ENOMEM, "out of memory");
 	for (int i = 0; i < ntraced; i++)
 		traced[i] = (engine_traced){ cr->members[i].pid, cr->members[i].conn, cr->members[i].control_tid };
 	rendezvous rv = { -1, -1 };
@@ -241,7 +241,7 @@ static int run_checkpoint(const job_request *req, job_shared *sh, char *err, siz
 			       .staging_fd = cr->staging_fd,
 			       .chunk = cr->chunk,
 			       .shadow_pool = cr->shadow_pool };
-	int e = checkpoint_run(&a, err, errlen);
+	int e = checkpoint_run(&a, er);
 	if (!e)
 		set_latest(req->image);
 	for (int i = 0; i < ntraced; i++)
@@ -253,7 +253,7 @@ static int run_checkpoint(const job_request *req, job_shared *sh, char *err, siz
 
 /* A restore job: eager or lazy, under a watchdog; the restored pid goes
  * to sh. */
-static int run_restore(const job_request *req, job_shared *sh, char *err, size_t errlen)
+static int run_restore(const job_request *req, job_shared *sh, perr *er)
 {
 	const job_restore_req *rr = &req->restore;
 	rendezvous rv = { -1, -1 };
@@ -281,7 +281,7 @@ static int run_restore(const job_request *req, job_shared *sh, char *err, size_t
 			   .resumed = &sh->resumed,
 			   .served = sh->served,
 			   .nserved = &sh->nserved };
-	int e = restore_run(&a, err, errlen);
+	int e = restore_run(&a, er);
 	atomic_store(&sh->pid, rpid);
 	if (watched) {
 		pthread_mutex_lock(&wd.lock);
@@ -294,20 +294,28 @@ static int run_restore(const job_request *req, job_shared *sh, char *err, size_t
 	return e;
 }
 
+/* A job's log: phosfs's stderr, each error with the function that made
+ * it. */
+static void log_error(const char *where, const char *msg)
+{
+	fprintf(stderr, "phosfs job %d: %s: %s\n", (int)getpid(), where, msg);
+}
+
 int job_main(int argc, char **argv)
 {
 	static job_request req; /* large: not on the stack */
+	pr_log_to(log_error);
 	job_shared *sh = take_request(argc, argv, &req);
 	if (!sh)
 		return 2;
 	if (*req.plugins)
 		engine_criu_plugins = req.plugins;
-	char err[ENGINE_ERR_MAX] = "";
-	int e = req.kind == JOB_CHECKPOINT ? run_checkpoint(&req, sh, err, sizeof(err))
-					   : run_restore(&req, sh, err, sizeof(err));
+	perr er = { 0 };
+	int e = req.kind == JOB_CHECKPOINT ? run_checkpoint(&req, sh, &er)
+					   : run_restore(&req, sh, &er);
 	engine_step(&sh->prog, STEP_DONE);
 	sh->result = e;
-	snprintf(sh->err, sizeof(sh->err), "%s", e && !*err ? strerror(-e) : err);
+	snprintf(sh->err, sizeof(sh->err), "%s", e && !*er.msg ? strerror(-e) : er.msg);
 	atomic_store(&sh->finished, 1);
 	munmap(sh, sizeof(*sh));
 	return e ? 1 : 0;

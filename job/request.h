@@ -14,6 +14,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "../engine/error.h"
+
 #define JOB_REQUEST_MAGIC 0x4a524850u /* "PHRJ" in memory, little-endian */
 #define JOB_REQUEST_VERSION 1
 #define JOB_MEMBERS_MAX 256 /* traced processes of one checkpointed tree */
@@ -75,7 +77,7 @@ const char *job_kind_name(uint32_t kind);
 /* Checks a request as the job found it: magic, version and size, the
  * kind, every string ended inside its field and present where needed,
  * numbers in range, and every fd it names open. Errors: -EINVAL or
- * -EBADF, with err naming the field. */
-int job_request_check(const job_request *r, char *err, size_t errlen);
+ * -EBADF, with er naming the field. */
+int job_request_check(const job_request *r, perr *er);
 
 #endif

@@ -61,7 +61,7 @@ static int members_of(const phosimg_info *in, phosimg_member **out, uint32_t *n)
 typedef struct criu_check {
 	phosimg *img;
 	int e;
-	char why[ENGINE_ERR_MAX];
+	perr er;
 } criu_check;
 
 static void *check_criu(void *arg)
@@ -69,20 +69,20 @@ static void *check_criu(void *arg)
 	criu_check *k = arg;
 	k->e = phosimg_verify_criu(k->img, true);
 	if (k->e)
-		snprintf(k->why, sizeof(k->why), "%s", phosimg_last_error());
+		pr_img(&k->er, k->e, "the image's CRIU files are damaged, nothing was restored");
 	return NULL;
 }
 
 /* restore_begin once the image is open: its members, their pids, the
  * driver and the GPUs. */
-static int place(const restore_args *a, restore_ctx *c, char *err, size_t errlen)
+static int place(const restore_args *a, restore_ctx *c, perr *er)
 {
 	if (a->pid)
 		*a->pid = c->in->meta.pid;
 	int e = members_of(c->in, &c->m, &c->n);
 	c->host = e ? NULL : calloc(c->n, sizeof(*c->host));
 	if (e || !c->host)
-		return engine_fail(-ENOMEM, err, errlen, "out of memory");
+		return pr_err(er, -ENOMEM, "out of memory");
 	c->own_ns = c->m[0].flags & PHOSIMG_MEMBER_NS_INIT;
 	for (uint32_t i = 0; i < c->n; i++) {
 		c->host[i] = c->m[i].pid;
@@ -98,15 +98,14 @@ static int place(const restore_args *a, restore_ctx *c, char *err, size_t errlen
 		for (int t = 0; t < 500 && engine_alive(c->m[i].pid); t++)
 			usleep(10000);
 		if (engine_alive(c->m[i].pid))
-			return engine_fail(-EBUSY, err, errlen,
+			return pr_err(er, -EBUSY,
 					   "process %d is running: restoring needs its pid free (end it first)",
 					   (int)c->m[i].pid);
 	}
 	engine_step(a->prog, STEP_PREPARE);
-	e = driver_open(err, errlen);
+	e = driver_open(er);
 	if (!e)
-		e = restore_devices(c->in, a->devices, &c->map, a->prog->devices, sizeof(a->prog->devices), err,
-				    errlen);
+		e = restore_devices(c->in, a->devices, &c->map, a->prog->devices, sizeof(a->prog->devices), er);
 	return e;
 }
 
@@ -114,39 +113,38 @@ static int place(const restore_args *a, restore_ctx *c, char *err, size_t errlen
  * free, opens the driver and places its GPUs (restore_devices). Errors:
  * phosimg_open's (a bad image), -EBUSY (a pid is taken), -ENOMEM,
  * driver_open's and restore_devices' errors; nothing was started. */
-static int restore_begin(const restore_args *a, restore_ctx *c, char *err, size_t errlen)
+static int restore_begin(const restore_args *a, restore_ctx *c, perr *er)
 {
 	memset(c, 0, sizeof(*c));
 	engine_step(a->prog, STEP_PREPARE);
 	int e = phosimg_open(a->image, &c->img);
 	if (e)
-		return engine_fail(e, err, errlen, "%s", *phosimg_last_error() ? phosimg_last_error() : strerror(-e));
+		return pr_err(er, e, "%s", *phosimg_last_error() ? phosimg_last_error() : strerror(-e));
 	c->in = phosimg_get_info(c->img);
 	/* What CRIU reads is checked before it starts: a damaged file can
 	 * make it fail in ways that name no cause, or spin for good. Missing,
 	 * cut or extra files at once; their checksums beside the rest. */
 	e = phosimg_verify_criu(c->img, false);
 	if (e)
-		return engine_fail(e, err, errlen, "the image's CRIU files are damaged, nothing was restored: %s",
-				   phosimg_last_error());
+		return pr_img(er, e, "the image's CRIU files are damaged, nothing was restored");
 	criu_check k = { .img = c->img };
 	pthread_t th;
 	bool beside = pthread_create(&th, NULL, check_criu, &k) == 0;
 	if (!beside)
 		check_criu(&k);
-	e = place(a, c, err, errlen);
+	e = place(a, c, er);
 	if (beside)
 		pthread_join(th, NULL);
 	if (k.e)
-		return engine_fail(k.e, err, errlen, "the image's CRIU files are damaged, nothing was restored: %s", k.why);
+		return pr_copy(er, &k.er);
 	return e;
 }
 
 /* Restores the tree with CRIU, finds each member's pid on this machine
  * (c->host), then restores and unlocks each CUDA process in the driver;
- * *a->pid is the pid of member c->job. Errors: -EIO (err says which
+ * *a->pid is the pid of member c->job. Errors: -EIO (er says which
  * step), -ESRCH (a member CRIU restored is not there). */
-static int restore_tree(const restore_args *a, restore_ctx *c, char *err, size_t errlen)
+static int restore_tree(const restore_args *a, restore_ctx *c, perr *er)
 {
 	engine_step(a->prog, STEP_RESTORE);
 	pid_t root = 0;
@@ -157,23 +155,22 @@ static int restore_tree(const restore_args *a, restore_ctx *c, char *err, size_t
 		atomic_store(&a->prog->lazy_pages, true);
 		snprintf(c->pages_dir, sizeof(c->pages_dir), "%s.lazy", a->log);
 		if (mkdir(c->pages_dir, 0700) != 0 && errno != EEXIST)
-			e = engine_fail(-errno, err, errlen, "cannot make %s: %s", c->pages_dir, strerror(errno));
+			e = pr_err(er, -errno, "cannot make %s: %s", c->pages_dir, strerror(errno));
 		if (!e)
-			e = criu_pages_start(a->criu, phosimg_criu_dir(c->img), c->pages_dir, pages_log, &c->pages, err,
-					     errlen);
+			e = criu_pages_start(a->criu, phosimg_criu_dir(c->img), c->pages_dir, pages_log, &c->pages, er);
 	}
 	/* A clone beside its original: the original's listening sockets
 	 * come back under other names. */
 	char folder[PATH_MAX + 32] = "";
 	int renamed = 0;
 	if (!e)
-		e = engine_sockets(phosimg_criu_dir(c->img), a->log, folder, sizeof(folder), &renamed, err, errlen);
+		e = engine_sockets(phosimg_criu_dir(c->img), a->log, folder, sizeof(folder), &renamed, er);
 	if (!e && renamed)
 		fprintf(stderr, "phosfs: restore %s: %d listening socket%s renamed, whose names are taken here\n",
 			a->image, renamed, renamed == 1 ? "" : "s");
 	if (!e)
 		e = criu_restore(a->criu, *folder ? folder : phosimg_criu_dir(c->img),
-				 a->lazy_pages ? c->pages_dir : NULL, a->log, &root, err, errlen);
+				 a->lazy_pages ? c->pages_dir : NULL, a->log, &root, er);
 	engine_sockets_end(folder);
 	c->restored = !e;
 	if (!e)
@@ -181,7 +178,7 @@ static int restore_tree(const restore_args *a, restore_ctx *c, char *err, size_t
 	for (uint32_t i = 1; !e && c->own_ns && i < c->n; i++) {
 		c->host[i] = pidns_find(root, c->m[i].ns_pid);
 		if (c->host[i] < 0)
-			e = engine_fail(-ESRCH, err, errlen,
+			e = pr_err(er, -ESRCH,
 					"CRIU restored process %d (pid %d in its namespace) but it is not there",
 					(int)c->m[i].pid, (int)c->m[i].ns_pid);
 	}
@@ -191,9 +188,9 @@ static int restore_tree(const restore_args *a, restore_ctx *c, char *err, size_t
 		int state = 0;
 		if (driver_process_state(c->host[i], &state) == 0 && state == DRIVER_CHECKPOINTED) {
 			engine_step(a->prog, STEP_UNLOCK);
-			e = driver_restore(c->host[i], &c->map, err, errlen);
+			e = driver_restore(c->host[i], &c->map, er);
 			if (!e)
-				e = driver_unlock(c->host[i], err, errlen);
+				e = driver_unlock(c->host[i], er);
 		}
 	}
 	return e;
@@ -202,13 +199,13 @@ static int restore_tree(const restore_args *a, restore_ctx *c, char *err, size_t
 /* With a->lazy_pages: waits until every CPU page is back (the lazy-pages
  * daemon ended), and records when. Errors: criu_pages_wait's (pages that
  * never came back: the caller fails, and the tree is killed). */
-static int restore_pages_wait(const restore_args *a, restore_ctx *c, uint64_t t0, char *err, size_t errlen)
+static int restore_pages_wait(const restore_args *a, restore_ctx *c, uint64_t t0, perr *er)
 {
 	if (c->pages <= 0)
 		return 0;
 	char pages_log[PATH_MAX + 16];
 	snprintf(pages_log, sizeof(pages_log), "%s.pages", a->log);
-	int e = criu_pages_wait(c->pages, pages_log, err, errlen);
+	int e = criu_pages_wait(c->pages, pages_log, er);
 	c->pages = 0;
 	if (!e) {
 		struct timespec ts;
@@ -221,8 +218,8 @@ static int restore_pages_wait(const restore_args *a, restore_ctx *c, uint64_t t0
 /* Member i's tracer control thread, for unpark; with mine its objects.
  * Returns the tid, 0 when it needs none (untraced, no memory), or
  * -EPROTO when the image holds memory of a process without a tracer
- * (err says so). */
-static pid_t restore_tracer_of(restore_ctx *c, uint32_t i, const engine_parked *mine, char *err, size_t errlen)
+ * (er says so). */
+static pid_t restore_tracer_of(restore_ctx *c, uint32_t i, const engine_parked *mine, perr *er)
 {
 	if (!(c->m[i].flags & PHOSIMG_MEMBER_TRACED) && !mine->n)
 		return 0;
@@ -231,7 +228,7 @@ static pid_t restore_tracer_of(restore_ctx *c, uint32_t i, const engine_parked *
 		return tid;
 	if (!mine->n)
 		return 0;
-	return engine_fail(-EPROTO, err, errlen,
+	return pr_err(er, -EPROTO,
 			   "the image holds device memory of process %d, but the restored process has no tracer",
 			   (int)c->m[i].pid);
 }
@@ -291,53 +288,49 @@ static void restore_resumed(const restore_args *a, const restore_ctx *c, uint64_
  * pages (restore_pages_wait), records when all was back, and where it
  * failed after the tree ran, says that the tree is killed (restore_end
  * does it). Returns the restore's result. */
-static int restore_finish(const restore_args *a, restore_ctx *c, uint64_t t0, int e, char *err, size_t errlen)
+static int restore_finish(const restore_args *a, restore_ctx *c, uint64_t t0, int e, perr *er)
 {
 	if (!e)
-		e = restore_pages_wait(a, c, t0, err, errlen);
+		e = restore_pages_wait(a, c, t0, er);
 	if (!e)
 		atomic_store(&a->prog->full_ns, engine_now_ns() - t0);
-	if (e && c->restored && atomic_load(&a->prog->resume_ns)) {
-		size_t len = strlen(err);
-		snprintf(err + len, errlen - len, "; the restored process was killed, its memory incomplete");
-	}
+	if (e && c->restored && atomic_load(&a->prog->resume_ns))
+		pr_append(er, "; the restored process was killed, its memory incomplete");
 	return e;
 }
 
 /* 3. Fills new device memory from the image: every object, or (lazy)
  * those l->now names. The records of what was filled go to objs. */
-static int restore_fill(const restore_args *a, restore_ctx *c, const lazy *l, engine_parked *objs, char *err,
-			size_t errlen)
+static int restore_fill(const restore_args *a, restore_ctx *c, const lazy *l, engine_parked *objs, perr *er)
 {
 	atomic_store(&a->prog->total, c->in->raw_bytes);
 	engine_step(a->prog, STEP_FILL);
-	return engine_copy_in(c->img, &c->map, l ? l->now : NULL, a->fill_threads, objs, a->prog, err, errlen);
+	return engine_copy_in(c->img, &c->map, l ? l->now : NULL, a->fill_threads, objs, a->prog, er);
 }
 
 /* 6. Wakes each member's tracer with its memory (objs) and, lazy, its
  * table: the tree runs. */
-static int restore_wake(const restore_args *a, restore_ctx *c, const engine_parked *objs, lazy *l, char *err,
-			size_t errlen)
+static int restore_wake(const restore_args *a, restore_ctx *c, const engine_parked *objs, lazy *l, perr *er)
 {
 	int e = 0;
 	for (uint32_t i = 0; !e && i < c->n; i++) {
 		engine_parked mine = engine_parked_of(objs, c->m[i].pid);
 		engine_parked any = { .n = mine.n + (l ? lazy_later(l, i) : 0) };
-		pid_t tid = restore_tracer_of(c, i, &any, err, errlen);
+		pid_t tid = restore_tracer_of(c, i, &any, er);
 		if (tid <= 0 || !a->tracer) {
 			e = tid < 0 ? tid : 0;
 			continue;
 		}
 		engine_step(a->prog, STEP_UNPARK);
-		e = l ? lazy_unpark(l, i, tid, a->tracer, &mine, err, errlen)
-		      : engine_unpark(c->host[i], tid, a->tracer, &mine, NULL, err, errlen);
+		e = l ? lazy_unpark(l, i, tid, a->tracer, &mine, er)
+		      : engine_unpark(c->host[i], tid, a->tracer, &mine, NULL, er);
 		if (!e)
 			restore_served(a, c->host[i]);
 	}
 	return e;
 }
 
-int restore_run(const restore_args *a, char *err, size_t errlen)
+int restore_run(const restore_args *a, perr *er)
 {
 	uint64_t t0 = engine_now_ns();
 	restore_ctx c;
@@ -346,23 +339,23 @@ int restore_run(const restore_args *a, char *err, size_t errlen)
 	engine_parked objs = { 0 };
 	if (lz)
 		atomic_store(&a->prog->lazy, true);
-	int e = restore_begin(a, &c, err, errlen);
+	int e = restore_begin(a, &c, er);
 	if (!e && lz)
-		e = lazy_plan(lz, &c, a, err, errlen);
+		e = lazy_plan(lz, &c, a, er);
 	if (!e)
-		e = restore_fill(a, &c, lz, &objs, err, errlen);
+		e = restore_fill(a, &c, lz, &objs, er);
 	if (!e)
-		e = restore_tree(a, &c, err, errlen);
+		e = restore_tree(a, &c, er);
 	if (!e && lz)
-		e = lazy_tables(lz, err, errlen);
+		e = lazy_tables(lz, er);
 	if (!e)
-		e = restore_wake(a, &c, &objs, lz, err, errlen);
+		e = restore_wake(a, &c, &objs, lz, er);
 	engine_parked_free(&objs);
 	if (!e)
 		restore_resumed(a, &c, t0);
 	if (!e && lz)
-		e = lazy_fill(lz, err, errlen);
-	e = restore_finish(a, &c, t0, e, err, errlen);
+		e = lazy_fill(lz, er);
+	e = restore_finish(a, &c, t0, e, er);
 	lazy_end(&l);
 	restore_end(&c, e);
 	return e;

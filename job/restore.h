@@ -2,8 +2,8 @@
  * A restore: bringing a checkpointed process tree back, eagerly or
  * lazily (restore.c, lazy.c, devices.c; doc/ARCHITECTURE.md, "The
  * restore protocols").
- * Functions return 0 or a negative errno, and fill err with a sentence
- * for people when they fail.
+ * Functions return 0 or a negative errno; when they fail, er says why,
+ * in a sentence for people (engine/error.h).
  */
 #ifndef PHOS_JOB_RESTORE_H
 #define PHOS_JOB_RESTORE_H
@@ -40,8 +40,8 @@ typedef struct restore_args {
 
 /* Checks the syntax of a --device list: "OLD=NEW[,OLD=NEW…]", each side an
  * ordinal or a GPU UUID ("GPU-" and 32 hex digits, dashes anywhere).
- * Returns 0, or -EINVAL with err saying what is wrong. */
-int restore_devices_check(const char *spec, char *err, size_t errlen);
+ * Returns 0, or -EINVAL with er saying what is wrong. */
+int restore_devices_check(const char *spec, perr *er);
 
 /* Decides where each GPU of image `in` goes on this machine (spec: the
  * moves asked for, or NULL), and describes the moves in desc ("" when
@@ -49,7 +49,7 @@ int restore_devices_check(const char *spec, char *err, size_t errlen);
  * twice or moved onto another chip), -ENODEV (this machine lacks a GPU
  * named, or any free GPU of the chip of one that holds memory), -EIO. */
 int restore_devices(const phosimg_info *in, const char *spec, engine_devmap *map, char *desc, size_t desclen,
-		    char *err, size_t errlen);
+		    perr *er);
 
 /* Restores the tree of image a->image. Eager: its device memory is
  * filled from the image, the tree restored with CRIU, each CUDA process
@@ -64,9 +64,9 @@ int restore_devices(const phosimg_info *in, const char *spec, engine_devmap *map
  * how long calls waited. Errors: -EBADMSG and other phosimg_open errors
  * (a bad image; nothing was started), -EBUSY (a pid of the tree is
  * taken), restore_devices' errors (nothing was started), -EIO (CRIU or
- * the driver failed; err says which). An error after the tree ran (a
- * chunk that does not check, the driver) kills the tree, and err says
+ * the driver failed; er says which). An error after the tree ran (a
+ * chunk that does not check, the driver) kills the tree, and er says
  * so. */
-int restore_run(const restore_args *a, char *err, size_t errlen);
+int restore_run(const restore_args *a, perr *er);
 
 #endif

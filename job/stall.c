@@ -78,22 +78,22 @@ static int describe(pid_t pid, phosimg_meta *m, char **cmdline)
 /* Brings every live member back to running: driver restore and unlock,
  * then unpark. The first error goes to err (if it is still empty). */
 static int bring_back(const checkpoint_args *a, const phosimg_member *m, member_state *ms, uint32_t n,
-		      const engine_parked *parked, const engine_cow *cow, bool dumped, char *err, size_t errlen)
+		      const engine_parked *parked, const engine_cow *cow, bool dumped, perr *er)
 {
 	engine_progress *prog = a->prog;
 	int first = 0;
-	char msg[ENGINE_ERR_MAX];
+	perr msg = { 0 };
 	for (uint32_t i = 0; i < n; i++) {
 		if (!ms[i].locked || !engine_alive(m[i].pid) || (dumped && a->kill))
 			continue;
 		engine_step(prog, STEP_UNLOCK);
-		int e = ms[i].checkpointed ? driver_restore(m[i].pid, NULL, msg, sizeof(msg)) : 0;
+		int e = ms[i].checkpointed ? driver_restore(m[i].pid, NULL, &msg) : 0;
 		if (!e)
-			e = driver_unlock(m[i].pid, msg, sizeof(msg));
+			e = driver_unlock(m[i].pid, &msg);
 		if (e && !first) {
 			first = e;
-			if (!*err)
-				snprintf(err, errlen, "%s", msg);
+			if (!*er->msg)
+				pr_copy(er, &msg);
 		}
 	}
 	for (uint32_t i = 0; i < n; i++) {
@@ -101,32 +101,30 @@ static int bring_back(const checkpoint_args *a, const phosimg_member *m, member_
 			continue;
 		engine_step(prog, STEP_UNPARK);
 		engine_parked mine = engine_parked_of(parked, m[i].pid);
-		int e = engine_unpark(m[i].pid, ms[i].tid, a->tracer, &mine, engine_cow_of(cow, m[i].pid), msg,
-				      sizeof(msg));
+		int e = engine_unpark(m[i].pid, ms[i].tid, a->tracer, &mine, engine_cow_of(cow, m[i].pid), &msg);
 		if (e && !first) {
 			first = e;
-			if (!*err)
-				snprintf(err, errlen, "%s", msg);
+			if (!*er->msg)
+				pr_copy(er, &msg);
 		}
 	}
 	return first;
 }
 
 /* The processes of the tree now, which are traced, and which use CUDA. */
-static int members_of(const checkpoint_args *a, phosimg_member **mp, member_state **msp, uint32_t *np, char *err,
-		      size_t errlen)
+static int members_of(const checkpoint_args *a, phosimg_member **mp, member_state **msp, uint32_t *np, perr *er)
 {
 	phosimg_member *m = NULL;
 	uint32_t n = 0;
 	int e = engine_tree(a->pid, &m, &n);
 	if (e)
-		return engine_fail(e, err, errlen, "process %d is gone", (int)a->pid);
+		return pr_err(er, e, "process %d is gone", (int)a->pid);
 	char tcp[256];
 	e = engine_tcp_outside(m, n, tcp, sizeof(tcp));
 	if (e) {
 		free(m);
-		return e < 0 ? engine_fail(e, err, errlen, "cannot list the job's TCP connections: %s", strerror(-e))
-			     : engine_fail(-EOPNOTSUPP, err, errlen,
+		return e < 0 ? pr_err(er, e, "cannot list the job's TCP connections: %s", strerror(-e))
+			     : pr_err(er, -EOPNOTSUPP,
 					   "%s; phos checkpoints TCP connections between the job's own processes "
 					   "only (data its peer sent during the dump would be lost): close it, or "
 					   "checkpoint when none is open",
@@ -135,7 +133,7 @@ static int members_of(const checkpoint_args *a, phosimg_member **mp, member_stat
 	member_state *ms = calloc(n, sizeof(*ms));
 	if (!ms) {
 		free(m);
-		return engine_fail(-ENOMEM, err, errlen, "out of memory");
+		return pr_err(er, -ENOMEM, "out of memory");
 	}
 	for (int t = 0; t < a->ntraced; t++) {
 		int i = engine_tree_member(m, n, a->traced[t].pid);
@@ -173,13 +171,13 @@ void stall_free(ckpt *k)
 	free(k->m);
 }
 
-int stall_begin(ckpt *k, const checkpoint_args *a, char *err, size_t errlen)
+int stall_begin(ckpt *k, const checkpoint_args *a, perr *er)
 {
 	k->a = a;
 	k->prog = a->prog;
-	int e = driver_open(err, errlen);
+	int e = driver_open(er);
 	if (!e)
-		e = members_of(a, &k->m, &k->ms, &k->n, err, errlen);
+		e = members_of(a, &k->m, &k->ms, &k->n, er);
 	if (e)
 		return e;
 	k->recopy = a->recopy && a->ntraced > 0;
@@ -190,12 +188,12 @@ int stall_begin(ckpt *k, const checkpoint_args *a, char *err, size_t errlen)
 	k->meta = (phosimg_meta){ .pid = a->pid, .protocol = (uint32_t)proto, .members = k->m, .member_count = k->n };
 	e = describe(a->pid, &k->meta, &k->cmdline);
 	if (e)
-		return engine_fail(e, err, errlen, "process %d is gone", (int)a->pid);
+		return pr_err(er, e, "process %d is gone", (int)a->pid);
 	if (driver_devices(k->devs, PHOSIMG_DEVICES_MAX, &k->meta.device_count) == 0)
 		k->meta.devices = k->devs;
 	if (a->ntraced)
 		e = engine_staging_alloc(&k->staging, a->staging_fd, a->staging ? a->staging : ENGINE_STAGING, k->chunk,
-					 err, errlen);
+					 er);
 	atomic_store(&k->prog->staging_bytes, k->staging.bytes);
 	atomic_store(&k->prog->staging_pin_ns, k->staging.pin_ns);
 	if (e)
@@ -205,21 +203,20 @@ int stall_begin(ckpt *k, const checkpoint_args *a, char *err, size_t errlen)
 	phosimg_writer_opts wo = { .chunk_size = k->chunk, .stripes = ENGINE_WRITERS };
 	e = phosimg_writer_create(a->image, &wo, &k->w);
 	if (e)
-		return engine_fail(e, err, errlen, "cannot start the image: %s",
-				   *phosimg_last_error() ? phosimg_last_error() : strerror(-e));
+		return pr_img(er, e, "cannot start the image");
 	snprintf(k->prog->data_path, sizeof(k->prog->data_path), "%s/" PHOSIMG_DATA_FILE, phosimg_writer_tmp_dir(k->w));
 	atomic_store(&k->prog->data_ready, phosimg_writer_data_ready(k->w));
 	atomic_store(&k->prog->data_files, wo.stripes);
 	return 0;
 }
 
-int stall_retree(ckpt *k, char *err, size_t errlen)
+int stall_retree(ckpt *k, perr *er)
 {
 	free(k->ms);
 	free(k->m);
 	k->ms = NULL;
 	k->m = NULL;
-	int e = members_of(k->a, &k->m, &k->ms, &k->n, err, errlen);
+	int e = members_of(k->a, &k->m, &k->ms, &k->n, er);
 	k->meta.members = k->m;
 	k->meta.member_count = k->n;
 	return e;
@@ -227,7 +224,7 @@ int stall_retree(ckpt *k, char *err, size_t errlen)
 
 /* 1-2. Every traced member parks, in tree order, parents first; the
  * image records the GPUs as the first that says sees them. */
-static int park(ckpt *k, char *err, size_t errlen)
+static int park(ckpt *k, perr *er)
 {
 	bool view = false;
 	int e = 0;
@@ -238,7 +235,7 @@ static int park(ckpt *k, char *err, size_t errlen)
 		if (i < 0)
 			continue; /* it left the tree (it exited) */
 		engine_parked mine;
-		e = engine_park(k->m[i].pid, k->a->traced[t].conn, &mine, err, errlen);
+		e = engine_park(k->m[i].pid, k->a->traced[t].conn, &mine, er);
 		k->ms[i].parked = !e;
 		/* After a restore onto another GPU, the process's UUIDs are not
 		 * the ones phosfs's ordinals have. */
@@ -248,11 +245,11 @@ static int park(ckpt *k, char *err, size_t errlen)
 		}
 		if (!e && (e = engine_parked_move(&k->parked, &mine)) != 0) {
 			engine_parked_free(&mine);
-			engine_fail(e, err, errlen, "out of memory");
+			pr_err(er, e, "out of memory");
 		}
 	}
 	if (!e && view && (e = phosimg_writer_set_meta(k->w, &k->meta)) != 0)
-		engine_fail(e, err, errlen, "describing the image: %s", strerror(-e));
+		pr_err(er, e, "describing the image: %s", strerror(-e));
 	uint64_t total = 0;
 	for (int i = 0; i < k->parked.n; i++)
 		total += k->parked.objs[i].size;
@@ -260,52 +257,52 @@ static int park(ckpt *k, char *err, size_t errlen)
 	return e;
 }
 
-int stall_enter(ckpt *k, char *err, size_t errlen)
+int stall_enter(ckpt *k, perr *er)
 {
 	k->t0 = engine_now_ns();
 	*(k->recopy ? &k->meta.t2_ns : &k->meta.t1_ns) = engine_clock_ns(CLOCK_REALTIME);
 	int e = phosimg_writer_set_meta(k->w, &k->meta);
 	if (e)
-		return engine_fail(e, err, errlen, "describing the image: %s", strerror(-e));
-	return park(k, err, errlen);
+		return pr_err(er, e, "describing the image: %s", strerror(-e));
+	return park(k, er);
 }
 
 /* No member is checkpointed while another still runs on the device. */
-int stall_freeze(ckpt *k, char *err, size_t errlen)
+int stall_freeze(ckpt *k, perr *er)
 {
 	int e = 0;
 	engine_step(k->prog, STEP_LOCK);
 	for (uint32_t i = 0; !e && i < k->n; i++)
 		if (k->m[i].flags & PHOSIMG_MEMBER_CUDA) {
-			e = driver_lock(k->m[i].pid, LOCK_TIMEOUT_MS, err, errlen);
+			e = driver_lock(k->m[i].pid, LOCK_TIMEOUT_MS, er);
 			k->ms[i].locked = !e;
 		}
 	for (uint32_t i = 0; !e && i < k->n; i++)
 		if (k->ms[i].locked) {
-			e = driver_checkpoint(k->m[i].pid, err, errlen);
+			e = driver_checkpoint(k->m[i].pid, er);
 			k->ms[i].checkpointed = !e;
 		}
 	if (!e) {
 		engine_step(k->prog, STEP_DUMP);
-		e = criu_dump(k->a->criu, k->a->pid, phosimg_writer_criu_dir(k->w), k->a->kill, k->a->log, err, errlen);
+		e = criu_dump(k->a->criu, k->a->pid, phosimg_writer_criu_dir(k->w), k->a->kill, k->a->log, er);
 		k->dumped = !e;
 	}
 	return e;
 }
 
-int stall_leave(ckpt *k, int e, bool *back, char *err, size_t errlen)
+int stall_leave(ckpt *k, int e, bool *back, perr *er)
 {
 	/* A failed checkpoint's copy is not wanted: it stops now rather than
 	 * fill the store with what is thrown away. */
 	if (e && k->copy)
 		engine_copy_cancel(k->copy);
-	char err2[ENGINE_ERR_MAX] = "";
+	perr err2 = { 0 };
 	const engine_cow *tables = !e && (k->cow || k->protect) ? &k->tables : NULL;
-	int e2 = bring_back(k->a, k->m, k->ms, k->n, &k->parked, tables, k->dumped, err2, sizeof(err2));
+	int e2 = bring_back(k->a, k->m, k->ms, k->n, &k->parked, tables, k->dumped, &err2);
 	atomic_store(&k->prog->stall_ns, engine_now_ns() - k->t0);
 	if (!e && e2) {
 		e = e2;
-		snprintf(err, errlen, "%s", err2);
+		pr_copy(er, &err2);
 		/* Its image is not wanted: the processes that run under CoW are
 		 * let go at once. */
 		if (k->copy && k->protect)
@@ -315,14 +312,13 @@ int stall_leave(ckpt *k, int e, bool *back, char *err, size_t errlen)
 	return e;
 }
 
-int stall_publish(ckpt *k, char *err, size_t errlen)
+int stall_publish(ckpt *k, perr *er)
 {
 	engine_step(k->prog, STEP_PUBLISH);
 	int e = phosimg_writer_finish(k->w);
 	k->w = NULL; /* finished or failed, the writer is gone */
 	if (e)
-		return engine_fail(e, err, errlen, "publishing the image failed: %s",
-				   *phosimg_last_error() ? phosimg_last_error() : strerror(-e));
+		return pr_img(er, e, "publishing the image failed");
 	atomic_store(&k->prog->publish_ns, engine_now_ns() - k->t0);
 	return 0;
 }

@@ -46,35 +46,35 @@ typedef struct ckpt {
  * applies to it (k->cow, k->recopy), the staging pool (pinning is slow)
  * and the image's writer. Errors: driver_open's, -ESRCH (the process is
  * gone), -EOPNOTSUPP (a TCP connection leaves the tree), -ENOMEM, the
- * staging pool's and the writer's; err says which. */
-int stall_begin(ckpt *k, const checkpoint_args *a, char *err, size_t errlen);
+ * staging pool's and the writer's; er says which. */
+int stall_begin(ckpt *k, const checkpoint_args *a, perr *er);
 
 /* Takes the tree again as it is now (it ran since stall_begin). Errors:
  * as stall_begin's. */
-int stall_retree(ckpt *k, char *err, size_t errlen);
+int stall_retree(ckpt *k, perr *er);
 
 /* 1-2. The stall begins (k->t0): the image is described, and every
  * traced member parks, parents first. From here stall_leave must run.
  * Errors: engine_park's, -ENOMEM, the writer's. */
-int stall_enter(ckpt *k, char *err, size_t errlen);
+int stall_enter(ckpt *k, perr *er);
 
 /* 3-4. Every CUDA member is locked, and only then checkpointed in the
  * driver; then CRIU dumps the tree. Errors: the driver's and
- * criu_dump's (-EIO, -ETIMEDOUT), with err. */
-int stall_freeze(ckpt *k, char *err, size_t errlen);
+ * criu_dump's (-EIO, -ETIMEDOUT), with er. */
+int stall_freeze(ckpt *k, perr *er);
 
 /* 6-7. The stall ends: every live member is brought back to running,
  * whatever happened before (e, the checkpoint's result so far); with no
  * error, with its CoW table if the protocol made one. Returns the
  * checkpoint's result; *back says whether bringing them back worked. */
-int stall_leave(ckpt *k, int e, bool *back, char *err, size_t errlen);
+int stall_leave(ckpt *k, int e, bool *back, perr *er);
 
 /* Lets go of the device memory, the tables and the staging pool (again:
  * nothing). */
 void stall_release(ckpt *k);
 
 /* 9. Publishes the image. Errors: the writer's (-ENOSPC, -EIO, …). */
-int stall_publish(ckpt *k, char *err, size_t errlen);
+int stall_publish(ckpt *k, perr *er);
 
 /* The one undo: frees what the checkpoint holds; the image is thrown
  * away unless it was published. */

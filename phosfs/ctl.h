@@ -16,6 +16,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "../engine/error.h"
+
 #define CTL_MAX 4096
 #define CTL_NAME_MAX 64
 
@@ -34,8 +36,8 @@ typedef struct ctl_cmd {
 } ctl_cmd;
 
 /* Parses a write to /<pid>/ctl (root false) or to /ctl (root true).
- * Returns 0, or -EINVAL with err saying what is wrong. */
-int ctl_parse(const char *buf, size_t len, bool root, ctl_cmd *out, char *err, size_t errlen);
+ * Returns 0, or -EINVAL with er saying what is wrong. */
+int ctl_parse(const char *buf, size_t len, bool root, ctl_cmd *out, perr *er);
 
 /* Whether s is a valid checkpoint name. */
 bool ctl_name_ok(const char *s);

@@ -1051,40 +1051,40 @@ static int fs_write(const char *path, const char *buf, size_t size, off_t off, s
 	(void)off;
 	where w = parse(path);
 	handle *h = (handle *)(uintptr_t)fi->fh;
-	char err[ENGINE_ERR_MAX + 100] = "";
+	perr er = { 0 };
 	ctl_cmd *c = malloc(sizeof(*c));
 	if (!c)
 		return -ENOMEM;
 	/* A member's ctl acts on its job: the image is always the whole tree. */
 	target *t = w.n == N_ROOT_CTL ? NULL : target_get(job_name(w.pid), true);
-	int e = !t && w.n != N_ROOT_CTL ? -ENOMEM : ctl_parse(buf, size, w.n == N_ROOT_CTL, c, err, sizeof(err));
+	int e = !t && w.n != N_ROOT_CTL ? -ENOMEM : ctl_parse(buf, size, w.n == N_ROOT_CTL, c, &er);
 	if (e == -EINVAL) {
 		/* Not logged: any owner of a process could flood the log. */
 		if (t) {
 			pthread_mutex_lock(&t->lock);
-			snprintf(t->error, sizeof(t->error), "bad command: %s", err);
+			snprintf(t->error, sizeof(t->error), "bad command: %s", er.msg);
 			pthread_mutex_unlock(&t->lock);
 		}
-		answer(h, "error: bad command: %s\n", err);
+		answer(h, "error: bad command: %s\n", er.msg);
 	} else if (!e && c->verb == CTL_RESTORE) {
 		unsigned id = 0;
-		e = restore_submit(c, &id, err, sizeof(err));
+		e = restore_submit(c, &id, &er);
 		if (e)
-			answer(h, "error: %s\n", err);
+			answer(h, "error: %s\n", pr_msg(&er));
 		else
 			answer(h, "restore %u\n", id);
 	} else if (!e) {
 		char proc_path[64];
 		snprintf(proc_path, sizeof(proc_path), "/proc/%d", (int)t->pid);
 		if (c->verb == CTL_CANCEL)
-			e = job_cancel(t, err, sizeof(err));
+			e = job_cancel(t, &er);
 		else if (access(proc_path, F_OK) != 0)
-			e = engine_fail(-ESRCH, err, sizeof(err), "process %d is not running", (int)t->pid);
+			e = pr_err(&er, -ESRCH, "process %d is not running", (int)t->pid);
 		else
-			e = job_checkpoint(t, c, err, sizeof(err));
+			e = job_checkpoint(t, c, &er);
 		if (e) {
-			target_error(t, "%s", err);
-			answer(h, "error: %s\n", err);
+			target_error(t, "%s", pr_msg(&er));
+			answer(h, "error: %s\n", pr_msg(&er));
 		} else {
 			answer(h, "ok\n");
 		}

@@ -234,7 +234,7 @@ static bool tree_restoring(pid_t pid)
 
 /* Waits, up to ms, until no restore serves a process of pid's tree. 0, or
  * -EBUSY. */
-static int await_restored(pid_t pid, int ms, char *err, size_t errlen)
+static int await_restored(pid_t pid, int ms, perr *er)
 {
 	uint64_t until = engine_now_ns() + (uint64_t)ms * 1000000u;
 	for (;;) {
@@ -244,7 +244,7 @@ static int await_restored(pid_t pid, int ms, char *err, size_t errlen)
 			break;
 		uint64_t now = engine_now_ns();
 		if (now >= until)
-			return engine_fail(-EBUSY, err, errlen,
+			return pr_err(er, -EBUSY,
 					   "process %d was still being restored (its device memory coming "
 					   "back) after %d s (phosfs --checkpoint-wait); it runs on",
 					   (int)pid, ms / 1000);
@@ -339,13 +339,13 @@ static uint64_t table_bytes(const proc *p)
  * number), the image's path and its log's (PATH_MAX + 128 each), with
  * the store's folder for t made and its logs pruned. Errors: mkdir's,
  * -EEXIST (the name is taken). */
-static int place_image(target *t, const ctl_cmd *c, char *name, char *image, char *log, char *err, size_t errlen)
+static int place_image(target *t, const ctl_cmd *c, char *name, char *image, char *log, perr *er)
 {
 	char dir[PATH_MAX], logdir[PATH_MAX + 16];
 	snprintf(dir, sizeof(dir), "%s/%d", phosfs_store, (int)t->pid);
 	if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
 		int e = -errno;
-		return engine_fail(e, err, errlen, "cannot make %s: %s", dir, strerror(-e));
+		return pr_err(er, e, "cannot make %s: %s", dir, strerror(-e));
 	}
 	/* Only for showing the owner after the process is gone. */
 	if (t->uid != (uid_t)-1)
@@ -357,7 +357,7 @@ static int place_image(target *t, const ctl_cmd *c, char *name, char *image, cha
 	snprintf(image, PATH_MAX + 128, "%s/%s", dir, name);
 	struct stat st;
 	if (lstat(image, &st) == 0)
-		return engine_fail(-EEXIST, err, errlen, "checkpoint %s exists", name);
+		return pr_err(er, -EEXIST, "checkpoint %s exists", name);
 	snprintf(logdir, sizeof(logdir), "%s/.logs", dir);
 	mkdir(logdir, 0700);
 	logs_prune(logdir, LOGS_KEEP - 1); /* room for this job's */
@@ -370,7 +370,7 @@ static int place_image(target *t, const ctl_cmd *c, char *name, char *image, cha
  * *out, *n of them) and the device bytes they hold. Errors: -ESRCH (t's
  * process is gone), -ENOMEM, -EOPNOTSUPP (one cannot be parked); on
  * error nothing is held. */
-static int traced_of(target *t, pid_t root, proc ***out, int *n, uint64_t *bytes, char *err, size_t errlen)
+static int traced_of(target *t, pid_t root, proc ***out, int *n, uint64_t *bytes, perr *er)
 {
 	phosimg_member *m = NULL;
 	uint32_t nm = 0;
@@ -380,7 +380,7 @@ static int traced_of(target *t, pid_t root, proc ***out, int *n, uint64_t *bytes
 		e = -ENOMEM;
 	if (e) {
 		free(m);
-		return engine_fail(e == -ESRCH ? e : -ENOMEM, err, errlen,
+		return pr_err(er, e == -ESRCH ? e : -ENOMEM,
 				   e == -ESRCH ? "process %d is not running" : "out of memory (process %d)", (int)t->pid);
 	}
 	int k = 0;
@@ -388,7 +388,7 @@ static int traced_of(target *t, pid_t root, proc ***out, int *n, uint64_t *bytes
 	for (uint32_t i = 0; i < nm && !e; i++) {
 		proc *p = registry_get(m[i].pid);
 		if (p && (p->hello.flags & WIRE_HELLO_STOP_ONLY))
-			e = engine_fail(-EOPNOTSUPP, err, errlen, "process %d cannot be parked (%s)", (int)p->pid,
+			e = pr_err(er, -EOPNOTSUPP, "process %d cannot be parked (%s)", (int)p->pid,
 					p->hello.stop_only_reason);
 		if (p) {
 			*bytes += table_bytes(p);
@@ -431,10 +431,10 @@ static int take_members(target *t, proc **procs, int n, job_request *req)
 /* A checkpoint's request, but for its members and staging. Errors:
  * -ENAMETOOLONG. */
 static int checkpoint_request(job_request *req, const ctl_cmd *c, enum ctl_proto proto, pid_t root,
-			      const char *image, const char *log, char *err, size_t errlen)
+			      const char *image, const char *log, perr *er)
 {
 	if (job_request_init(req, JOB_CHECKPOINT, image, phosfs_criu, log, phosfs_criu_plugins))
-		return engine_fail(-ENAMETOOLONG, err, errlen, "a path of the checkpoint of %d is too long", (int)root);
+		return pr_err(er, -ENAMETOOLONG, "a path of the checkpoint of %d is too long", (int)root);
 	job_checkpoint_req *cr = &req->checkpoint;
 	cr->pid = root;
 	cr->kill = c->kill;
@@ -466,11 +466,11 @@ static void started(target *t, watch *w, const ctl_cmd *c, enum ctl_proto proto,
 	syslog(LOG_INFO, "process %d: %s started", (int)t->pid, t->job);
 }
 
-static int start_locked(target *t, const ctl_cmd *c, watch **here, char *err, size_t errlen)
+static int start_locked(target *t, const ctl_cmd *c, watch **here, perr *er)
 {
 	char name[CTL_NAME_MAX + 1], image[PATH_MAX + 128], log[PATH_MAX + 128];
 	*here = NULL;
-	int e = place_image(t, c, name, image, log, err, errlen);
+	int e = place_image(t, c, name, image, log, er);
 	if (e)
 		return e;
 	/* Each registered process of the tree parks; the rest of the tree is
@@ -479,25 +479,25 @@ static int start_locked(target *t, const ctl_cmd *c, watch **here, char *err, si
 	proc **procs = NULL;
 	int ntraced = 0;
 	uint64_t bytes = 0;
-	e = traced_of(t, root, &procs, &ntraced, &bytes, err, errlen);
+	e = traced_of(t, root, &procs, &ntraced, &bytes, er);
 	if (e)
 		return e;
 	/* CoW needs the tracer; a checkpoint that names no protocol of a
 	 * tree without one stops it instead. */
 	enum ctl_proto proto = c->proto != CTL_DEFAULT ? c->proto : ntraced ? CTL_COW : CTL_STOP;
 	if ((proto == CTL_COW || proto == CTL_RECOPY) && !ntraced)
-		e = engine_fail(-EOPNOTSUPP, err, errlen,
+		e = pr_err(er, -EOPNOTSUPP,
 				"checkpoint %s needs the tracer, and no process of %d's tree was started with phos run; "
 				"use checkpoint stop",
 				proto_name(proto), (int)t->pid);
 	if (!e && ntraced > JOB_MEMBERS_MAX)
-		e = engine_fail(-E2BIG, err, errlen, "process %d's tree has %d traced processes; phos takes at most %d",
+		e = pr_err(er, -E2BIG, "process %d's tree has %d traced processes; phos takes at most %d",
 				(int)t->pid, ntraced, JOB_MEMBERS_MAX);
 	job_request *req = e ? NULL : malloc(sizeof(*req));
 	if (!e && !req)
-		e = engine_fail(-ENOMEM, err, errlen, "out of memory");
+		e = pr_err(er, -ENOMEM, "out of memory");
 	if (!e)
-		e = checkpoint_request(req, c, proto, root, image, log, err, errlen);
+		e = checkpoint_request(req, c, proto, root, image, log, er);
 	int nconns = take_members(t, procs, ntraced, e ? NULL : req);
 	free(procs);
 	/* The staging pool needs to hold no more than the memory copied. */
@@ -508,7 +508,7 @@ static int start_locked(target *t, const ctl_cmd *c, watch **here, char *err, si
 		req->checkpoint.staging = bytes && room < phosfs_staging ? room : phosfs_staging;
 		req->checkpoint.staging_fd = sfd;
 		req->checkpoint.nmembers = (uint32_t)nconns;
-		e = w ? spawn_job(req, &w->s, err, errlen) : -ENOMEM;
+		e = w ? spawn_job(req, &w->s, er) : -ENOMEM;
 		if (w)
 			w->staging = sfd >= 0;
 	}
@@ -537,16 +537,16 @@ static void *deferred_main(void *arg)
 {
 	deferred *d = arg;
 	target *t = d->t;
-	char err[ENGINE_ERR_MAX + 100] = "";
+	perr er = { 0 };
 	watch *here = NULL;
-	int e = await_restored(t->pid, phosfs_checkpoint_wait * 1000, err, sizeof(err));
+	int e = await_restored(t->pid, phosfs_checkpoint_wait * 1000, &er);
 	pthread_mutex_lock(&t->lock);
 	t->busy = false; /* start_locked takes it again */
 	if (!e)
-		e = start_locked(t, &d->c, &here, err, sizeof(err));
+		e = start_locked(t, &d->c, &here, &er);
 	if (e) {
 		t->result = e;
-		snprintf(t->error, sizeof(t->error), "%s failed: %s", t->job, err);
+		snprintf(t->error, sizeof(t->error), "%s failed: %s", t->job, pr_msg(&er));
 		syslog(LOG_WARNING, "process %d: %s", (int)t->pid, t->error);
 		pthread_cond_broadcast(&t->done);
 	}
@@ -557,17 +557,17 @@ static void *deferred_main(void *arg)
 	return NULL;
 }
 
-int job_checkpoint(target *t, const ctl_cmd *c, char *err, size_t errlen)
+int job_checkpoint(target *t, const ctl_cmd *c, perr *er)
 {
 	pthread_mutex_lock(&t->lock);
 	if (t->busy) {
 		pthread_mutex_unlock(&t->lock);
-		return engine_fail(-EBUSY, err, errlen, "busy: %s is running", t->job);
+		return pr_err(er, -EBUSY, "busy: %s is running", t->job);
 	}
 	watch *here = NULL;
 	int e = 0;
 	if (!tree_restoring(t->pid)) {
-		e = start_locked(t, c, &here, err, errlen);
+		e = start_locked(t, c, &here, er);
 		pthread_mutex_unlock(&t->lock);
 		if (here)
 			watch_main(here);
@@ -578,7 +578,7 @@ int job_checkpoint(target *t, const ctl_cmd *c, char *err, size_t errlen)
 	deferred *d = malloc(sizeof(*d));
 	pthread_t th;
 	if (!d) {
-		e = engine_fail(-ENOMEM, err, errlen, "out of memory");
+		e = pr_err(er, -ENOMEM, "out of memory");
 	} else {
 		d->t = t;
 		d->c = *c;
@@ -594,7 +594,7 @@ int job_checkpoint(target *t, const ctl_cmd *c, char *err, size_t errlen)
 		if (pthread_create(&th, NULL, deferred_main, d) != 0) {
 			t->busy = false;
 			free(d);
-			e = engine_fail(-EAGAIN, err, errlen, "cannot start a thread to wait for the restore");
+			e = pr_err(er, -EAGAIN, "cannot start a thread to wait for the restore");
 		} else {
 			pthread_detach(th);
 		}
@@ -603,12 +603,12 @@ int job_checkpoint(target *t, const ctl_cmd *c, char *err, size_t errlen)
 	return e;
 }
 
-int job_cancel(target *t, char *err, size_t errlen)
+int job_cancel(target *t, perr *er)
 {
 	pthread_mutex_lock(&t->lock);
 	int e = 0;
 	if (!t->busy || !t->sh)
-		e = engine_fail(-EINVAL, err, errlen, "no job to cancel");
+		e = pr_err(er, -EINVAL, "no job to cancel");
 	else
 		atomic_store(&t->sh->prog.cancel, true);
 	pthread_mutex_unlock(&t->lock);

@@ -177,8 +177,8 @@ static bool mounted_type(const char *path, char *type, size_t len)
 
 /* A phosfs that was killed leaves its mount behind, dead ("Transport
  * endpoint is not connected"): it is taken away, as other FUSE daemons
- * do. A live phosfs there is left alone. 0, or -EBUSY (live) with err. */
-static int take_stale_mount(const char *mnt, char *err, size_t errlen)
+ * do. A live phosfs there is left alone. 0, or -EBUSY (live) with er. */
+static int take_stale_mount(const char *mnt, perr *er)
 {
 	char abs[PATH_MAX], type[64];
 	struct stat st;
@@ -186,15 +186,13 @@ static int take_stale_mount(const char *mnt, char *err, size_t errlen)
 		return 0; /* nothing there, or alive: fuse_mount says so */
 	if (!realpath(mnt, abs))
 		snprintf(abs, sizeof(abs), "%s", mnt);
-	if (!mounted_type(abs, type, sizeof(type)) || strncmp(type, "fuse", 4)) {
-		snprintf(err, errlen, "%s: %s, and it is no FUSE mount phosfs could take over", mnt, strerror(ENOTCONN));
-		return -EBUSY;
-	}
-	if (umount2(abs, MNT_DETACH) != 0) {
-		snprintf(err, errlen, "%s: the mount of a phosfs that died is still there and cannot be taken away: %s",
-			 mnt, strerror(errno));
-		return -EBUSY;
-	}
+	if (!mounted_type(abs, type, sizeof(type)) || strncmp(type, "fuse", 4))
+		return pr_err(er, -EBUSY, "%s: %s, and it is no FUSE mount phosfs could take over", mnt,
+			      strerror(ENOTCONN));
+	if (umount2(abs, MNT_DETACH) != 0)
+		return pr_err(er, -EBUSY,
+			      "%s: the mount of a phosfs that died is still there and cannot be taken away: %s", mnt,
+			      strerror(errno));
 	syslog(LOG_NOTICE, "%s: took away the mount a phosfs that died left there", abs);
 	return 0;
 }
@@ -287,57 +285,28 @@ static void apply_options(const struct options *o)
 		phosfs_checkpoint_wait = count_option("--checkpoint-wait", o->checkpoint_wait, 0, 86400);
 }
 
-int main(int argc, char **argv)
+/* Where CRIU and phos's CRIU plugins are: as the environment says, else
+ * where phos installs them, else CRIU on the PATH and no plugins. */
+static void find_criu(void)
 {
-	if (argc > 1 && !strcmp(argv[1], "--job"))
-		return job_main(argc, argv);
-	const char *sock = wire_socket_path();
-	const char *store = "/var/lib/phos";
-	static char store_abs[PATH_MAX], self[PATH_MAX];
-	/* The CRIU phos installs, else the one on the PATH. */
-	phosfs_criu = getenv("PHOS_CRIU") && *getenv("PHOS_CRIU")	   ? getenv("PHOS_CRIU")
-		      : access(PHOS_LIBEXEC "/criu", X_OK) == 0 ? PHOS_LIBEXEC "/criu"
-								 : "criu";
-	/* phos's CRIU plugins: where phos installs them, unless told. */
+	const char *criu = getenv("PHOS_CRIU");
+	phosfs_criu = criu && *criu ? criu : access(PHOS_LIBEXEC "/criu", X_OK) == 0 ? PHOS_LIBEXEC "/criu" : "criu";
 	const char *plugins = getenv("PHOS_CRIU_PLUGINS");
-	phosfs_criu_plugins = plugins                                        ? plugins
+	phosfs_criu_plugins = plugins ? plugins
 			      : access(PHOS_LIBEXEC "/criu-plugins", X_OK) == 0 ? PHOS_LIBEXEC "/criu-plugins"
 										 : "";
-	/* phosfs's own options; the rest (-f, -d, -o …, the mountpoint) are
-	 * FUSE's, and stay in args. */
-	struct options o = { 0 };
-	struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
-	if (fuse_opt_parse(&args, &o, phosfs_opts, NULL) != 0) {
-		options_free(&o);
-		return usage(stderr);
-	}
-	if (o.help) {
-		options_free(&o);
-		fuse_opt_free_args(&args);
-		return usage(stdout);
-	}
-	sock = o.sock ? o.sock : sock;
-	store = o.store ? o.store : store;
-	apply_options(&o);
-	/* Everyone may look; what each sees is decided per process. */
-	if (fuse_opt_add_arg(&args, "-o") || fuse_opt_add_arg(&args, "allow_other,default_permissions")) {
-		options_free(&o);
-		fuse_opt_free_args(&args);
-		return 1;
-	}
-	struct fuse_cmdline_opts opts;
-	if (fuse_parse_cmdline(&args, &opts) != 0 || !opts.mountpoint) {
-		fuse_opt_free_args(&args);
-		options_free(&o);
-		return usage(stderr);
-	}
-	int se_ = make_store(store, store_abs);
-	if (se_) {
-		fprintf(stderr, "phosfs: cannot use the store %s: %s\n", store, strerror(-se_));
-		fuse_opt_free_args(&args);
-		free(opts.mountpoint);
-		options_free(&o);
-		return 1;
+}
+
+/* Makes the store (its absolute path into store_abs), the staging pool
+ * and the log, and says once what CRIU cannot do here. Errors:
+ * make_store's, said on stderr. */
+static int prepare(const char *store, char *store_abs, bool foreground)
+{
+	static char self[PATH_MAX];
+	int e = make_store(store, store_abs);
+	if (e) {
+		fprintf(stderr, "phosfs: cannot use the store %s: %s\n", store, strerror(-e));
+		return e;
 	}
 	int sg = staging_start(phosfs_staging);
 	if (sg)
@@ -348,8 +317,7 @@ int main(int argc, char **argv)
 	ssize_t sl = readlink("/proc/self/exe", self, sizeof(self) - 1);
 	self[sl > 0 ? sl : 0] = 0;
 	phosfs_self = self;
-	openlog("phosfs", LOG_PID | (opts.foreground ? LOG_PERROR : 0), LOG_DAEMON);
-	/* Once, at start: what CRIU cannot do here. */
+	openlog("phosfs", LOG_PID | (foreground ? LOG_PERROR : 0), LOG_DAEMON);
 	char limits[1024];
 	criu_limits(limits, sizeof(limits));
 	if (*limits)
@@ -357,25 +325,24 @@ int main(int argc, char **argv)
 	if (!*phosfs_criu_plugins)
 		syslog(LOG_WARNING, "no CRIU plugins (--criu-plugins): forked children of CUDA processes, such as "
 				    "PyTorch DataLoader workers, cannot be checkpointed");
-	char why[PATH_MAX + 200];
-	if (take_stale_mount(opts.mountpoint, why, sizeof(why))) {
-		fprintf(stderr, "phosfs: %s\n", why);
-		fuse_opt_free_args(&args);
-		free(opts.mountpoint);
-		options_free(&o);
-		return 1;
-	}
+	return 0;
+}
+
+/* Mounts phosfs on mnt and serves it, with the registry on sock, until a
+ * signal ends it. Returns the exit status. */
+static int serve(struct fuse_args *args, const char *mnt, bool foreground, const char *sock)
+{
 	struct fuse_operations ops = phosfs_ops;
 	ops.init = init;
 	int rc = 1;
-	struct fuse *f = fuse_new(&args, &ops, sizeof(ops), NULL);
+	struct fuse *f = fuse_new(args, &ops, sizeof(ops), NULL);
 	if (!f)
-		goto out;
-	if (fuse_mount(f, opts.mountpoint) != 0) {
-		fprintf(stderr, "phosfs: cannot mount %s\n", opts.mountpoint);
+		return 1;
+	if (fuse_mount(f, mnt) != 0) {
+		fprintf(stderr, "phosfs: cannot mount %s\n", mnt);
 		goto out_destroy;
 	}
-	if (fuse_daemonize(opts.foreground) != 0)
+	if (fuse_daemonize(foreground) != 0)
 		goto out_unmount;
 	/* After daemonizing: the registry's thread must be the daemon's. */
 	int e = registry_start(sock);
@@ -403,6 +370,48 @@ out_unmount:
 	fuse_unmount(f);
 out_destroy:
 	fuse_destroy(f);
+	return rc;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc > 1 && !strcmp(argv[1], "--job"))
+		return job_main(argc, argv);
+	static char store_abs[PATH_MAX];
+	find_criu();
+	/* phosfs's own options; the rest (-f, -d, -o …, the mountpoint) are
+	 * FUSE's, and stay in args. */
+	struct options o = { 0 };
+	struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
+	if (fuse_opt_parse(&args, &o, phosfs_opts, NULL) != 0) {
+		options_free(&o);
+		return usage(stderr);
+	}
+	if (o.help) {
+		options_free(&o);
+		fuse_opt_free_args(&args);
+		return usage(stdout);
+	}
+	const char *sock = o.sock ? o.sock : wire_socket_path();
+	const char *store = o.store ? o.store : "/var/lib/phos";
+	apply_options(&o);
+	/* Everyone may look; what each sees is decided per process. */
+	struct fuse_cmdline_opts opts = { 0 };
+	int rc = 1;
+	if (fuse_opt_add_arg(&args, "-o") || fuse_opt_add_arg(&args, "allow_other,default_permissions"))
+		goto out;
+	if (fuse_parse_cmdline(&args, &opts) != 0 || !opts.mountpoint) {
+		rc = usage(stderr);
+		goto out;
+	}
+	if (prepare(store, store_abs, opts.foreground))
+		goto out;
+	perr why = { 0 };
+	if (take_stale_mount(opts.mountpoint, &why)) {
+		fprintf(stderr, "phosfs: %s\n", why.msg);
+		goto out;
+	}
+	rc = serve(&args, opts.mountpoint, opts.foreground, sock);
 out:
 	free(opts.mountpoint);
 	fuse_opt_free_args(&args);

@@ -128,10 +128,10 @@ uint32_t target_data_files(target *t);
  * unpublished file's path in path), or 0 when it is not being written
  * (any more). Never blocks. */
 int target_stream(target *t, const char *name, char *path, size_t len, uint64_t *ready);
-/* Starts a checkpoint job. Errors: -EBUSY, -EEXIST, -EOPNOTSUPP, … with err. */
-int job_checkpoint(target *t, const ctl_cmd *c, char *err, size_t errlen);
+/* Starts a checkpoint job. Errors: -EBUSY, -EEXIST, -EOPNOTSUPP, … with er. */
+int job_checkpoint(target *t, const ctl_cmd *c, perr *er);
 /* Asks the running job to stop early. Errors: -EINVAL (none runs). */
-int job_cancel(target *t, char *err, size_t errlen);
+int job_cancel(target *t, perr *er);
 
 /* spawn.c: a job process (`phosfs --job ARGS…`), and the memfd it shares. */
 typedef struct spawn {
@@ -141,8 +141,8 @@ typedef struct spawn {
 /* Starts a job process for req (request.h), which it finds in the
  * memory it shares with phosfs, with the fds req names (its members'
  * connections, the staging memfd) left open in it. Errors: errno of
- * memfd_create, mmap or fork, with err. */
-int spawn_job(const job_request *req, spawn *s, char *err, size_t errlen);
+ * memfd_create, mmap or fork, with er. */
+int spawn_job(const job_request *req, spawn *s, perr *er);
 
 /* restores.c: restores side by side, and their queue. */
 enum restore_state { RESTORE_QUEUED, RESTORE_RUNNING, RESTORE_RESUMED, RESTORE_DONE, RESTORE_FAILED };
@@ -160,8 +160,8 @@ typedef struct restore_view {
 } restore_view;
 /* Submits a restore; *id names it in /restores. It starts at once, or
  * waits its turn. Errors: -EBUSY (the queue is full), -ENOMEM, errno of
- * pthread_create; err says why. */
-int restore_submit(const ctl_cmd *c, unsigned *id, char *err, size_t errlen);
+ * pthread_create; er says why. */
+int restore_submit(const ctl_cmd *c, unsigned *id, perr *er);
 /* Every restore still known (newest first) into *out (malloc'd), with
  * how many run and wait now. Errors: -ENOMEM. */
 int restore_views(restore_view **out, size_t *n, int *running, int *queued);

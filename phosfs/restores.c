@@ -144,27 +144,33 @@ static void mark_restored(pid_t pid, const char *dir)
 static void run(restore_job *j)
 {
 	const ctl_cmd *c = &j->cmd;
-	char err[ENGINE_ERR_MAX] = "";
+	perr er = { 0 };
 	spawn s;
+	/* Room in the logs folder for this restore's, made here rather than
+	 * on the ctl write, which must not wait for a folder's scan. */
+	char logs[PATH_MAX];
+	snprintf(logs, sizeof(logs), "%s/.logs", phosfs_store);
+	mkdir(logs, 0700);
+	logs_prune(logs, LOGS_KEEP - 1);
 	job_request *req = malloc(sizeof(*req));
-	int e = req ? 0 : engine_fail(-ENOMEM, err, sizeof(err), "out of memory");
+	int e = req ? 0 : pr_err(&er, -ENOMEM, "out of memory");
 	if (!e) {
 		job_restore_req *rr = &req->restore;
 		if (job_request_init(req, JOB_RESTORE, c->dir, phosfs_criu, j->v.log, phosfs_criu_plugins) ||
 		    job_request_set(rr->devices, sizeof(rr->devices), c->devices))
-			e = engine_fail(-ENAMETOOLONG, err, sizeof(err), "a path of the restore is too long");
+			e = pr_err(&er, -ENAMETOOLONG, "a path of the restore is too long");
 		rr->fill_threads = phosfs_fill_threads;
 		rr->timeout_s = phosfs_restore_timeout;
 		rr->lazy = c->lazy;
 		rr->lazy_pages = c->lazy_pages;
 	}
 	if (!e)
-		e = spawn_job(req, &s, err, sizeof(err));
+		e = spawn_job(req, &s, &er);
 	free(req);
 	if (e) {
 		pthread_mutex_lock(&lock);
 		j->v.result = e;
-		snprintf(j->v.error, sizeof(j->v.error), "%s failed: %s", j->v.job, err);
+		snprintf(j->v.error, sizeof(j->v.error), "%s failed: %s", j->v.job, pr_msg(&er));
 		running--;
 		set_state(j, RESTORE_FAILED);
 		pthread_mutex_unlock(&lock);
@@ -247,18 +253,16 @@ static void log_name(const char *dir, unsigned id, char *out, size_t len)
 	snprintf(out, len, "%.3900s/restore-%s-%d-%u.log", dir, when, (int)getpid(), id);
 }
 
-int restore_submit(const ctl_cmd *c, unsigned *id, char *err, size_t errlen)
+int restore_submit(const ctl_cmd *c, unsigned *id, perr *er)
 {
 	restore_job *j = calloc(1, sizeof(*j));
 	if (!j)
-		return engine_fail(-ENOMEM, err, errlen, "out of memory");
+		return pr_err(er, -ENOMEM, "out of memory");
 	j->cmd = *c;
 	snprintf(j->v.job, sizeof(j->v.job), "restore %.80s%s%s", c->dir, c->lazy ? " lazy" : " eager",
 		 c->lazy_pages ? " lazy-pages" : "");
 	char logs[PATH_MAX];
 	snprintf(logs, sizeof(logs), "%s/.logs", phosfs_store);
-	mkdir(logs, 0700);
-	logs_prune(logs, LOGS_KEEP - 1); /* room for this restore's */
 	pthread_mutex_lock(&lock);
 	/* Every restore not ended counts: one just submitted is queued until
 	 * its thread takes its turn. */
@@ -268,7 +272,7 @@ int restore_submit(const ctl_cmd *c, unsigned *id, char *err, size_t errlen)
 	if (pending >= phosfs_restores + phosfs_restore_queue) {
 		pthread_mutex_unlock(&lock);
 		free(j);
-		return engine_fail(-EBUSY, err, errlen,
+		return pr_err(er, -EBUSY,
 				   "%d restores run or wait, as many as phosfs takes (--restores %d, --restore-queue "
 				   "%d): try again once one has ended",
 				   pending, phosfs_restores, phosfs_restore_queue);
@@ -288,7 +292,7 @@ int restore_submit(const ctl_cmd *c, unsigned *id, char *err, size_t errlen)
 		running -= now;
 		pthread_mutex_unlock(&lock);
 		free(j);
-		return engine_fail(-e, err, errlen, "cannot start the restore's thread: %s", strerror(e));
+		return pr_err(er, -e, "cannot start the restore's thread: %s", strerror(e));
 	}
 	pthread_detach(th);
 	*id = j->v.id;

@@ -15,19 +15,19 @@
 /* Starts `phosfs --job KIND [--pid ROOT] --shared FD` (the words for
  * people reading ps; the request is in the shared memfd), with the fds
  * the request names left open in it. */
-int spawn_job(const job_request *req, spawn *s, char *err, size_t errlen)
+int spawn_job(const job_request *req, spawn *s, perr *er)
 {
 	int sfd = memfd_create("phos-job", MFD_CLOEXEC);
 	if (sfd < 0 || ftruncate(sfd, sizeof(job_shared)) != 0) {
 		int e = -errno;
 		if (sfd >= 0)
 			close(sfd);
-		return engine_fail(e, err, errlen, "cannot make the job's shared memory: %s", strerror(-e));
+		return pr_err(er, e, "cannot make the job's shared memory: %s", strerror(-e));
 	}
 	s->sh = mmap(NULL, sizeof(job_shared), PROT_READ | PROT_WRITE, MAP_SHARED, sfd, 0);
 	if (s->sh == MAP_FAILED) {
 		close(sfd);
-		return engine_fail(-ENOMEM, err, errlen, "cannot map the job's shared memory");
+		return pr_err(er, -ENOMEM, "cannot map the job's shared memory");
 	}
 	s->sh->req = *req;
 	char sfd_s[16], pid_s[16];
@@ -59,7 +59,7 @@ int spawn_job(const job_request *req, spawn *s, char *err, size_t errlen)
 	close(sfd);
 	if (e) {
 		munmap(s->sh, sizeof(job_shared));
-		return engine_fail(e, err, errlen, "cannot start the job: %s", strerror(-e));
+		return pr_err(er, e, "cannot start the job: %s", strerror(-e));
 	}
 	return 0;
 }

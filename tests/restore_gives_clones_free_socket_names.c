@@ -160,7 +160,8 @@ int main(void)
 	char dir[] = "/tmp/phos-socknames-XXXXXX";
 	if (!mkdtemp(dir))
 		bail("mkdtemp: %s", strerror(errno));
-	char criu[256], work[256], path[600], out[512], err[512];
+	char criu[256], work[256], path[600], out[512];
+	perr er = { 0 };
 	snprintf(criu, sizeof(criu), "%s/criu", dir);
 	snprintf(work, sizeof(work), "%s/restore.log", dir);
 	mkdir(criu, 0700);
@@ -176,7 +177,7 @@ int main(void)
 	if (orig < 0)
 		bail("cannot bind the test's abstract name: %s", strerror(errno));
 	int renamed = -1;
-	int e = engine_sockets(criu, work, out, sizeof(out), &renamed, err, sizeof(err));
+	int e = engine_sockets(criu, work, out, sizeof(out), &renamed, &er);
 	uint8_t got[4096];
 	snprintf(path, sizeof(path), "%s/files.img", out);
 	size_t n = e ? 0 : read_file(path, got, sizeof(got));
@@ -187,7 +188,7 @@ int main(void)
 	int probe = listening ? bound(SOCK_SEQPACKET, listening, NAME_LEN) : -1;
 	ok(!e && renamed == 1 && *out && same_len && changed && probe >= 0 && other && !memcmp(other, NAME, NAME_LEN),
 	   "the listening socket whose name is taken gets a free one of its length, the other keeps its "
-	   "(e %d, renamed %d, %s)", e, renamed, *err ? err : "no error");
+	   "(e %d, renamed %d, %s)", e, renamed, *er.msg ? er.msg : "no error");
 	if (probe >= 0)
 		close(probe);
 	char link[600], target[600] = "";
@@ -209,7 +210,7 @@ int main(void)
 	snprintf(path, sizeof(path), "%s/files.img", criu);
 	write_file(path, two.p, two.n);
 	int orig2 = bound(SOCK_SEQPACKET, NAME2, NAME_LEN);
-	e = engine_sockets(criu, work, out, sizeof(out), &renamed, err, sizeof(err));
+	e = engine_sockets(criu, work, out, sizeof(out), &renamed, &er);
 	snprintf(path, sizeof(path), "%s/files.img", out);
 	n = e ? 0 : read_file(path, got, sizeof(got));
 	const uint8_t *a = n ? nth_name(got, n, 0) : NULL, *b2 = n ? nth_name(got, n, 2) : NULL;
@@ -225,11 +226,11 @@ int main(void)
 	/* A socket of another type under the name does not take it. */
 	close(orig);
 	orig = bound(SOCK_STREAM, NAME, NAME_LEN);
-	e = engine_sockets(criu, work, out, sizeof(out), &renamed, err, sizeof(err));
+	e = engine_sockets(criu, work, out, sizeof(out), &renamed, &er);
 	ok(!e && renamed == 0 && !*out, "a name bound by a stream socket is free for a SEQPACKET one: nothing renamed");
 	if (orig >= 0)
 		close(orig);
-	e = engine_sockets(criu, work, out, sizeof(out), &renamed, err, sizeof(err));
+	e = engine_sockets(criu, work, out, sizeof(out), &renamed, &er);
 	ok(!e && renamed == 0 && !*out, "with the name free, nothing is renamed and no folder is made");
 
 	/* Corrupt files.img: an error or a folder, never a crash. */
@@ -245,8 +246,8 @@ int main(void)
 			c.n = (size_t)rand() % c.n;
 		snprintf(path, sizeof(path), "%s/files.img", criu);
 		write_file(path, c.p, c.n);
-		e = engine_sockets(criu, work, out, sizeof(out), &renamed, err, sizeof(err));
-		if (e == -EBADMSG && !*out && *err)
+		e = engine_sockets(criu, work, out, sizeof(out), &renamed, &er);
+		if (e == -EBADMSG && !*out && *er.msg)
 			bad++;
 		else if (!e)
 			fine++;
