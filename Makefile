@@ -188,7 +188,8 @@ $(PHOS_IMAGE): image-format/phos-image.c $(LIBPHOSIMG)
 
 # ---- benchmarks ----------------------------------------------------------------
 
-bench: $(BUILD)/bench/image-bench $(BUILD)/bench/store-bw $(BUILD)/bench/read-path
+# bench/fill too, though it runs only on the GPU machine: it links the engine.
+bench: $(BUILD)/bench/image-bench $(BUILD)/bench/store-bw $(BUILD)/bench/read-path $(BUILD)/bench/fill
 
 $(BUILD)/bench/read-path: bench/read-path.c
 	@mkdir -p $(@D)

@@ -69,7 +69,7 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	if (driver_open(&er)) {
-		fprintf(stderr, "fill: %s\n", err);
+		fprintf(stderr, "fill: %s\n", pr_msg(&er));
 		phosimg_close(img);
 		return 1;
 	}
@@ -95,7 +95,7 @@ int main(int argc, char **argv)
 			if (watching)
 				pthread_join(th, NULL);
 			if (e) {
-				fprintf(stderr, "fill: %d threads: %s\n", threads, err);
+				fprintf(stderr, "fill: %d threads: %s\n", threads, pr_msg(&er));
 				rc = 1;
 				break;
 			}
