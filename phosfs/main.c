@@ -225,10 +225,19 @@ struct options {
 	char *sock, *store, *criu, *plugins, *staging, *chunk, *pool, *fill_threads, *restores, *queue,
 		*restore_timeout, *checkpoint_wait;
 	int help;
+	int want;          /* the offset of the field the next argument is the value of, or -1 */
+	const char *wanted; /* its option's name */
 };
 
-#define OPT(name, field)                                                         \
-	{ name " %s", offsetof(struct options, field), 0 }, { name "=%s", offsetof(struct options, field), 0 }
+/* `--NAME=VALUE` is a template of its own. `--NAME VALUE` is not
+ * "--NAME %s": fuse_opt matches such a template on a prefix (as "-ofoo"
+ * matches "-o %s") and applies every template that matches, so
+ * "--criu %s" would take "--criu-plugins DIR" too, setting CRIU to
+ * "-plugins". The name alone is matched whole, as a key (the field's
+ * offset), and take() gives it the next argument. */
+#define OPT(name, field)                                                        \
+	{ name, -1U, (int)offsetof(struct options, field) },                    \
+	{ name "=%s", offsetof(struct options, field), 0 }
 
 static const struct fuse_opt phosfs_opts[] = {
 	OPT("--socket", sock),
@@ -247,6 +256,32 @@ static const struct fuse_opt phosfs_opts[] = {
 	{ "--help", offsetof(struct options, help), 1 },
 	FUSE_OPT_END
 };
+
+/* fuse_opt_parse's callback: a name alone (its key, the field's offset)
+ * wants the next argument as its value. Returns 0 (taken), 1 (left to
+ * FUSE) or -1 (an error, said on stderr). */
+static int take(void *data, const char *arg, int key, struct fuse_args *outargs)
+{
+	(void)outargs;
+	struct options *o = data;
+	if (o->want >= 0) {
+		if (key != FUSE_OPT_KEY_NONOPT) {
+			fprintf(stderr, "phosfs: %s needs a value\n", o->wanted);
+			return -1;
+		}
+		char **field = (char **)((char *)o + o->want);
+		free(*field);
+		*field = strdup(arg);
+		o->want = -1;
+		return *field ? 0 : -1;
+	}
+	if (key >= 0) {
+		o->want = key;
+		o->wanted = arg;
+		return 0;
+	}
+	return 1;
+}
 
 static void options_free(struct options *o)
 {
@@ -381,10 +416,13 @@ int main(int argc, char **argv)
 	find_criu();
 	/* phosfs's own options; the rest (-f, -d, -o …, the mountpoint) are
 	 * FUSE's, and stay in args. */
-	struct options o = { 0 };
+	struct options o = { .want = -1 };
 	struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
-	if (fuse_opt_parse(&args, &o, phosfs_opts, NULL) != 0) {
+	if (fuse_opt_parse(&args, &o, phosfs_opts, take) != 0 || o.want >= 0) {
+		if (o.want >= 0)
+			fprintf(stderr, "phosfs: %s needs a value\n", o.wanted);
 		options_free(&o);
+		fuse_opt_free_args(&args);
 		return usage(stderr);
 	}
 	if (o.help) {

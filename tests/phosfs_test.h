@@ -126,6 +126,12 @@ static inline int rig_mount(rig *r, const char *store)
 		const char *argv[24] = { "phosfs", "--socket", r->sock, "--store", store ? store : r->store,
 					 "--criu", r->criu, "-f" };
 		int n = 8;
+		/* As people give it (phosfs also reads it from the environment). */
+		const char *plugins = getenv("PHOS_CRIU_PLUGINS");
+		if (plugins && *plugins) {
+			argv[n++] = "--criu-plugins";
+			argv[n++] = plugins;
+		}
 		for (int i = 0; i < 8 && r->opts[i]; i++)
 			argv[n++] = r->opts[i];
 		argv[n++] = r->mnt;
