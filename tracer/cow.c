@@ -255,13 +255,15 @@ void cow_transfer(int delta)
 		atomic_fetch_add_explicit(&t->pcie_pending, (uint32_t)delta, memory_order_relaxed);
 }
 
-/* Unmaps the table and the pool; lock held for writing. */
+/* Unmaps the table and the pool; lock held for writing. The table goes
+ * first: the application's calls then see none (cow_active) and go on at
+ * once, instead of waiting for the lock while the pool is unmapped. */
 static void drop_locked(void)
 {
 	REAL(CUresult, cuMemUnmap, (CUdeviceptr, size_t));
 	REAL(CUresult, cuMemAddressFree, (CUdeviceptr, size_t));
 	REAL(CUresult, cuMemRelease, (CUmemGenericAllocationHandle));
-	cow_header *t = atomic_load(&tab.t);
+	cow_header *t = table_take_locked(&tab);
 	if (!t)
 		return;
 	if (pool_va) {
@@ -274,7 +276,7 @@ static void drop_locked(void)
 	pool_h = 0;
 	free(shadow_on);
 	shadow_on = NULL;
-	table_drop_locked(&tab);
+	table_unmap(&tab, t);
 }
 
 /* Whether a shadow copy is still queued (its host function not run). */

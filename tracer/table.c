@@ -99,12 +99,21 @@ void table_freed(tr_table *tb, uint64_t va, uint64_t size)
 	pthread_rwlock_unlock(&tb->lock);
 }
 
-void table_drop_locked(tr_table *tb)
+cow_header *table_take_locked(tr_table *tb)
 {
-	cow_header *t = atomic_exchange(&tb->t, NULL);
+	return atomic_exchange(&tb->t, NULL);
+}
+
+void table_unmap(tr_table *tb, cow_header *t)
+{
 	if (t)
 		munmap(t, tb->bytes);
 	if (tb->job_fd >= 0)
 		close(tb->job_fd);
 	tb->job_fd = -1;
+}
+
+void table_drop_locked(tr_table *tb)
+{
+	table_unmap(tb, table_take_locked(tb));
 }

@@ -258,8 +258,14 @@ uint32_t table_first_above(const cow_header *t, uint64_t addr);
 /* The application freed or unmapped [va, va+size): the objects there are
  * marked freed, and waiters wake. */
 void table_freed(tr_table *tb, uint64_t va, uint64_t size);
-/* Unmaps tb's table and closes the job's pidfd; tb's lock held for
- * writing, or in a forked child, where no other thread runs. */
+/* The table leaves tb: calls see none from here on (they look without
+ * the lock), though it is still mapped. Returns it, or NULL. tb's lock
+ * held for writing. */
+cow_header *table_take_locked(tr_table *tb);
+/* Unmaps t (taken from tb) and closes the job's pidfd. */
+void table_unmap(tr_table *tb, cow_header *t);
+/* Both: takes tb's table and unmaps it; tb's lock held for writing, or
+ * in a forked child, where no other thread runs. */
 void table_drop_locked(tr_table *tb);
 
 /* cow.c: copy-on-write while phosfs copies the t1 memory (common/cow.h). */
