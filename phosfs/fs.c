@@ -176,6 +176,50 @@ static bool is_data(const where *w)
 	return !strcmp(w->rest, "/" PHOSIMG_DATA_FILE);
 }
 
+/* The attributes of /<pid>/checkpoints/latest: a link, as the store's. */
+static int latest_attr(const where *w, struct stat *st)
+{
+	char p[PATH_MAX], link[PATH_MAX];
+	snprintf(p, sizeof(p), "%s/%d/latest", phosfs_store, (int)w->pid);
+	ssize_t n = readlink(p, link, sizeof(link));
+	if (n < 0)
+		return -ENOENT;
+	st->st_mode = S_IFLNK | 0777;
+	st->st_size = n;
+	return 0;
+}
+
+/* The attributes of a checkpoint, or of a file in it: the store's, read
+ * only; one being written is a folder, and its data files have no size
+ * until it is published. */
+static int image_attr(const where *w, struct stat *st)
+{
+	target *t = target_get(w->pid, false);
+	if (t && target_in_progress(t, w->name, *w->rest && !is_data(w))) {
+		if (!*w->rest) {
+			st->st_mode = S_IFDIR | 0500;
+			st->st_nlink = 2;
+			return 0;
+		}
+		if (is_data(w)) {
+			/* Its size is known once it is published. */
+			st->st_mode = S_IFREG | 0400;
+			return 0;
+		}
+	}
+	char p[PATH_MAX + 300];
+	store_path(p, sizeof(p), w);
+	struct stat real;
+	if (lstat(p, &real) != 0)
+		return -errno;
+	st->st_mode = (real.st_mode & S_IFMT) | (S_ISDIR(real.st_mode) ? 0500 : 0400);
+	st->st_nlink = real.st_nlink;
+	st->st_size = real.st_size;
+	st->st_mtim = real.st_mtim;
+	st->st_blocks = real.st_blocks;
+	return 0;
+}
+
 static int fs_getattr(const char *path, struct stat *st, struct fuse_file_info *fi)
 {
 	(void)fi;
@@ -226,42 +270,10 @@ static int fs_getattr(const char *path, struct stat *st, struct fuse_file_info *
 	case N_CTL:
 		st->st_mode = S_IFREG | 0200;
 		return 0;
-	case N_LATEST: {
-		char p[PATH_MAX], link[PATH_MAX];
-		snprintf(p, sizeof(p), "%s/%d/latest", phosfs_store, (int)w.pid);
-		ssize_t n = readlink(p, link, sizeof(link));
-		if (n < 0)
-			return -ENOENT;
-		st->st_mode = S_IFLNK | 0777;
-		st->st_size = n;
-		return 0;
-	}
-	case N_IMAGE: {
-		target *t = target_get(w.pid, false);
-		if (t && target_in_progress(t, w.name, *w.rest && !is_data(&w))) {
-			if (!*w.rest) {
-				st->st_mode = S_IFDIR | 0500;
-				st->st_nlink = 2;
-				return 0;
-			}
-			if (is_data(&w)) {
-				/* Its size is known once it is published. */
-				st->st_mode = S_IFREG | 0400;
-				return 0;
-			}
-		}
-		char p[PATH_MAX + 300];
-		store_path(p, sizeof(p), &w);
-		struct stat real;
-		if (lstat(p, &real) != 0)
-			return -errno;
-		st->st_mode = (real.st_mode & S_IFMT) | (S_ISDIR(real.st_mode) ? 0500 : 0400);
-		st->st_nlink = real.st_nlink;
-		st->st_size = real.st_size;
-		st->st_mtim = real.st_mtim;
-		st->st_blocks = real.st_blocks;
-		return 0;
-	}
+	case N_LATEST:
+		return latest_attr(&w, st);
+	case N_IMAGE:
+		return image_attr(&w, st);
 	default:
 		st->st_mode = S_IFREG | 0400;
 		return 0;

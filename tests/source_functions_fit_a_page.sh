@@ -1,13 +1,13 @@
 #!/bin/sh
-# Every function of job/ and engine/ fits a page: about 80 lines from its
-# opening brace to its closing one (doc/ARCHITECTURE.md). The project's
+# Every function of job/, engine/ and phosfs/ fits a page: about 80 lines
+# from its opening brace to its closing one (doc/ARCHITECTURE.md). The project's
 # functions open and close their bodies with a brace in column 0.
 src=${PHOS_SRCDIR:-.}
 cd "$src" || { echo "1..0 # skip no source tree at $src"; exit 0; }
 max=80
 
 n=0
-for dir in job engine; do
+for dir in job engine phosfs; do
 	n=$((n + 1))
 	long=$(awk -v max=$max '
 		/^[A-Za-z_].*\(/ { sig = $0; sub(/\(.*/, "", sig); sub(/.*[ *]/, "", sig) }
