@@ -295,8 +295,9 @@ int criu_dump(const char *criu, pid_t pid, const char *dir, bool kill, const cha
 	if (!kill)
 		argv[n++] = "--leave-running";
 	/* TCP connections are saved, their sockets in repair mode while CRIU
-	 * reads them, with no firewall rule around them: engine_stop refused
-	 * a job with one whose peer is outside it (tcp.c), and a connection
+	 * reads them, with no firewall rule around them: the checkpoint
+	 * (job/stall.c) refused a job with one whose peer is outside it
+	 * (tcp.c), and a connection
 	 * between the frozen tree's own processes carries nothing while CRIU
 	 * reads it. */
 	argv[n++] = "--tcp-established";

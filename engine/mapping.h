@@ -1,6 +1,6 @@
 /*
- * Device memory mapped in the job's own context (internal to engine/ and
- * restore/): the process's objects, imported from their fds, or new
+ * Device memory mapped in the job's own context (internal to engine/):
+ * the process's objects, imported from their fds, or new
  * allocations for a restore.
  */
 #ifndef PHOS_ENGINE_MAPPING_H

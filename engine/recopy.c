@@ -4,8 +4,8 @@
  * hands over its device memory while keeping it mapped, takes a TRACK
  * table (common/cow.h) and runs on at once. Every call that may write a chunk from then on marks it dirty.
  * The job meanwhile copies each chunk that is not dirty into the staging
- * pool. engine_stop then takes the final stall (t2), in which only the
- * chunks dirty by then, and objects that were not there at tracking, are
+ * pool. The checkpoint (run_recopy, job/checkpoint.c) then takes the
+ * final stall (t2), in which only the chunks dirty by then, and objects that were not there at tracking, are
  * copied from the GPU; the rest is written into the image from staging.
  */
 #include <errno.h>
