@@ -420,7 +420,7 @@ int engine_staging_alloc(engine_staging *s, int fd, uint64_t want, uint32_t chun
 		s->buf = NULL;
 	}
 	return pr_err(er, -ENOMEM, "cannot pin %llu MiB of host memory for staging",
-			   (unsigned long long)(min >> 20));
+		      (unsigned long long)(min >> 20));
 }
 
 void engine_staging_free(engine_staging *s)

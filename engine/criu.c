@@ -422,7 +422,7 @@ int criu_pages_start(const char *criu, const char *dir, const char *work, const 
 	char why[1400];
 	criu_explain(log, 0, why, sizeof(why));
 	return pr_err(er, -EIO, "criu lazy-pages did not start: %s (log: %s)",
-			   *why ? why : "no error logged", log);
+		      *why ? why : "no error logged", log);
 }
 
 int criu_pages_wait(pid_t daemon, const char *log, perr *er)
@@ -436,6 +436,6 @@ int criu_pages_wait(pid_t daemon, const char *log, perr *er)
 	char why[1400];
 	criu_explain(log, 0, why, sizeof(why));
 	return pr_err(er, -EIO, "criu lazy-pages failed (%s %d): %s (log: %s)",
-			   WIFSIGNALED(st) ? "killed by signal" : "exit status", WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st),
-			   *why ? why : "no error logged", log);
+		      WIFSIGNALED(st) ? "killed by signal" : "exit status", WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st),
+		      *why ? why : "no error logged", log);
 }

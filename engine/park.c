@@ -227,7 +227,7 @@ static int unpark(pid_t pid, pid_t tid, const engine_tracer *t, const engine_par
 		*keep = fcntl(conn, F_DUPFD_CLOEXEC, 3);
 		if (*keep < 0)
 			e = pr_err(er, -errno, "cannot keep process %d's connection: %s", (int)pid,
-					strerror(errno));
+				   strerror(errno));
 	}
 	if (e)
 		t->drop(t->arg, pid);

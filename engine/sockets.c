@@ -348,7 +348,7 @@ int engine_sockets(const char *dir, const char *work, char *out, size_t outlen, 
 		pr_err(er, e, "%s/files.img is not CRIU's list of files", dir);
 	else if (e)
 		pr_err(er, e, "a listening socket of the image has a name taken here, and no free one "
-					    "of its length was found");
+		       "of its length was found");
 	if (!e && *renamed) {
 		e = make_folder(dir, work, buf, size, out, outlen);
 		if (e)

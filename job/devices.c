@@ -73,8 +73,8 @@ static int parse(const char *spec, gpu_ref *from, gpu_ref *to, int cap, int *n, 
 		if (!eq || parse_ref(p, (size_t)(eq - p), &from[*n]) ||
 		    parse_ref(eq + 1, len - (size_t)(eq + 1 - p), &to[*n]))
 			return pr_err(er, -EINVAL,
-					   "bad move '%.*s' in the --device list (expected OLD=NEW, each an ordinal or GPU-UUID)",
-					   (int)(len > 80 ? 80 : len), p);
+				      "bad move '%.*s' in the --device list (expected OLD=NEW, each an ordinal or GPU-UUID)",
+				      (int)(len > 80 ? 80 : len), p);
 		(*n)++;
 		p += len;
 		if (*p == ',' && !*++p)
@@ -143,18 +143,18 @@ static int place_asked(placing *p, const gpu_ref *from, const gpu_ref *to, int n
 		ref_text(&to[i], b, sizeof(b));
 		if (k < 0)
 			return pr_err(er, -EINVAL, "the image has no GPU %s (it has %u, ordinals 0 to %u)", a,
-					   p->nold, p->nold - 1);
+				      p->nold, p->nold - 1);
 		if (h < 0)
 			return pr_err(er, -ENODEV, "this machine has no GPU %s (it has %u, ordinals 0 to %u)",
-					   b, p->nhere, p->nhere - 1);
+				      b, p->nhere, p->nhere - 1);
 		if (p->dest[k] >= 0)
 			return pr_err(er, -EINVAL, "the image's GPU %s is moved twice", a);
 		if (p->taken[h])
 			return pr_err(er, -EINVAL, "two of the image's GPUs are moved onto GPU %s", b);
 		if (strcmp(p->old[k].name, p->here[h].name))
 			return pr_err(er, -EINVAL,
-					   "GPU %s is an %s, but the image's GPU %s was an %s: the driver restores only onto the same chip",
-					   b, p->here[h].name, a, p->old[k].name);
+				      "GPU %s is an %s, but the image's GPU %s was an %s: the driver restores only onto the same chip",
+				      b, p->here[h].name, a, p->old[k].name);
 		put(p, (uint32_t)k, h);
 	}
 	return 0;
@@ -189,9 +189,9 @@ static int place_rest(placing *p, perr *er)
 			char a[48];
 			uuid_text(old[k].uuid, a);
 			return pr_err(er, -ENODEV,
-					   "the image's GPU %u (%s, %s) holds device memory, and this machine has no free %s: "
-					   "name a GPU for it with --device %u=NEW",
-					   o, old[k].name, a, old[k].name, o);
+				      "the image's GPU %u (%s, %s) holds device memory, and this machine has no free %s: "
+				      "name a GPU for it with --device %u=NEW",
+				      o, old[k].name, a, old[k].name, o);
 		}
 	}
 	return 0;
@@ -243,7 +243,7 @@ int restore_devices(const phosimg_info *in, const char *spec, engine_devmap *map
 	}
 	if (!p.nold)
 		return nmoves ? pr_err(er, -EINVAL,
-					    "the image records no GPUs, so --device has nothing to move")
+				       "the image records no GPUs, so --device has nothing to move")
 			      : 0;
 	if (driver_devices(p.here, PHOSIMG_DEVICES_MAX, &p.nhere) || !p.nhere)
 		return pr_err(er, -EIO, "cannot list this machine's GPUs");

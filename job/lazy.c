@@ -182,8 +182,8 @@ static int finish(lazy *l, perr *er)
 		while (!e && i >= 0 && l->conns[i] >= 0 && atomic_load(&tm->t->off) < tm->t->nobjs) {
 			if (engine_now_ns() - from > END_TIMEOUT_MS * 1000000ull)
 				e = pr_err(er, -ETIMEDOUT,
-						"process %d did not map its device memory within %d s", (int)tm->pid,
-						END_TIMEOUT_MS / 1000);
+					   "process %d did not map its device memory within %d s", (int)tm->pid,
+					   END_TIMEOUT_MS / 1000);
 			uint32_t seen = atomic_load(&tm->t->progress);
 			atomic_fetch_add(&tm->t->waiters, 1);
 			if (atomic_load(&tm->t->off) < tm->t->nobjs)
@@ -217,7 +217,7 @@ static int plan(lazy *l, const bool *sel, perr *er)
 		int i = engine_tree_member(l->c->m, l->c->n, o->pid);
 		if (i < 0)
 			return pr_err(er, -EBADMSG, "object %u belongs to process %d, which the image lacks", k,
-					   (int)o->pid);
+				      (int)o->pid);
 		wire_object rec = { .key = o->va, .va = o->va, .size = o->size, .device = o->device };
 		int none = -1;
 		if (engine_parked_add(&l->objs, &rec, &none, o->pid, 1))

@@ -60,20 +60,20 @@ static int check_checkpoint(const job_request *r, perr *er)
 		return pr_err(er, -EINVAL, "the job request names no process (pid %d)", (int)c->pid);
 	if (c->chunk < (64u << 10) || c->chunk > (256u << 20) || (c->chunk & (c->chunk - 1)))
 		return pr_err(er, -EINVAL, "the job request's chunk size %u is not a power of two from 64 KiB to 256 MiB",
-				   c->chunk);
+			      c->chunk);
 	if (c->cow && c->recopy)
 		return pr_err(er, -EINVAL, "the job request asks for both cow and recopy");
 	if (c->staging_fd != -1 && !fd_open(c->staging_fd))
 		return pr_err(er, -EBADF, "the job request's staging fd %d is not open", (int)c->staging_fd);
 	if (c->nmembers > JOB_MEMBERS_MAX)
 		return pr_err(er, -EINVAL, "the job request lists %u traced processes, more than %d",
-				   c->nmembers, JOB_MEMBERS_MAX);
+			      c->nmembers, JOB_MEMBERS_MAX);
 	for (uint32_t i = 0; i < c->nmembers; i++) {
 		const job_member *m = &c->members[i];
 		if (m->pid <= 0 || m->control_tid <= 0 || !fd_open(m->conn))
 			return pr_err(er, -EBADF,
-					   "the job request's traced process %u (pid %d, connection %d, thread %d) is not valid",
-					   i, (int)m->pid, (int)m->conn, (int)m->control_tid);
+				      "the job request's traced process %u (pid %d, connection %d, thread %d) is not valid",
+				      i, (int)m->pid, (int)m->conn, (int)m->control_tid);
 	}
 	return 0;
 }
@@ -84,10 +84,10 @@ static int check_restore(const job_request *r, perr *er)
 		return pr_err(er, -EINVAL, "the job request's device moves do not end");
 	if (r->restore.fill_threads < 0 || r->restore.fill_threads > ENGINE_FILL_THREADS_MAX)
 		return pr_err(er, -EINVAL, "the job request asks for %d fill threads (0 to %d)",
-				   (int)r->restore.fill_threads, ENGINE_FILL_THREADS_MAX);
+			      (int)r->restore.fill_threads, ENGINE_FILL_THREADS_MAX);
 	if (r->restore.timeout_s < 0)
 		return pr_err(er, -EINVAL, "the job request's timeout %d is negative",
-				   (int)r->restore.timeout_s);
+			      (int)r->restore.timeout_s);
 	return 0;
 }
 
@@ -95,8 +95,8 @@ int job_request_check(const job_request *r, perr *er)
 {
 	if (r->magic != JOB_REQUEST_MAGIC || r->version != JOB_REQUEST_VERSION || r->size != sizeof(*r))
 		return pr_err(er, -EINVAL,
-				   "the job request is not one this phosfs makes (magic %#x, version %u, %u bytes)",
-				   r->magic, r->version, r->size);
+			      "the job request is not one this phosfs makes (magic %#x, version %u, %u bytes)",
+			      r->magic, r->version, r->size);
 	if (!job_kind_name(r->kind))
 		return pr_err(er, -EINVAL, "the job request's kind %u is unknown", r->kind);
 	static const struct {
@@ -112,6 +112,6 @@ int job_request_check(const job_request *r, perr *er)
 	for (size_t i = 0; i < sizeof(strings) / sizeof(*strings); i++)
 		if (!string_ok((const char *)r + strings[i].off, PATH_MAX, strings[i].empty_ok))
 			return pr_err(er, -EINVAL, "the job request's %s is %s", strings[i].what,
-					   strings[i].empty_ok ? "not ended" : "empty or not ended");
+				      strings[i].empty_ok ? "not ended" : "empty or not ended");
 	return r->kind == JOB_CHECKPOINT ? check_checkpoint(r, er) : check_restore(r, er);
 }

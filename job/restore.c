@@ -99,8 +99,8 @@ static int place(const restore_args *a, restore_ctx *c, perr *er)
 			usleep(10000);
 		if (engine_alive(c->m[i].pid))
 			return pr_err(er, -EBUSY,
-					   "process %d is running: restoring needs its pid free (end it first)",
-					   (int)c->m[i].pid);
+				      "process %d is running: restoring needs its pid free (end it first)",
+				      (int)c->m[i].pid);
 	}
 	engine_step(a->prog, STEP_PREPARE);
 	e = driver_open(er);
@@ -179,8 +179,8 @@ static int restore_tree(const restore_args *a, restore_ctx *c, perr *er)
 		c->host[i] = pidns_find(root, c->m[i].ns_pid);
 		if (c->host[i] < 0)
 			e = pr_err(er, -ESRCH,
-					"CRIU restored process %d (pid %d in its namespace) but it is not there",
-					(int)c->m[i].pid, (int)c->m[i].ns_pid);
+				   "CRIU restored process %d (pid %d in its namespace) but it is not there",
+				   (int)c->m[i].pid, (int)c->m[i].ns_pid);
 	}
 	if (!e && a->pid)
 		*a->pid = c->host[c->job];
@@ -229,8 +229,8 @@ static pid_t restore_tracer_of(restore_ctx *c, uint32_t i, const engine_parked *
 	if (!mine->n)
 		return 0;
 	return pr_err(er, -EPROTO,
-			   "the image holds device memory of process %d, but the restored process has no tracer",
-			   (int)c->m[i].pid);
+		      "the image holds device memory of process %d, but the restored process has no tracer",
+		      (int)c->m[i].pid);
 }
 
 /* Tells a->served (when asked) that the restore woke pid's tracer. */

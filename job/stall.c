@@ -125,10 +125,10 @@ static int members_of(const checkpoint_args *a, phosimg_member **mp, member_stat
 		free(m);
 		return e < 0 ? pr_err(er, e, "cannot list the job's TCP connections: %s", strerror(-e))
 			     : pr_err(er, -EOPNOTSUPP,
-					   "%s; phos checkpoints TCP connections between the job's own processes "
-					   "only (data its peer sent during the dump would be lost): close it, or "
-					   "checkpoint when none is open",
-					   tcp);
+				      "%s; phos checkpoints TCP connections between the job's own processes "
+				      "only (data its peer sent during the dump would be lost): close it, or "
+				      "checkpoint when none is open",
+				      tcp);
 	}
 	member_state *ms = calloc(n, sizeof(*ms));
 	if (!ms) {

@@ -245,9 +245,9 @@ static int await_restored(pid_t pid, int ms, perr *er)
 		uint64_t now = engine_now_ns();
 		if (now >= until)
 			return pr_err(er, -EBUSY,
-					   "process %d was still being restored (its device memory coming "
-					   "back) after %d s (phosfs --checkpoint-wait); it runs on",
-					   (int)pid, ms / 1000);
+				      "process %d was still being restored (its device memory coming "
+				      "back) after %d s (phosfs --checkpoint-wait); it runs on",
+				      (int)pid, ms / 1000);
 		restores_await_change(seen, (int)((until - now) / 1000000u) + 1);
 	}
 	return 0;
@@ -381,7 +381,7 @@ static int traced_of(target *t, pid_t root, proc ***out, int *n, uint64_t *bytes
 	if (e) {
 		free(m);
 		return pr_err(er, e == -ESRCH ? e : -ENOMEM,
-				   e == -ESRCH ? "process %d is not running" : "out of memory (process %d)", (int)t->pid);
+			      e == -ESRCH ? "process %d is not running" : "out of memory (process %d)", (int)t->pid);
 	}
 	int k = 0;
 	*bytes = 0;
@@ -389,7 +389,7 @@ static int traced_of(target *t, pid_t root, proc ***out, int *n, uint64_t *bytes
 		proc *p = registry_get(m[i].pid);
 		if (p && (p->hello.flags & WIRE_HELLO_STOP_ONLY))
 			e = pr_err(er, -EOPNOTSUPP, "process %d cannot be parked (%s)", (int)p->pid,
-					p->hello.stop_only_reason);
+				   p->hello.stop_only_reason);
 		if (p) {
 			*bytes += table_bytes(p);
 			procs[k++] = p;
@@ -487,12 +487,12 @@ static int start_locked(target *t, const ctl_cmd *c, watch **here, perr *er)
 	enum ctl_proto proto = c->proto != CTL_DEFAULT ? c->proto : ntraced ? CTL_COW : CTL_STOP;
 	if ((proto == CTL_COW || proto == CTL_RECOPY) && !ntraced)
 		e = pr_err(er, -EOPNOTSUPP,
-				"checkpoint %s needs the tracer, and no process of %d's tree was started with phos run; "
-				"use checkpoint stop",
-				proto_name(proto), (int)t->pid);
+			   "checkpoint %s needs the tracer, and no process of %d's tree was started with phos run; "
+			   "use checkpoint stop",
+			   proto_name(proto), (int)t->pid);
 	if (!e && ntraced > JOB_MEMBERS_MAX)
 		e = pr_err(er, -E2BIG, "process %d's tree has %d traced processes; phos takes at most %d",
-				(int)t->pid, ntraced, JOB_MEMBERS_MAX);
+			   (int)t->pid, ntraced, JOB_MEMBERS_MAX);
 	job_request *req = e ? NULL : malloc(sizeof(*req));
 	if (!e && !req)
 		e = pr_err(er, -ENOMEM, "out of memory");

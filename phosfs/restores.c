@@ -273,9 +273,9 @@ int restore_submit(const ctl_cmd *c, unsigned *id, perr *er)
 		pthread_mutex_unlock(&lock);
 		free(j);
 		return pr_err(er, -EBUSY,
-				   "%d restores run or wait, as many as phosfs takes (--restores %d, --restore-queue "
-				   "%d): try again once one has ended",
-				   pending, phosfs_restores, phosfs_restore_queue);
+			      "%d restores run or wait, as many as phosfs takes (--restores %d, --restore-queue "
+			      "%d): try again once one has ended",
+			      pending, phosfs_restores, phosfs_restore_queue);
 	}
 	j->v.id = next_id++;
 	/* It runs at once where there is room and no one waits ahead. */
