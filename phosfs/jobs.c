@@ -359,8 +359,7 @@ static int place_image(target *t, const ctl_cmd *c, char *name, char *image, cha
 	if (lstat(image, &st) == 0)
 		return pr_err(er, -EEXIST, "checkpoint %s exists", name);
 	snprintf(logdir, sizeof(logdir), "%s/.logs", dir);
-	mkdir(logdir, 0700);
-	logs_prune(logdir, LOGS_KEEP - 1); /* room for this job's */
+	logs_make_room(logdir); /* for this job's */
 	snprintf(log, PATH_MAX + 128, "%s/%s-dump.log", logdir, name);
 	unlink(log);
 	return 0;

@@ -27,7 +27,8 @@ static int newest_first(const void *a, const void *b)
 	return strcmp(y->name, x->name);
 }
 
-void logs_prune(const char *dir, int keep)
+/* Removes the oldest files of dir beyond the newest keep. */
+static void prune(const char *dir, int keep)
 {
 	DIR *d = opendir(dir);
 	if (!d)
@@ -54,4 +55,10 @@ void logs_prune(const char *dir, int keep)
 	}
 	free(v);
 	closedir(d);
+}
+
+void logs_make_room(const char *dir)
+{
+	mkdir(dir, 0700);
+	prune(dir, LOGS_KEEP - 1);
 }

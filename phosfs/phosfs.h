@@ -178,7 +178,8 @@ void restores_free(void);
 
 /* logs.c: the store's log folders. */
 #define LOGS_KEEP 64
-/* Removes the oldest files of dir beyond the newest keep. */
-void logs_prune(const char *dir, int keep);
+/* Makes the log folder dir if it is not there, and removes its oldest
+ * files beyond the newest LOGS_KEEP - 1: room for one more log. */
+void logs_make_room(const char *dir);
 
 #endif

@@ -150,8 +150,7 @@ static void run(restore_job *j)
 	 * on the ctl write, which must not wait for a folder's scan. */
 	char logs[PATH_MAX];
 	snprintf(logs, sizeof(logs), "%s/.logs", phosfs_store);
-	mkdir(logs, 0700);
-	logs_prune(logs, LOGS_KEEP - 1);
+	logs_make_room(logs);
 	job_request *req = malloc(sizeof(*req));
 	int e = req ? 0 : pr_err(&er, -ENOMEM, "out of memory");
 	if (!e) {
