@@ -495,7 +495,7 @@ static int add_objects(outjob *j, uint32_t *ids, perr *er)
 		}
 		int e = phosimg_writer_add_object(j->w, &io, &ids[k]);
 		if (e)
-			return pr_err(er, e, "adding an object to the image: %s", strerror(-e));
+			return pr_perror(er, e, "adding an object to the image");
 		e = mapping_import(&j->maps[k], objs->fds[k], ob->size, (int)ob->device, er);
 		j->first[k + 1] = j->first[k] + (ob->size + j->chunk - 1) / j->chunk;
 		if (e)

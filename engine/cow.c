@@ -93,11 +93,11 @@ static int make_table(engine_cow *c, engine_cow_member *m, const engine_parked *
 	m->bytes = cow_table_bytes((uint32_t)n, nchunks, nslots);
 	m->fd = e ? -1 : memfd_create("phos-cow", MFD_CLOEXEC);
 	if (!e && m->fd < 0)
-		e = pr_err(er, -errno, "cannot make the CoW table: %s", strerror(errno));
+		e = pr_perror(er, -errno, "cannot make the CoW table");
 	void *p = MAP_FAILED;
 	if (!e && (ftruncate(m->fd, (off_t)m->bytes) != 0 ||
 		   (p = mmap(NULL, m->bytes, PROT_READ | PROT_WRITE, MAP_SHARED, m->fd, 0)) == MAP_FAILED))
-		e = pr_err(er, -errno, "cannot map the CoW table: %s", strerror(errno));
+		e = pr_perror(er, -errno, "cannot map the CoW table");
 	if (e) {
 		free(idx);
 		return e;

@@ -211,7 +211,7 @@ static int run(const char *criu, char *const argv[], const char *log, const char
 	if (c < 0) {
 		int e = -errno;
 		close(lfd);
-		return pr_err(er, e, "cannot start criu: %s", strerror(-e));
+		return pr_perror(er, e, "cannot start criu");
 	}
 	if (c == 0) {
 		int nul = open("/dev/null", O_RDONLY);
@@ -227,7 +227,7 @@ static int run(const char *criu, char *const argv[], const char *log, const char
 	int st;
 	while (waitpid(c, &st, 0) < 0)
 		if (errno != EINTR)
-			return pr_err(er, -errno, "waiting for criu: %s", strerror(errno));
+			return pr_perror(er, -errno, "waiting for criu");
 	if (WIFEXITED(st) && WEXITSTATUS(st) == 0)
 		return 0;
 	char why[1400];
@@ -386,13 +386,13 @@ int criu_pages_start(const char *criu, const char *dir, const char *work, const 
 	*daemon = 0;
 	int ready[2];
 	if (pipe2(ready, O_CLOEXEC) != 0)
-		return pr_err(er, -errno, "pipe: %s", strerror(errno));
+		return pr_perror(er, -errno, "pipe");
 	pid_t c = fork();
 	if (c < 0) {
 		int e = -errno;
 		close(ready[0]);
 		close(ready[1]);
-		return pr_err(er, e, "cannot start criu lazy-pages: %s", strerror(-e));
+		return pr_perror(er, e, "cannot start criu lazy-pages");
 	}
 	if (c == 0) {
 		/* --status-fd: CRIU writes a byte there once it listens. */
@@ -430,7 +430,7 @@ int criu_pages_wait(pid_t daemon, const char *log, perr *er)
 	int st;
 	while (waitpid(daemon, &st, 0) < 0)
 		if (errno != EINTR)
-			return pr_err(er, -errno, "waiting for criu lazy-pages: %s", strerror(errno));
+			return pr_perror(er, -errno, "waiting for criu lazy-pages");
 	if (WIFEXITED(st) && WEXITSTATUS(st) == 0)
 		return 0;
 	char why[1400];

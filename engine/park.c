@@ -221,7 +221,7 @@ static int unpark(pid_t pid, pid_t tid, const engine_tracer *t, const engine_par
 	} else if (!e && h.type != WIRE_UNPARKED) {
 		e = pr_err(er, -EPROTO, "the tracer answered UNPARK with message %u", h.type);
 	} else if (e) {
-		pr_err(er, e, "unparking failed: %s", strerror(-e));
+		pr_perror(er, e, "unparking failed");
 	}
 	if (!e && keep) {
 		*keep = fcntl(conn, F_DUPFD_CLOEXEC, 3);

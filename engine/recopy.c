@@ -38,7 +38,7 @@ static int start(pid_t pid, int conn, const engine_cow_member *m, perr *er)
 	wire_cow wc = { .table_bytes = m->bytes };
 	int self = (int)syscall(SYS_pidfd_open, getpid(), 0);
 	if (self < 0)
-		return pr_err(er, -errno, "pidfd_open: %s", strerror(errno));
+		return pr_perror(er, -errno, "pidfd_open");
 	int fds[2] = { m->fd, self };
 	int e = wire_send(conn, WIRE_COW, &wc, sizeof(wc), 1, fds, 2);
 	close(self);

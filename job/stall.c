@@ -123,7 +123,7 @@ static int members_of(const checkpoint_args *a, phosimg_member **mp, member_stat
 	e = engine_tcp_outside(m, n, tcp, sizeof(tcp));
 	if (e) {
 		free(m);
-		return e < 0 ? pr_err(er, e, "cannot list the job's TCP connections: %s", strerror(-e))
+		return e < 0 ? pr_perror(er, e, "cannot list the job's TCP connections")
 			     : pr_err(er, -EOPNOTSUPP,
 				      "%s; phos checkpoints TCP connections between the job's own processes "
 				      "only (data its peer sent during the dump would be lost): close it, or "
@@ -249,7 +249,7 @@ static int park(ckpt *k, perr *er)
 		}
 	}
 	if (!e && view && (e = phosimg_writer_set_meta(k->w, &k->meta)) != 0)
-		pr_err(er, e, "describing the image: %s", strerror(-e));
+		pr_perror(er, e, "describing the image");
 	uint64_t total = 0;
 	for (int i = 0; i < k->parked.n; i++)
 		total += k->parked.objs[i].size;
@@ -263,7 +263,7 @@ int stall_enter(ckpt *k, perr *er)
 	*(k->recopy ? &k->meta.t2_ns : &k->meta.t1_ns) = engine_clock_ns(CLOCK_REALTIME);
 	int e = phosimg_writer_set_meta(k->w, &k->meta);
 	if (e)
-		return pr_err(er, e, "describing the image: %s", strerror(-e));
+		return pr_perror(er, e, "describing the image");
 	return park(k, er);
 }
 

@@ -22,7 +22,7 @@ int spawn_job(const job_request *req, spawn *s, perr *er)
 		int e = -errno;
 		if (sfd >= 0)
 			close(sfd);
-		return pr_err(er, e, "cannot make the job's shared memory: %s", strerror(-e));
+		return pr_perror(er, e, "cannot make the job's shared memory");
 	}
 	s->sh = mmap(NULL, sizeof(job_shared), PROT_READ | PROT_WRITE, MAP_SHARED, sfd, 0);
 	if (s->sh == MAP_FAILED) {
@@ -59,7 +59,7 @@ int spawn_job(const job_request *req, spawn *s, perr *er)
 	close(sfd);
 	if (e) {
 		munmap(s->sh, sizeof(job_shared));
-		return pr_err(er, e, "cannot start the job: %s", strerror(-e));
+		return pr_perror(er, e, "cannot start the job");
 	}
 	return 0;
 }
