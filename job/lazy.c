@@ -201,20 +201,26 @@ static int finish(lazy *l, perr *er)
 	return e;
 }
 
-/* Lists the objects still to come, with their ids and processes. */
-static int plan(lazy *l, const bool *sel, perr *er)
+int lazy_plan(lazy *l, restore_ctx *c, const restore_args *a, perr *er)
 {
-	const phosimg_info *in = l->c->in;
+	const phosimg_info *in = c->in;
 	uint32_t n = in->object_count;
+	*l = (lazy){ .c = c, .prog = a->prog, .fill_threads = a->fill_threads };
+	l->now = calloc(n ? n : 1, sizeof(*l->now));
 	l->ids = calloc(n ? n : 1, sizeof(*l->ids));
 	l->member = calloc(n ? n : 1, sizeof(*l->member));
-	if (!l->ids || !l->member)
+	l->conns = malloc(c->n * sizeof(*l->conns));
+	if (!l->now || !l->ids || !l->member || !l->conns)
 		return pr_err(er, -ENOMEM, "out of memory");
+	for (uint32_t i = 0; i < c->n; i++)
+		l->conns[i] = -1;
+	/* The rest, in image order, with their ids and processes. */
 	for (uint32_t k = 0; k < n; k++) {
 		const phosimg_object *o = &in->objects[k];
-		if (sel[k])
+		l->now[k] = eager(o);
+		if (l->now[k])
 			continue;
-		int i = engine_tree_member(l->c->m, l->c->n, o->pid);
+		int i = engine_tree_member(c->m, c->n, o->pid);
 		if (i < 0)
 			return pr_err(er, -EBADMSG, "object %u belongs to process %d, which the image lacks", k,
 				      (int)o->pid);
@@ -226,21 +232,6 @@ static int plan(lazy *l, const bool *sel, perr *er)
 		l->member[l->objs.n - 1] = i;
 	}
 	return 0;
-}
-
-int lazy_plan(lazy *l, restore_ctx *c, const restore_args *a, perr *er)
-{
-	uint32_t n = c->in->object_count;
-	*l = (lazy){ .c = c, .prog = a->prog, .fill_threads = a->fill_threads };
-	l->now = calloc(n ? n : 1, sizeof(*l->now));
-	l->conns = malloc(c->n * sizeof(*l->conns));
-	if (!l->now || !l->conns)
-		return pr_err(er, -ENOMEM, "out of memory");
-	for (uint32_t i = 0; i < c->n; i++)
-		l->conns[i] = -1;
-	for (uint32_t k = 0; k < n; k++)
-		l->now[k] = eager(&c->in->objects[k]);
-	return plan(l, l->now, er);
 }
 
 int lazy_tables(lazy *l, perr *er)

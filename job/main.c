@@ -25,6 +25,7 @@
  * CRIU and every process it restored, and says which step it was.
  */
 #include <errno.h>
+#include <getopt.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -186,13 +187,23 @@ static void set_latest(const char *image)
  * it does not check (stderr says why). */
 static job_shared *take_request(int argc, char **argv, job_request *req)
 {
+	/* --job and --pid are for people reading ps: the request says it all. */
+	static const struct option opts[] = { { "job", required_argument, NULL, 'j' },
+					      { "pid", required_argument, NULL, 'p' },
+					      { "shared", required_argument, NULL, 's' },
+					      { 0 } };
 	int fd = -1;
-	for (int i = 2; i + 1 < argc; i++)
-		if (!strcmp(argv[i], "--shared")) {
+	optind = 1;
+	for (int o; (o = getopt_long(argc, argv, "", opts, NULL)) != -1;) {
+		if (o == 's') {
 			char *end;
-			long v = strtol(argv[i + 1], &end, 10);
-			fd = end != argv[i + 1] && !*end && v >= 0 && v <= INT_MAX ? (int)v : -1;
+			long v = strtol(optarg, &end, 10);
+			fd = end != optarg && !*end && v >= 0 && v <= INT_MAX ? (int)v : -1;
+		} else if (o == '?') {
+			fd = -1;
+			break;
 		}
+	}
 	job_shared *sh = fd >= 0 ? mmap(NULL, sizeof(job_shared), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
 				 : MAP_FAILED;
 	if (fd >= 0)

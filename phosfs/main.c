@@ -236,7 +236,7 @@ struct options {
  * "-plugins". The name alone is matched whole, as a key (the field's
  * offset), and take() gives it the next argument. */
 #define OPT(name, field)                                                        \
-	{ name, -1U, (int)offsetof(struct options, field) },                    \
+	FUSE_OPT_KEY(name, (int)offsetof(struct options, field)),               \
 	{ name "=%s", offsetof(struct options, field), 0 }
 
 static const struct fuse_opt phosfs_opts[] = {
