@@ -23,6 +23,7 @@ typedef struct restore_ctx {
 	bool own_ns;           /* the tree gets a pid namespace of its own */
 	pid_t pages;           /* CRIU's lazy-pages daemon, until it ended */
 	char pages_dir[4096];  /* its work directory (its socket), "" for none */
+	char pages_log[4096 + 16]; /* its log */
 	uint32_t job;          /* the member restore names: the root, or the
 				* job phos's init started (pid 2 of the namespace) */
 } restore_ctx;

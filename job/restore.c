@@ -60,16 +60,15 @@ static int members_of(const phosimg_info *in, phosimg_member **out, uint32_t *n)
  * start (cuInit). */
 typedef struct criu_check {
 	phosimg *img;
-	int e;
-	perr er;
+	perr er; /* er.code: 0 when the files check */
 } criu_check;
 
 static void *check_criu(void *arg)
 {
 	criu_check *k = arg;
-	k->e = phosimg_verify_criu(k->img, true);
-	if (k->e)
-		pr_img(&k->er, k->e, "the image's CRIU files are damaged, nothing was restored");
+	int e = phosimg_verify_criu(k->img, true);
+	if (e)
+		pr_img(&k->er, e, "the image's CRIU files are damaged, nothing was restored");
 	return NULL;
 }
 
@@ -135,7 +134,7 @@ static int restore_begin(const restore_args *a, restore_ctx *c, perr *er)
 	e = place(a, c, er);
 	if (beside)
 		pthread_join(th, NULL);
-	if (k.e)
+	if (k.er.code)
 		return pr_copy(er, &k.er);
 	return e;
 }
@@ -149,15 +148,14 @@ static int restore_tree(const restore_args *a, restore_ctx *c, perr *er)
 	engine_step(a->prog, STEP_RESTORE);
 	pid_t root = 0;
 	int e = 0;
-	char pages_log[PATH_MAX + 16];
-	snprintf(pages_log, sizeof(pages_log), "%s.pages", a->log);
+	snprintf(c->pages_log, sizeof(c->pages_log), "%s.pages", a->log);
 	if (a->lazy_pages) {
 		atomic_store(&a->prog->lazy_pages, true);
 		snprintf(c->pages_dir, sizeof(c->pages_dir), "%s.lazy", a->log);
 		if (mkdir(c->pages_dir, 0700) != 0 && errno != EEXIST)
 			e = pr_err(er, -errno, "cannot make %s: %s", c->pages_dir, strerror(errno));
 		if (!e)
-			e = criu_pages_start(a->criu, phosimg_criu_dir(c->img), c->pages_dir, pages_log, &c->pages, er);
+			e = criu_pages_start(a->criu, phosimg_criu_dir(c->img), c->pages_dir, c->pages_log, &c->pages, er);
 	}
 	/* A clone beside its original: the original's listening sockets
 	 * come back under other names. */
@@ -203,15 +201,10 @@ static int restore_pages_wait(const restore_args *a, restore_ctx *c, uint64_t t0
 {
 	if (c->pages <= 0)
 		return 0;
-	char pages_log[PATH_MAX + 16];
-	snprintf(pages_log, sizeof(pages_log), "%s.pages", a->log);
-	int e = criu_pages_wait(c->pages, pages_log, er);
+	int e = criu_pages_wait(c->pages, c->pages_log, er);
 	c->pages = 0;
-	if (!e) {
-		struct timespec ts;
-		clock_gettime(CLOCK_MONOTONIC, &ts);
-		atomic_store(&a->prog->pages_ns, (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec - t0);
-	}
+	if (!e)
+		atomic_store(&a->prog->pages_ns, engine_now_ns() - t0);
 	return e;
 }
 
