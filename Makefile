@@ -229,7 +229,8 @@ TEST_SH  := $(wildcard tests/*.sh)
 TEST_BIN := $(TEST_C:tests/%.c=$(BUILD)/tests/%) $(TEST_SH:tests/%.sh=$(BUILD)/tests/%)
 
 # Programs the tests run under phos (tests/apps/), against simcuda or a GPU.
-TEST_APPS := $(BUILD)/tests/apps/cow_app $(BUILD)/tests/apps/two_gpu_app $(BUILD)/tests/apps/tcp_app
+TEST_APPS := $(BUILD)/tests/apps/cow_app $(BUILD)/tests/apps/two_gpu_app $(BUILD)/tests/apps/tcp_app \
+	     $(BUILD)/tests/apps/pair_app
 
 .PHONY: tests
 tests: $(TEST_BIN) $(KERNELS) $(TEST_APPS)
@@ -261,7 +262,7 @@ $(BUILD)/tests/%: tests/%.sh
 	install -m 0755 $< $@
 
 # Tests find the project's CRIU and the kernels through these.
-TEST_ENV := $(SAN_TEST_ENV) PHOS_CRIU=$(abspath $(CRIU)) PHOS_KERNELS=$(abspath $(BUILD)/kernels) PHOS_SRCDIR=$(CURDIR) PHOS_LIBPHOS=$(abspath $(LIBPHOS)) PHOS_PHOSFS=$(abspath $(PHOSFS)) PHOS_CLI=$(abspath $(PHOS_CLI)) PHOS_COUNTER=$(abspath $(BUILD)/examples/counter) PHOS_SIMCUDA=$(abspath $(BUILD)/simcuda) PHOS_CRIU_PLUGINS=$(abspath $(CRIU_PLUGIN_DIR)) PHOS_COW_APP=$(abspath $(BUILD)/tests/apps/cow_app) PHOS_TWO_GPU_APP=$(abspath $(BUILD)/tests/apps/two_gpu_app) PHOS_TCP_APP=$(abspath $(BUILD)/tests/apps/tcp_app)
+TEST_ENV := $(SAN_TEST_ENV) PHOS_CRIU=$(abspath $(CRIU)) PHOS_KERNELS=$(abspath $(BUILD)/kernels) PHOS_SRCDIR=$(CURDIR) PHOS_LIBPHOS=$(abspath $(LIBPHOS)) PHOS_PHOSFS=$(abspath $(PHOSFS)) PHOS_CLI=$(abspath $(PHOS_CLI)) PHOS_COUNTER=$(abspath $(BUILD)/examples/counter) PHOS_SIMCUDA=$(abspath $(BUILD)/simcuda) PHOS_CRIU_PLUGINS=$(abspath $(CRIU_PLUGIN_DIR)) PHOS_COW_APP=$(abspath $(BUILD)/tests/apps/cow_app) PHOS_TWO_GPU_APP=$(abspath $(BUILD)/tests/apps/two_gpu_app) PHOS_TCP_APP=$(abspath $(BUILD)/tests/apps/tcp_app) PHOS_PAIR_APP=$(abspath $(BUILD)/tests/apps/pair_app)
 
 # Each test's output is kept in $(BUILD)/tests/logs; when one fails, its
 # own words are printed again after prove's summary.

@@ -4,10 +4,14 @@
  * socket, with file descriptors passed by SCM_RIGHTS.
  *
  *   tracer -> phosfs  HELLO      at the first cuInit, and again to resume
- *   phosfs -> tracer  PARK       quiesce, hand over device memory, detach
+ *   phosfs -> tracer  PARK       quiesce within wire_park's deadline, hand
+ *                                over device memory, detach
  *   tracer -> phosfs  DEVICES    the process's GPUs (wire_device records)
  *   tracer -> phosfs  OBJECTS    records + fds of the device memory (batches)
- *   tracer -> phosfs  PARKED     the last batch was sent; the tracer detaches
+ *   tracer -> phosfs  PARKED     the last batch was sent
+ *   phosfs -> tracer  HELD       phosfs holds every fd: the tracer releases
+ *                                its memory and detaches. Without HELD (in
+ *                                time) it keeps its memory and runs on.
  *   phosfs -> tracer  OBJECTS    (after a resume HELLO) the same fds back
  *   phosfs -> tracer  COW        (optional) a copy-on-write checkpoint's table
  *                                and shadow pool (common/cow.h), as fds
@@ -18,7 +22,8 @@
  *   phosfs -> tracer  KERNELS    ask for the speculation counters per kernel
  *   tracer -> phosfs  KERNELS    wire_kernel records, each followed by its
  *                                name and padding to 8 bytes (batches), then END
- *   phosfs -> tracer  TRACK      (recopy) quiesce and hand over device memory,
+ *   phosfs -> tracer  TRACK      (recopy) quiesce within wire_park's
+ *                                deadline and hand over device memory,
  *                                keeping it mapped
  *   tracer -> phosfs  OBJECTS    records + fds (batches), then TRACKED
  *   phosfs -> tracer  COW        the TRACK table (common/cow.h)
@@ -75,6 +80,7 @@ enum wire_type {
 	WIRE_TRACKED,
 	WIRE_DEVICES,
 	WIRE_LAZY,
+	WIRE_HELD,
 };
 
 typedef struct wire_header {
@@ -139,6 +145,16 @@ typedef struct wire_kernel {
 	int32_t nparams;        /* -1: arguments unseen (no layout) */
 	uint32_t name_len;      /* name bytes after the record, then padding to 8 */
 } wire_kernel;
+
+/* PARK's and TRACK's payload: how long the tracer may take to quiesce
+ * before it answers ERROR and runs on; and, for PARK, how long it waits
+ * for HELD after PARKED. A PARK or TRACK without one waits
+ * WIRE_PARK_DEFAULT_MS for each. */
+typedef struct wire_park {
+	uint32_t timeout_ms;
+	uint32_t held_ms;
+} wire_park;
+#define WIRE_PARK_DEFAULT_MS 60000
 
 /* WIRE_COW and WIRE_LAZY: the table (fd 0), a pidfd of the copying job (fd 1: it
  * becomes readable when the job ends, whatever pid namespace the process

@@ -5,12 +5,15 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -202,7 +205,37 @@ void criu_limits(char *out, size_t len)
 				   "(\"Can't get rlimit\"); run jobs as root or give phosfs that capability.");
 }
 
-static int run(const char *criu, char *const argv[], const char *log, const char *what, pid_t pid, perr *er)
+/* Waits for child c, at most timeout_s seconds (0: for ever); one that
+ * runs longer is killed. Returns 0 (*st its status), -ETIMEDOUT, or an
+ * errno of waiting. */
+static int wait_child(pid_t c, int timeout_s, int *st)
+{
+	int pfd = timeout_s > 0 ? (int)syscall(SYS_pidfd_open, c, 0) : -1;
+	if (pfd >= 0) {
+		struct pollfd pf = { pfd, POLLIN, 0 };
+		uint64_t end = engine_now_ns() + (uint64_t)timeout_s * 1000000000u;
+		int n = 0;
+		for (uint64_t now; n == 0 && (now = engine_now_ns()) < end;) {
+			n = poll(&pf, 1, (int)((end - now) / 1000000u) + 1);
+			if (n < 0 && errno == EINTR)
+				n = 0;
+		}
+		close(pfd);
+		if (n == 0) {
+			kill(c, SIGKILL);
+			while (waitpid(c, st, 0) < 0 && errno == EINTR)
+				;
+			return -ETIMEDOUT;
+		}
+	}
+	while (waitpid(c, st, 0) < 0)
+		if (errno != EINTR)
+			return -errno;
+	return 0;
+}
+
+static int run(const char *criu, char *const argv[], const char *log, const char *what, pid_t pid, int timeout_s,
+	       perr *er)
 {
 	int lfd = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
 	if (lfd < 0)
@@ -225,9 +258,12 @@ static int run(const char *criu, char *const argv[], const char *log, const char
 	}
 	close(lfd);
 	int st;
-	while (waitpid(c, &st, 0) < 0)
-		if (errno != EINTR)
-			return pr_perror(er, -errno, "waiting for criu");
+	int e = wait_child(c, timeout_s, &st);
+	if (e == -ETIMEDOUT)
+		return pr_err(er, e, "criu %s did not finish within %d s and was stopped (log: %s)", what, timeout_s,
+			      log);
+	if (e)
+		return pr_perror(er, e, "waiting for criu");
 	if (WIFEXITED(st) && WEXITSTATUS(st) == 0)
 		return 0;
 	char why[1400];
@@ -277,7 +313,7 @@ static bool has_mounts(const char *dir)
 /* Less free space than this in the store after a failed dump: it is full. */
 #define STORE_FULL_BYTES (1u << 20)
 
-int criu_dump(const char *criu, pid_t pid, const char *dir, bool kill, const char *log, perr *er)
+int criu_dump(const char *criu, pid_t pid, const char *dir, bool kill, int timeout_s, const char *log, perr *er)
 {
 	char spid[16];
 	snprintf(spid, sizeof(spid), "%d", (int)pid);
@@ -314,7 +350,7 @@ int criu_dump(const char *criu, pid_t pid, const char *dir, bool kill, const cha
 		argv[n++] = (char *)engine_criu_plugins;
 	}
 	argv[n] = NULL;
-	int e = run(criu, argv, log, "dump", pid, er);
+	int e = run(criu, argv, log, "dump", pid, timeout_s, er);
 	/* A full store fails CRIU's writes; its log (on the same store) may
 	 * not say so. */
 	struct statvfs vs;
@@ -360,7 +396,7 @@ int criu_restore(const char *criu, const char *dir, const char *lazy_dir, const 
 		argv[n++] = EXTERNAL_MOUNTS;
 	}
 	argv[n] = NULL;
-	int e = run(criu, argv, log, "restore", 0, er);
+	int e = run(criu, argv, log, "restore", 0, 0, er);
 	if (!lazy_dir) {
 		char stats[PATH_MAX + 32];
 		snprintf(stats, sizeof(stats), "%s/stats-restore", work);

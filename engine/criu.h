@@ -16,10 +16,11 @@
 extern const char *engine_criu_plugins;
 
 /* Runs `criu dump` of pid's tree into dir, leaving it running unless
- * kill. CRIU's log goes to log. Errors: -EIO (er gives CRIU's first real
- * error, what it names, and what to do), -ENOSPC (the store holding dir
- * was full when it failed). */
-int criu_dump(const char *criu, pid_t pid, const char *dir, bool kill, const char *log, perr *er);
+ * kill; CRIU is stopped after timeout_s seconds (0: never). CRIU's log
+ * goes to log. Errors: -EIO (er gives CRIU's first real error, what it
+ * names, and what to do), -ENOSPC (the store holding dir was full when it
+ * failed), -ETIMEDOUT. */
+int criu_dump(const char *criu, pid_t pid, const char *dir, bool kill, int timeout_s, const char *log, perr *er);
 
 /* Runs `criu restore` from dir, detached; *root is then the restored
  * tree's root as this (the host's) pid namespace sees it: its old pid, or

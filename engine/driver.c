@@ -145,7 +145,14 @@ int driver_lock(pid_t pid, unsigned timeout_ms, perr *er)
 {
 	CUcheckpointLockArgs args = { .timeoutMs = timeout_ms };
 	CUresult r = cu.cuCheckpointProcessLock((int)pid, &args);
-	return r ? driver_fail(r, er, "driver lock") : 0;
+	if (r == CUDA_ERROR_TIMEOUT)
+		return pr_err(er, -ETIMEDOUT,
+			      "the driver could not lock process %d within %u ms: its device work did not finish (a "
+			      "kernel waiting for another process?)",
+			      (int)pid, timeout_ms);
+	return r ? pr_err(er, -EIO, "driver lock of process %d failed: %s (CUDA error %d)", (int)pid, driver_error(r),
+			  (int)r)
+		 : 0;
 }
 
 int driver_checkpoint(pid_t pid, perr *er)

@@ -16,7 +16,7 @@
 #include "park.h"
 #include "progress.h"
 
-#define PARK_TIMEOUT_MS 60000   /* quiesce waits for the device to finish */
+#define PARK_TIMEOUT_MS 60000   /* each message of a hand-over under way */
 #define RESUME_TIMEOUT_MS 30000 /* a woken tracer connects again */
 
 void engine_parked_free(engine_parked *p)
@@ -104,13 +104,18 @@ static int readable(int sock, int ms)
 	return n > 0 ? 0 : n == 0 ? -ETIMEDOUT : -errno;
 }
 
-int engine_recv(pid_t pid, int conn, const char *what, wire_header *h, void *buf, size_t cap, int *fds, int *nfds,
-		perr *er)
+/* engine_recv, waiting ms for the message. */
+static int recv_within(pid_t pid, int conn, const char *what, int ms, wire_header *h, void *buf, size_t cap,
+		       int *fds, int *nfds, perr *er)
 {
 	*nfds = 0;
-	int e = readable(conn, PARK_TIMEOUT_MS);
+	int e = readable(conn, ms);
 	if (!e)
 		e = wire_recv(conn, h, buf, (uint32_t)cap - 1, fds, nfds);
+	if (e == -ETIMEDOUT)
+		return pr_err(er, e, "process %d did not answer %s within %d ms (is it stopped, or its tracer's "
+				     "control thread stuck?)",
+			      (int)pid, what, ms);
 	if (e)
 		return pr_err(er, e, "process %d did not answer %s: %s", (int)pid, what, strerror(-e));
 	if (h->type == WIRE_ERROR) {
@@ -123,40 +128,61 @@ int engine_recv(pid_t pid, int conn, const char *what, wire_header *h, void *buf
 	return 0;
 }
 
-int engine_collect(pid_t pid, int conn, uint16_t ask, uint16_t done, const char *what, engine_parked *out, perr *er)
+int engine_recv(pid_t pid, int conn, const char *what, wire_header *h, void *buf, size_t cap, int *fds, int *nfds,
+		perr *er)
+{
+	return recv_within(pid, conn, what, PARK_TIMEOUT_MS, h, buf, cap, fds, nfds, er);
+}
+
+/* Adds a WIRE_OBJECTS or WIRE_DEVICES message (h, buf, fds) to out.
+ * Returns 1 when it was neither, else 0 or an error. */
+static int take(const wire_header *h, const uint8_t *buf, int *fds, int nfds, pid_t pid, engine_parked *out,
+		perr *er)
+{
+	if (h->type == WIRE_OBJECTS && h->count == (uint32_t)nfds && h->length == h->count * sizeof(wire_object)) {
+		int e = engine_parked_add(out, (const wire_object *)buf, fds, pid, nfds);
+		return e ? pr_err(er, e, "out of memory") : 0;
+	}
+	if (h->type == WIRE_DEVICES && !nfds && h->length == h->count * sizeof(wire_device)) {
+		for (uint32_t i = 0; i < h->count; i++) {
+			wire_device d; /* (buf is not aligned for it) */
+			memcpy(&d, buf + (size_t)i * sizeof(d), sizeof(d));
+			if (d.ordinal >= PHOSIMG_DEVICES_MAX)
+				break;
+			memcpy(out->dev_uuid[d.ordinal], d.uuid, 16);
+			if (d.ordinal >= out->ndev)
+				out->ndev = d.ordinal + 1;
+		}
+		return 0;
+	}
+	return 1;
+}
+
+int engine_collect(pid_t pid, int conn, uint16_t ask, uint16_t done, const char *what, int timeout_ms,
+		   engine_parked *out, perr *er)
 {
 	static _Thread_local uint8_t buf[WIRE_MAX_PAYLOAD + 1];
 	memset(out, 0, sizeof(*out));
-	int e = wire_send(conn, ask, NULL, 0, 0, NULL, 0);
+	/* The tracer answers by its deadline; the grace covers the way. */
+	wire_park p = { (uint32_t)timeout_ms, (uint32_t)timeout_ms + ENGINE_HELD_SLACK_MS };
+	int e = wire_send(conn, ask, &p, sizeof(p), 1, NULL, 0);
 	if (e)
 		return pr_err(er, e, "cannot ask process %d to %s: %s", (int)pid, what, strerror(-e));
+	int ms = timeout_ms + ENGINE_ANSWER_GRACE_MS;
 	for (;;) {
 		wire_header h;
 		int fds[WIRE_MAX_FDS], nfds = 0;
-		e = engine_recv(pid, conn, what, &h, buf, sizeof(buf), fds, &nfds, er);
+		e = recv_within(pid, conn, what, ms, &h, buf, sizeof(buf), fds, &nfds, er);
+		ms = PARK_TIMEOUT_MS; /* it answered: the rest is the hand-over */
 		if (e)
 			break;
 		if (h.type == done && !nfds)
 			return 0;
-		if (h.type == WIRE_OBJECTS && h.count == (uint32_t)nfds && h.length == h.count * sizeof(wire_object)) {
-			e = engine_parked_add(out, (const wire_object *)buf, fds, pid, nfds);
-			if (!e)
-				continue;
-			pr_err(er, e, "out of memory");
-		} else if (h.type == WIRE_DEVICES && !nfds && h.length == h.count * sizeof(wire_device)) {
-			for (uint32_t i = 0; i < h.count; i++) {
-				wire_device d; /* (buf is not aligned for it) */
-				memcpy(&d, buf + (size_t)i * sizeof(d), sizeof(d));
-				if (d.ordinal >= PHOSIMG_DEVICES_MAX)
-					break;
-				memcpy(out->dev_uuid[d.ordinal], d.uuid, 16);
-				if (d.ordinal >= out->ndev)
-					out->ndev = d.ordinal + 1;
-			}
+		e = take(&h, buf, fds, nfds, pid, out, er);
+		if (!e)
 			continue;
-		} else {
+		if (e == 1)
 			e = pr_err(er, -EPROTO, "the tracer answered %s with message %u", what, h.type);
-		}
 		for (int i = 0; i < nfds; i++)
 			close(fds[i]);
 		break;
@@ -165,9 +191,37 @@ int engine_collect(pid_t pid, int conn, uint16_t ask, uint16_t done, const char 
 	return e;
 }
 
-int engine_park(pid_t pid, int conn, engine_parked *out, perr *er)
+int engine_park(pid_t pid, int conn, int timeout_ms, engine_parked *out, perr *er)
 {
-	return engine_collect(pid, conn, WIRE_PARK, WIRE_PARKED, "park", out, er);
+	return engine_collect(pid, conn, WIRE_PARK, WIRE_PARKED, "park", timeout_ms, out, er);
+}
+
+int engine_hold(pid_t pid, int conn, bool *sent, perr *er)
+{
+	int e = wire_send(conn, WIRE_HELD, NULL, 0, 0, NULL, 0);
+	*sent = !e;
+	if (e)
+		return pr_err(er, e, "cannot tell process %d that its memory is held: %s", (int)pid, strerror(-e));
+	/* It closes its end once its memory is released: from then on
+	 * nothing of it is on the device, and nothing open to us. */
+	uint8_t buf[256];
+	wire_header h;
+	int fds[WIRE_MAX_FDS], nfds = 0;
+	e = readable(conn, PARK_TIMEOUT_MS);
+	if (!e && (e = wire_recv(conn, &h, buf, sizeof(buf), fds, &nfds)) == 0) {
+		for (int i = 0; i < nfds; i++)
+			close(fds[i]);
+		e = -EPROTO;
+	}
+	if (e == -ECONNRESET)
+		return 0;
+	return pr_err(er, e, "process %d did not let go of its device memory: %s", (int)pid,
+		      e == -EPROTO ? "it sent a message instead" : strerror(-e));
+}
+
+void engine_decline(int conn, const char *why)
+{
+	wire_send(conn, WIRE_ERROR, why, (uint32_t)strlen(why) + 1, 0, NULL, 0);
 }
 
 /* engine_unpark, and engine_unpark_lazy when keep is not NULL: cow is

@@ -6,6 +6,7 @@
 #ifndef PHOS_ENGINE_PARK_H
 #define PHOS_ENGINE_PARK_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -68,17 +69,37 @@ typedef struct engine_tracer {
 	void *arg;
 } engine_tracer;
 
-/* Sends PARK on conn and collects every object of process pid until
- * PARKED, into *out (emptied first). The tracer closes its end
- * afterwards. Errors: -EIO (the tracer refused: er says why), -EPROTO,
- * wire errors. */
-int engine_park(pid_t pid, int conn, engine_parked *out, perr *er);
+/* How long past its deadline a tracer's first answer may take to come;
+ * and how long past it a parked tracer waits for HELD. */
+#define ENGINE_ANSWER_GRACE_MS 2000
+#define ENGINE_HELD_SLACK_MS 30000
 
-/* Sends ask (WIRE_PARK, WIRE_TRACK) on conn and collects every object of
- * process pid, and the GPUs it sees (WIRE_DEVICES), until done (WIRE_PARKED,
- * WIRE_TRACKED), into *out (emptied first). what names the request in
- * er. Errors: as engine_park. */
-int engine_collect(pid_t pid, int conn, uint16_t ask, uint16_t done, const char *what, engine_parked *out, perr *er);
+/* Sends PARK on conn, with timeout_ms for the quiesce, and collects every
+ * object of process pid until PARKED, into *out (emptied first). The
+ * process still holds its memory: engine_hold lets it go, and
+ * engine_decline (or closing conn) keeps it running. Errors: -EIO (the
+ * tracer refused or could not quiesce in time: er says why),
+ * -ETIMEDOUT (no answer by timeout_ms and ENGINE_ANSWER_GRACE_MS),
+ * -EPROTO, wire errors. */
+int engine_park(pid_t pid, int conn, int timeout_ms, engine_parked *out, perr *er);
+
+/* Tells a process that answered PARKED that the engine holds every fd
+ * (*sent: it was told), and waits until it has released its memory and
+ * closed its end. Errors: -ETIMEDOUT, -EPROTO and wire errors (er says
+ * which process). */
+int engine_hold(pid_t pid, int conn, bool *sent, perr *er);
+
+/* Tells a process that answered PARKED that the checkpoint does not go
+ * on (why, for its log): it keeps its memory and runs on. */
+void engine_decline(int conn, const char *why);
+
+/* Sends ask (WIRE_PARK, WIRE_TRACK) on conn, with timeout_ms for the
+ * quiesce, and collects every object of process pid, and the GPUs it
+ * sees (WIRE_DEVICES), until done (WIRE_PARKED, WIRE_TRACKED), into *out
+ * (emptied first). what names the request in er. Errors: as
+ * engine_park. */
+int engine_collect(pid_t pid, int conn, uint16_t ask, uint16_t done, const char *what, int timeout_ms,
+		   engine_parked *out, perr *er);
 
 /* Receives one message from pid's tracer within the park timeout, into
  * h, buf (cap bytes) and fds (*nfds). Errors: -EIO when it is ERROR (er

@@ -27,9 +27,9 @@
 #define RESERVE_MIN 8
 
 /* TRACK: the objects of pid, still mapped in the process. */
-static int collect(pid_t pid, int conn, engine_parked *out, perr *er)
+static int collect(pid_t pid, int conn, int timeout_ms, engine_parked *out, perr *er)
 {
-	return engine_collect(pid, conn, WIRE_TRACK, WIRE_TRACKED, "track", out, er);
+	return engine_collect(pid, conn, WIRE_TRACK, WIRE_TRACKED, "track", timeout_ms, out, er);
 }
 
 /* Sends pid its table; the process runs on, tracking. */
@@ -101,10 +101,10 @@ static int adopt(engine_recopy *r, engine_parked *mine, engine_cow *c)
 
 /* Tracks one process: it is held (gate closed) only between its own
  * TRACK and its table. */
-static int track_one(engine_recopy *r, const engine_traced *tr, uint32_t chunk, perr *er)
+static int track_one(engine_recopy *r, const engine_traced *tr, uint32_t chunk, int timeout_ms, perr *er)
 {
 	engine_parked mine;
-	int e = collect(tr->pid, tr->conn, &mine, er);
+	int e = collect(tr->pid, tr->conn, timeout_ms, &mine, er);
 	if (e)
 		return e;
 	engine_cow c = { 0 };
@@ -121,7 +121,8 @@ static int track_one(engine_recopy *r, const engine_traced *tr, uint32_t chunk, 
 	return e;
 }
 
-int engine_recopy_track(engine_recopy *r, const engine_traced *traced, int ntraced, uint32_t chunk, perr *er)
+int engine_recopy_track(engine_recopy *r, const engine_traced *traced, int ntraced, uint32_t chunk, int timeout_ms,
+			perr *er)
 {
 	memset(r, 0, sizeof(*r));
 	r->chunk = chunk;
@@ -129,7 +130,7 @@ int engine_recopy_track(engine_recopy *r, const engine_traced *traced, int ntrac
 	int e = 0;
 	for (int t = 0; t < ntraced && !e; t++)
 		if (engine_alive(traced[t].pid)) /* one that left the tree is not waited for */
-			e = track_one(r, &traced[t], chunk, er);
+			e = track_one(r, &traced[t], chunk, timeout_ms, er);
 	return e;
 }
 

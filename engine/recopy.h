@@ -27,11 +27,12 @@ typedef struct engine_recopy {
 	uint64_t copy_ns;
 } engine_recopy;
 
-/* Asks every traced process to hand over its device memory and to run on
- * with a TRACK table. Errors: -EIO (a tracer refused; er says why),
+/* Asks every traced process, one at a time, to quiesce within timeout_ms,
+ * hand over its device memory and run on with a TRACK table. Errors: -EIO (a tracer refused; er says why),
  * -EPROTO, -ETIMEDOUT, -ENOMEM, those of engine_cow_prepare. After an
  * error, engine_recopy_free still ends what began. */
-int engine_recopy_track(engine_recopy *r, const engine_traced *traced, int ntraced, uint32_t chunk, perr *er);
+int engine_recopy_track(engine_recopy *r, const engine_traced *traced, int ntraced, uint32_t chunk, int timeout_ms,
+			perr *er);
 /* Copies every chunk not written since tracking began into staging, in
  * slots 0, 1, … (leaving a few free); what does not fit is left for the
  * final stall. Errors: -EIO (driver), -ECANCELED, -ENOMEM. */

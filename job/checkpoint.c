@@ -136,7 +136,7 @@ static int run_recopy(ckpt *k, perr *er)
 {
 	k->meta.t1_ns = engine_clock_ns(CLOCK_REALTIME); /* tracking starts */
 	engine_step(k->prog, STEP_TRACK);
-	int e = engine_recopy_track(&k->rc, k->a->traced, k->a->ntraced, k->chunk, er);
+	int e = engine_recopy_track(&k->rc, k->a->traced, k->a->ntraced, k->chunk, k->timeout_ms, er);
 	if (!e)
 		e = engine_recopy_copy(&k->rc, k->staging.buf, k->staging.bytes, k->prog, er);
 	/* The tree may have changed while it ran: the final stall takes it

@@ -37,7 +37,15 @@ typedef struct checkpoint_args {
 	int staging_fd;    /* phosfs's staging memfd, or -1 */
 	uint64_t shadow_pool; /* CoW shadow pool per process, bytes */
 	uint32_t chunk;    /* bytes (0: ENGINE_CHUNK) */
+	/* How long a member may take to quiesce (park, track) and the driver
+	 * to lock it, in ms: past it the checkpoint fails and every member
+	 * runs on. 0: CHECKPOINT_TIMEOUT_MS. */
+	int timeout_ms;
+	int dump_timeout_s; /* CRIU's dump, in seconds; 0: CHECKPOINT_DUMP_TIMEOUT_S */
 } checkpoint_args;
+
+#define CHECKPOINT_TIMEOUT_MS 5000
+#define CHECKPOINT_DUMP_TIMEOUT_S 600
 
 /* Checkpoints the process tree of pid and publishes one image of it: every
  * traced process is parked, every CUDA process driver-checkpointed, then

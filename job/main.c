@@ -251,6 +251,7 @@ static int run_checkpoint(const job_request *req, job_shared *sh, perr *er)
 			       .staging = cr->staging,
 			       .staging_fd = cr->staging_fd,
 			       .chunk = cr->chunk,
+			       .timeout_ms = (int)cr->timeout_ms,
 			       .shadow_pool = cr->shadow_pool };
 	int e = checkpoint_run(&a, er);
 	if (!e)

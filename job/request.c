@@ -61,6 +61,9 @@ static int check_checkpoint(const job_request *r, perr *er)
 	if (c->chunk < (64u << 10) || c->chunk > (256u << 20) || (c->chunk & (c->chunk - 1)))
 		return pr_err(er, -EINVAL, "the job request's chunk size %u is not a power of two from 64 KiB to 256 MiB",
 			      c->chunk);
+	if (c->timeout_ms > JOB_TIMEOUT_MAX_MS)
+		return pr_err(er, -EINVAL, "the job request's timeout of %u ms is longer than %u ms", c->timeout_ms,
+			      JOB_TIMEOUT_MAX_MS);
 	if (c->cow && c->recopy)
 		return pr_err(er, -EINVAL, "the job request asks for both cow and recopy");
 	if (c->staging_fd != -1 && !fd_open(c->staging_fd))

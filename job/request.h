@@ -20,6 +20,7 @@
 #define JOB_REQUEST_VERSION 1
 #define JOB_MEMBERS_MAX 256 /* traced processes of one checkpointed tree */
 #define JOB_DEVICES_MAX 4096 /* the longest list of GPU moves, with its NUL */
+#define JOB_TIMEOUT_MAX_MS 3600000u /* the longest quiesce a checkpoint may wait */
 
 enum job_kind { JOB_CHECKPOINT = 1, JOB_RESTORE };
 
@@ -36,6 +37,7 @@ typedef struct job_checkpoint_req {
 	uint64_t staging;     /* bytes of host staging */
 	int32_t staging_fd;   /* phosfs's staging memfd, or -1 */
 	uint32_t chunk;       /* bytes, a power of two */
+	uint32_t timeout_ms;  /* each member's quiesce; 0: the default */
 	uint64_t shadow_pool; /* bytes per process, 0 for none */
 	uint32_t nmembers;
 	job_member members[JOB_MEMBERS_MAX];

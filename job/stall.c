@@ -16,6 +16,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,7 +26,6 @@
 
 #include "stall.h"
 
-#define LOCK_TIMEOUT_MS 10000
 
 /* Makes devs (n, by ordinal) the GPUs process p sees: each of its ordinals
  * becomes the description of the GPU with its UUID. */
@@ -183,6 +183,8 @@ int stall_begin(ckpt *k, const checkpoint_args *a, perr *er)
 	k->recopy = a->recopy && a->ntraced > 0;
 	k->cow = a->cow && !a->kill && a->ntraced > 0 && !k->recopy;
 	k->chunk = a->chunk ? a->chunk : ENGINE_CHUNK;
+	k->timeout_ms = a->timeout_ms > 0 ? a->timeout_ms : CHECKPOINT_TIMEOUT_MS;
+	k->dump_timeout_s = a->dump_timeout_s > 0 ? a->dump_timeout_s : CHECKPOINT_DUMP_TIMEOUT_S;
 	int proto = k->recopy ? PHOSIMG_PROTO_RECOPY : k->cow ? PHOSIMG_PROTO_COW : PHOSIMG_PROTO_STOP;
 	atomic_store(&k->prog->protocol, proto);
 	k->meta = (phosimg_meta){ .pid = a->pid, .protocol = (uint32_t)proto, .members = k->m, .member_count = k->n };
@@ -222,32 +224,112 @@ int stall_retree(ckpt *k, perr *er)
 	return e;
 }
 
-/* 1-2. Every traced member parks, in tree order, parents first; the
- * image records the GPUs as the first that says sees them. */
+/* One member's part in a step all members take at once (at_once). */
+typedef struct part {
+	ckpt *k;
+	int i;            /* its index in k->m */
+	int conn;         /* a traced member's connection */
+	engine_parked got; /* park: what it handed over */
+	perr er;
+	int e;
+} part;
+
+/* Runs fn on every part at once, each on a thread of its own (inline
+ * where no thread can be had), and waits for all. */
+static void at_once(part *v, int n, void *(*fn)(void *))
+{
+	pthread_t *th = calloc(n ? (size_t)n : 1, sizeof(*th));
+	bool *on = calloc(n ? (size_t)n : 1, sizeof(*on));
+	for (int j = 0; j < n; j++)
+		if (!th || !on || !(on[j] = pthread_create(&th[j], NULL, fn, &v[j]) == 0))
+			fn(&v[j]);
+	for (int j = 0; j < n; j++)
+		if (on && on[j])
+			pthread_join(th[j], NULL);
+	free(on);
+	free(th);
+}
+
+/* The first failure of v in er, naming how many more failed. */
+static int first_failure(const part *v, int n, perr *er)
+{
+	int e = 0, more = 0;
+	for (int j = 0; j < n; j++)
+		if (v[j].e && !e) {
+			e = v[j].e;
+			pr_copy(er, &v[j].er);
+		} else if (v[j].e) {
+			more++;
+		}
+	if (more)
+		pr_append(er, " (and %d more process%s)", more, more > 1 ? "es" : "");
+	return e;
+}
+
+static void *hold_one(void *arg)
+{
+	part *p = arg;
+	bool sent = false;
+	p->e = engine_hold(p->k->m[p->i].pid, p->conn, &sent, &p->er);
+	/* Told, it let go of its memory, or may yet: it is brought back. */
+	p->k->ms[p->i].parked = sent;
+	return NULL;
+}
+
+static void *park_one(void *arg)
+{
+	part *p = arg;
+	p->e = engine_park(p->k->m[p->i].pid, p->conn, p->k->timeout_ms, &p->got, &p->er);
+	return NULL;
+}
+
+/* Takes what member p handed over into k->parked; the image records the
+ * GPUs as the first member that says sees them (*view). */
+static int keep(ckpt *k, part *p, bool *view, perr *er)
+{
+	/* After a restore onto another GPU, the process's UUIDs are not the
+	 * ones phosfs's ordinals have. */
+	if (!*view && p->got.ndev) {
+		see_as(k->devs, k->meta.device_count, &p->got);
+		*view = true;
+	}
+	int e = engine_parked_move(&k->parked, &p->got);
+	return e ? pr_err(er, e, "out of memory") : 0;
+}
+
+/* 1-2. Every traced member is asked to quiesce and park at once, so that
+ * none waits for a peer that is already stopped. Only when all of them
+ * answered does each let go of its memory (HELD); if any could not, the
+ * others keep theirs and run on, and nothing needs unparking. */
 static int park(ckpt *k, perr *er)
 {
-	bool view = false;
-	int e = 0;
-	if (k->a->ntraced)
-		engine_step(k->prog, STEP_PARK);
-	for (int t = 0; !e && t < k->a->ntraced; t++) {
+	int n = 0, e = 0;
+	part *v = calloc(k->a->ntraced ? (size_t)k->a->ntraced : 1, sizeof(*v));
+	if (!v)
+		return pr_err(er, -ENOMEM, "out of memory");
+	for (int t = 0; t < k->a->ntraced; t++) {
 		int i = engine_tree_member(k->m, k->n, k->a->traced[t].pid);
-		if (i < 0)
-			continue; /* it left the tree (it exited) */
-		engine_parked mine;
-		e = engine_park(k->m[i].pid, k->a->traced[t].conn, &mine, er);
-		k->ms[i].parked = !e;
-		/* After a restore onto another GPU, the process's UUIDs are not
-		 * the ones phosfs's ordinals have. */
-		if (!e && !view && mine.ndev) {
-			see_as(k->devs, k->meta.device_count, &mine);
-			view = true;
-		}
-		if (!e && (e = engine_parked_move(&k->parked, &mine)) != 0) {
-			engine_parked_free(&mine);
-			pr_err(er, e, "out of memory");
-		}
+		if (i >= 0) /* else it left the tree (it exited) */
+			v[n++] = (part){ .k = k, .i = i, .conn = k->a->traced[t].conn };
 	}
+	if (n)
+		engine_step(k->prog, STEP_PARK);
+	at_once(v, n, park_one);
+	e = first_failure(v, n, er);
+	for (int j = 0; e && j < n; j++)
+		if (!v[j].e)
+			engine_decline(v[j].conn, "the checkpoint does not go on: another process could not park");
+	if (!e) {
+		at_once(v, n, hold_one);
+		e = first_failure(v, n, er);
+	}
+	bool view = false;
+	for (int j = 0; j < n; j++) {
+		if (!e && k->ms[v[j].i].parked)
+			e = keep(k, &v[j], &view, er);
+		engine_parked_free(&v[j].got);
+	}
+	free(v);
 	if (!e && view && (e = phosimg_writer_set_meta(k->w, &k->meta)) != 0)
 		pr_perror(er, e, "describing the image");
 	uint64_t total = 0;
@@ -267,16 +349,36 @@ int stall_enter(ckpt *k, perr *er)
 	return park(k, er);
 }
 
+static void *lock_one(void *arg)
+{
+	part *p = arg;
+	p->e = driver_lock(p->k->m[p->i].pid, (unsigned)p->k->timeout_ms, &p->er);
+	p->k->ms[p->i].locked = !p->e;
+	return NULL;
+}
+
+/* Locks every CUDA member at once, each within the checkpoint's timeout:
+ * one that waits for a locked peer would wait for ever. */
+static int lock(ckpt *k, perr *er)
+{
+	part *v = calloc(k->n ? k->n : 1, sizeof(*v));
+	if (!v)
+		return pr_err(er, -ENOMEM, "out of memory");
+	int n = 0;
+	for (uint32_t i = 0; i < k->n; i++)
+		if (k->m[i].flags & PHOSIMG_MEMBER_CUDA)
+			v[n++] = (part){ .k = k, .i = (int)i };
+	at_once(v, n, lock_one);
+	int e = first_failure(v, n, er);
+	free(v);
+	return e;
+}
+
 /* No member is checkpointed while another still runs on the device. */
 int stall_freeze(ckpt *k, perr *er)
 {
-	int e = 0;
 	engine_step(k->prog, STEP_LOCK);
-	for (uint32_t i = 0; !e && i < k->n; i++)
-		if (k->m[i].flags & PHOSIMG_MEMBER_CUDA) {
-			e = driver_lock(k->m[i].pid, LOCK_TIMEOUT_MS, er);
-			k->ms[i].locked = !e;
-		}
+	int e = lock(k, er);
 	for (uint32_t i = 0; !e && i < k->n; i++)
 		if (k->ms[i].locked) {
 			e = driver_checkpoint(k->m[i].pid, er);
@@ -284,7 +386,8 @@ int stall_freeze(ckpt *k, perr *er)
 		}
 	if (!e) {
 		engine_step(k->prog, STEP_DUMP);
-		e = criu_dump(k->a->criu, k->a->pid, phosimg_writer_criu_dir(k->w), k->a->kill, k->a->log, er);
+		e = criu_dump(k->a->criu, k->a->pid, phosimg_writer_criu_dir(k->w), k->a->kill, k->dump_timeout_s,
+			      k->a->log, er);
 		k->dumped = !e;
 	}
 	return e;

@@ -26,6 +26,8 @@ typedef struct ckpt {
 	bool protect;      /* recopy: what is not off the GPU at unpark is CoW */
 	bool dumped;       /* CRIU dumped the tree */
 	uint32_t chunk;
+	int timeout_ms;     /* each member's quiesce and driver lock */
+	int dump_timeout_s; /* CRIU's dump */
 	phosimg_member *m; /* the tree, and what each member went through */
 	member_state *ms;
 	uint32_t n;

@@ -2,8 +2,10 @@
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "../job/request.h"
 #include "../job/restore.h"
 #include "ctl.h"
 
@@ -85,7 +87,20 @@ static int parse_restore(char **words, int n, ctl_cmd *out, perr *er)
 	return 0;
 }
 
-/* checkpoint [cow|recopy|stop] [name=NAME] [kill], or cancel */
+int ctl_timeout(const char *w, uint32_t *ms, perr *er)
+{
+	char *end = NULL;
+	errno = 0;
+	double s = strtod(w, &end);
+	if (end == w || *end || errno || !(s * 1000 >= 1) || !(s * 1000 <= JOB_TIMEOUT_MAX_MS))
+		return pr_err(er, -EINVAL, "bad timeout '%.40s' (seconds, from 0.001 to %u)", w,
+			      JOB_TIMEOUT_MAX_MS / 1000);
+	*ms = (uint32_t)(s * 1000 + 0.5);
+	return 0;
+}
+
+/* checkpoint [cow|recopy|stop] [name=NAME] [kill] [timeout=SECONDS], or
+ * cancel */
 static int parse_checkpoint(char **words, int n, ctl_cmd *out, perr *er)
 {
 	if (!strcmp(words[0], "cancel")) {
@@ -112,6 +127,11 @@ static int parse_checkpoint(char **words, int n, ctl_cmd *out, perr *er)
 			if (out->kill)
 				return pr_err(er, -EINVAL, "kill given twice");
 			out->kill = true;
+		} else if (!strncmp(w, "timeout=", 8)) {
+			if (out->timeout_ms)
+				return pr_err(er, -EINVAL, "timeout given twice");
+			if (ctl_timeout(w + 8, &out->timeout_ms, er))
+				return -EINVAL;
 		} else if (!strncmp(w, "name=", 5)) {
 			if (named)
 				return pr_err(er, -EINVAL, "name given twice");
@@ -122,7 +142,7 @@ static int parse_checkpoint(char **words, int n, ctl_cmd *out, perr *er)
 			snprintf(out->name, sizeof(out->name), "%s", w + 5);
 			named = true;
 		} else {
-			return pr_err(er, -EINVAL, "unknown word '%.40s' (expected: cow, recopy, stop, name=NAME, kill)", w);
+			return pr_err(er, -EINVAL, "unknown word '%.40s' (expected: cow, recopy, stop, name=NAME, kill, timeout=SECONDS)", w);
 		}
 	}
 	return 0;

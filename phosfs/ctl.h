@@ -29,6 +29,7 @@ typedef struct ctl_cmd {
 	enum ctl_proto proto; /* checkpoint */
 	bool kill;            /* checkpoint: end the process after it */
 	char name[CTL_NAME_MAX + 1]; /* checkpoint: "" = the next number */
+	uint32_t timeout_ms;  /* checkpoint: each process's quiesce; 0 = phosfs's */
 	bool lazy;            /* restore: lazy (the default) or eager */
 	bool lazy_pages;      /* restore: CPU pages too come back while it runs */
 	char dir[CTL_MAX];    /* restore */
@@ -38,6 +39,10 @@ typedef struct ctl_cmd {
 /* Parses a write to /<pid>/ctl (root false) or to /ctl (root true).
  * Returns 0, or -EINVAL with er saying what is wrong. */
 int ctl_parse(const char *buf, size_t len, bool root, ctl_cmd *out, perr *er);
+
+/* SECONDS (decimals allowed: "0.5") into *ms, from 1 ms to
+ * JOB_TIMEOUT_MAX_MS. Returns 0, or -EINVAL with er saying why. */
+int ctl_timeout(const char *s, uint32_t *ms, perr *er);
 
 /* Whether s is a valid checkpoint name. */
 bool ctl_name_ok(const char *s);

@@ -441,6 +441,7 @@ static int checkpoint_request(job_request *req, const ctl_cmd *c, enum ctl_proto
 	cr->recopy = proto == CTL_RECOPY;
 	cr->chunk = (uint32_t)phosfs_chunk;
 	cr->shadow_pool = phosfs_shadow_pool;
+	cr->timeout_ms = c->timeout_ms ? c->timeout_ms : phosfs_checkpoint_timeout_ms;
 	return 0;
 }
 

@@ -7,7 +7,7 @@
  *                                with --pid-ns in a pid namespace of its
  *                                own (run.c)
  *   phos ls                      the processes phosfs shows
- *   phos checkpoint PID [cow|recopy|stop] [--name N] [--kill] [--wait]
+ *   phos checkpoint PID [cow|recopy|stop] [--name N] [--kill] [--timeout SECONDS] [--wait]
  *   phos restore DIR [eager|lazy] [--lazy-pages] [--device OLD=NEW[,OLD=NEW…]] [--wait]
  *   phos status PID
  */
@@ -41,7 +41,7 @@ static int usage(FILE *f)
 {
 	fprintf(f, "usage: phos run [-d] [--pid-ns|--host-pids] [--] CMD...\n"
 		   "       phos ls\n"
-		   "       phos checkpoint PID [cow|recopy|stop] [--name NAME] [--kill] [--wait]\n"
+		   "       phos checkpoint PID [cow|recopy|stop] [--name NAME] [--kill] [--timeout SECONDS] [--wait]\n"
 		   "       phos restore DIR [eager|lazy] [--lazy-pages] [--device OLD=NEW[,OLD=NEW...]] [--wait]\n"
 		   "       phos status PID\n");
 	return f == stdout ? 0 : 2;
@@ -262,10 +262,12 @@ static int wait_job(const char *status_path)
 static int cmd_checkpoint(int argc, char **argv)
 {
 	const char *proto = NULL, *name = NULL; /* NULL: phosfs's default (cow where it can) */
+	const char *timeout = NULL;              /* NULL: phosfs's --checkpoint-timeout */
 	bool kill = false, wait = false;
 	static const struct option opts[] = { { "kill", no_argument, NULL, 'k' },
 					      { "wait", no_argument, NULL, 'w' },
 					      { "name", required_argument, NULL, 'n' },
+					      { "timeout", required_argument, NULL, 't' },
 					      { 0 } };
 	optind = 0;
 	for (int o; (o = getopt_long(argc, argv, "", opts, NULL)) != -1;) {
@@ -275,6 +277,8 @@ static int cmd_checkpoint(int argc, char **argv)
 			wait = true;
 		else if (o == 'n')
 			name = optarg;
+		else if (o == 't')
+			timeout = optarg;
 		else
 			return usage(stderr);
 	}
@@ -289,8 +293,9 @@ static int cmd_checkpoint(int argc, char **argv)
 			return usage(stderr);
 	}
 	char cmd[256], c[PATH_MAX], s[PATH_MAX];
-	snprintf(cmd, sizeof(cmd), "checkpoint%s%s%s%s%s\n", proto ? " " : "", proto ? proto : "", name ? " name=" : "",
-		 name ? name : "", kill ? " kill" : "");
+	snprintf(cmd, sizeof(cmd), "checkpoint%s%s%s%.70s%s%s%.40s\n", proto ? " " : "", proto ? proto : "",
+		 name ? " name=" : "", name ? name : "", kill ? " kill" : "", timeout ? " timeout=" : "",
+		 timeout ? timeout : "");
 	snprintf(c, sizeof(c), "%s/%ld/ctl", mnt(), pid);
 	snprintf(s, sizeof(s), "%s/%ld/status", mnt(), pid);
 	char reply[1200];

@@ -107,7 +107,8 @@ static inline int peer_kernel(peer *p, const char *name, wire_kernel *out)
 	return e ? e : found ? 0 : -ENOENT;
 }
 
-/* Parks: takes every object's fd. The connection ends with it. */
+/* Parks: takes every object's fd, and says it holds them (HELD). The
+ * connection ends with it. */
 static inline int peer_park(peer *p, char *err, size_t errlen)
 {
 	int e = wire_send(p->conn, WIRE_PARK, NULL, 0, 0, NULL, 0);
@@ -120,8 +121,17 @@ static inline int peer_park(peer *p, char *err, size_t errlen)
 		e = wire_recv(p->conn, &h, buf, sizeof(buf), fds, &nfds);
 		if (e)
 			break;
-		if (h.type == WIRE_PARKED)
+		if (h.type == WIRE_PARKED) {
+			/* It lets go of its memory, then closes its end. */
+			e = wire_send(p->conn, WIRE_HELD, NULL, 0, 0, NULL, 0);
+			int nf = 0;
+			while (!e && (e = wire_recv(p->conn, &h, buf, sizeof(buf), fds, &nf)) == 0)
+				for (int i = 0; i < nf; i++)
+					close(fds[i]);
+			if (e == -ECONNRESET)
+				e = 0;
 			break;
+		}
 		if (h.type == WIRE_ERROR) {
 			snprintf(err, errlen, "%.*s", (int)h.length, (char *)buf);
 			return -EIO;

@@ -84,7 +84,7 @@ int main(void)
 {
 	rig r;
 	rig_require(&r);
-	plan(8);
+	plan(9);
 	if (rig_mount(&r, NULL))
 		bail("phosfs did not mount");
 	pid_t pid = rig_counter(&r, 8);
@@ -117,6 +117,20 @@ int main(void)
 	   "%d of %d fuzzed writes to /<pid>/ctl, an 8 KiB one and an empty one get EINVAL", einval, sent);
 	rig_read(status, st, sizeof(st));
 	ok(strstr(st, "error: bad command: ") != NULL, "status names the last bad command's error");
+	static const char *const bad_timeouts[] = { "timeout=", "timeout=0", "timeout=-1", "timeout=abc",
+						    "timeout=1e9", "timeout=nan", "timeout=inf", "timeout=0.0001",
+						    "timeout=1 timeout=1", "timeout=3601", "timeout=5s" };
+	int t_einval = 0;
+	for (size_t i = 0; i < sizeof(bad_timeouts) / sizeof(*bad_timeouts); i++) {
+		char c[128];
+		int n = snprintf(c, sizeof(c), "checkpoint stop %s\n", bad_timeouts[i]);
+		int e = rig_ctl(ctl, c, (size_t)n);
+		t_einval += e == EINVAL;
+		if (e != EINVAL)
+			diag("'%s' gave %s", bad_timeouts[i], strerror(e));
+	}
+	ok(t_einval == (int)(sizeof(bad_timeouts) / sizeof(*bad_timeouts)),
+	   "timeouts that are not 0.001 to 3600 seconds, or given twice, get EINVAL");
 
 	char rootctl[160];
 	snprintf(rootctl, sizeof(rootctl), "%s/ctl", r.mnt);

@@ -602,15 +602,10 @@ static int by_last_use(const void *a, const void *b)
 	return x < y ? -1 : x > y ? 1 : (*(const uint32_t *)a > *(const uint32_t *)b) - (*(const uint32_t *)a < *(const uint32_t *)b);
 }
 
-/* Hands every object to emit, in the order by_last_use gives; with
- * release, then unmaps and releases them all (park), else they stay
- * mapped (a recopy's tracking). */
-static int hand_over(alloc_emit_fn emit, void *arg, bool release)
+int alloc_export(alloc_emit_fn emit, void *arg)
 {
 	REAL(CUresult, cuMemExportToShareableHandle,
 	     (void *, CUmemGenericAllocationHandle, CUmemAllocationHandleType, unsigned long long));
-	REAL(CUresult, cuMemUnmap, (CUdeviceptr, size_t));
-	REAL(CUresult, cuMemRelease, (CUmemGenericAllocationHandle));
 	pthread_rwlock_wrlock(&lock);
 	int e = parked ? -EALREADY : 0;
 	obj_batch batch;
@@ -648,10 +643,7 @@ static int hand_over(alloc_emit_fn emit, void *arg, bool release)
 		if (!o->live)
 			continue;
 		int fd = -1;
-		if (o->kept && release) {
-			fd = o->kept - 1; /* the batch owns it now */
-			o->kept = 0;
-		} else if (o->kept) {
+		if (o->kept) {
 			fd = fcntl(o->kept - 1, F_DUPFD_CLOEXEC, 3);
 			if (fd < 0) {
 				e = -errno;
@@ -669,29 +661,28 @@ static int hand_over(alloc_emit_fn emit, void *arg, bool release)
 	free(order);
 	int be = batch_finish(&batch);
 	e = e ? e : be;
-	if (!e && release) {
-		for (uint32_t i = 0; i < nobjs; i++) {
-			object *o = &objs[i];
-			if (!o->live)
-				continue;
-			real_cuMemUnmap(o->va, o->size);
-			real_cuMemRelease(o->h);
-			o->h = 0;
-		}
-		parked = true;
-	}
 	pthread_rwlock_unlock(&lock);
 	return e;
 }
 
-int alloc_park(alloc_emit_fn emit, void *arg)
+void alloc_release(void)
 {
-	return hand_over(emit, arg, true);
-}
-
-int alloc_export(alloc_emit_fn emit, void *arg)
-{
-	return hand_over(emit, arg, false);
+	REAL(CUresult, cuMemUnmap, (CUdeviceptr, size_t));
+	REAL(CUresult, cuMemRelease, (CUmemGenericAllocationHandle));
+	pthread_rwlock_wrlock(&lock);
+	for (uint32_t i = 0; i < nobjs; i++) {
+		object *o = &objs[i];
+		if (!o->live)
+			continue;
+		real_cuMemUnmap(o->va, o->size);
+		real_cuMemRelease(o->h);
+		o->h = 0;
+		if (o->kept)
+			close(o->kept - 1); /* phosfs holds the memory now */
+		o->kept = 0;
+	}
+	parked = true;
+	pthread_rwlock_unlock(&lock);
 }
 
 /* Maps the objects of recs again from their fds; lock held for writing.

@@ -3,6 +3,11 @@
  * and the wrappers that tell us about them. Peer access between contexts
  * is passed on to alloc.c, whose objects need it as cuMemSetAccess.
  */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
 #include "tracer.h"
 
 #define MAX_CTX 64
@@ -11,6 +16,32 @@
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static CUcontext ctxs[MAX_CTX];
 static int nctx;
+/* Held while contexts are synchronised, and by a destroy (taken before
+ * lock). */
+static pthread_mutex_t sync_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* The synchronising thread's requests; guarded by syncer.lock. */
+static struct {
+	pthread_mutex_t lock;
+	pthread_cond_t wake, ended; /* ended: on CLOCK_MONOTONIC */
+	uint64_t asked, started, done;
+	CUresult result; /* of request `done` */
+	bool running;
+} syncer = { .lock = PTHREAD_MUTEX_INITIALIZER, .wake = PTHREAD_COND_INITIALIZER };
+static pthread_once_t syncer_once = PTHREAD_ONCE_INIT;
+
+/* Whether the process has loaded NCCL (any copy of libnccl). */
+static bool nccl_loaded(void)
+{
+	FILE *f = fopen("/proc/self/maps", "re");
+	char line[512];
+	bool yes = false;
+	while (f && !yes && fgets(line, sizeof(line), f))
+		yes = strstr(line, "/libnccl") != NULL;
+	if (f)
+		fclose(f);
+	return yes;
+}
 
 void ctx_note(CUcontext ctx)
 {
@@ -25,33 +56,109 @@ void ctx_note(CUcontext ctx)
 	pthread_mutex_unlock(&lock);
 }
 
-CUresult ctx_synchronize_all(void)
+/* Synchronises every context once. sync_lock keeps a context from being
+ * destroyed while it is synchronised; lock is not held meanwhile, so the
+ * application may make contexts current while a synchronisation waits. */
+static CUresult synchronize_all(void)
 {
 	REAL(CUresult, cuCtxPushCurrent_v2, (CUcontext));
 	REAL(CUresult, cuCtxPopCurrent_v2, (CUcontext *));
 	REAL(CUresult, cuCtxSynchronize, (void));
+	CUcontext list[MAX_CTX];
+	pthread_mutex_lock(&sync_lock);
 	pthread_mutex_lock(&lock);
+	int n = nctx;
+	memcpy(list, ctxs, (size_t)n * sizeof(*list));
+	pthread_mutex_unlock(&lock);
 	CUresult res = CUDA_SUCCESS;
-	for (int i = 0; i < nctx; i++) {
+	for (int i = 0; i < n; i++) {
 		CUcontext popped;
-		if (real_cuCtxPushCurrent_v2(ctxs[i]) != CUDA_SUCCESS)
-			continue; /* destroyed meanwhile */
+		if (real_cuCtxPushCurrent_v2(list[i]) != CUDA_SUCCESS)
+			continue;
 		CUresult r = real_cuCtxSynchronize();
 		if (r && !res)
 			res = r;
 		real_cuCtxPopCurrent_v2(&popped);
 	}
-	pthread_mutex_unlock(&lock);
+	pthread_mutex_unlock(&sync_lock);
 	return res;
+}
+
+/* The synchronising thread: a synchronisation that waits for device work
+ * which cannot end (a kernel waiting for another process) must not hold
+ * the control thread past its deadline. It serves the requests in turn;
+ * one that was given up on still ends, once the work does. */
+static void *syncer_main(void *arg)
+{
+	(void)arg;
+	pthread_setname_np(pthread_self(), "phos-sync");
+	pthread_mutex_lock(&syncer.lock);
+	for (;;) {
+		while (syncer.started == syncer.asked)
+			pthread_cond_wait(&syncer.wake, &syncer.lock);
+		uint64_t gen = syncer.started = syncer.asked;
+		pthread_mutex_unlock(&syncer.lock);
+		CUresult r = synchronize_all();
+		pthread_mutex_lock(&syncer.lock);
+		syncer.done = gen;
+		syncer.result = r;
+		pthread_cond_broadcast(&syncer.ended);
+	}
+	return NULL;
+}
+
+static void start_syncer(void)
+{
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&syncer.ended, &ca);
+	pthread_condattr_destroy(&ca);
+	pthread_t t;
+	syncer.running = pthread_create(&t, NULL, syncer_main, NULL) == 0;
+	if (syncer.running)
+		pthread_detach(t);
+	else
+		tr_log("cannot start the synchronising thread: a checkpoint waits for the device without a deadline");
+}
+
+int ctx_synchronize_until(uint64_t deadline, char *why, size_t len)
+{
+	pthread_once(&syncer_once, start_syncer);
+	if (!syncer.running) {
+		CUresult r = synchronize_all();
+		snprintf(why, len, "synchronising the device failed (CUDA error %d)", (int)r);
+		return r ? -EIO : 0;
+	}
+	struct timespec ts = { (time_t)(deadline / 1000000000u), (long)(deadline % 1000000000u) };
+	pthread_mutex_lock(&syncer.lock);
+	uint64_t gen = ++syncer.asked;
+	pthread_cond_signal(&syncer.wake);
+	int w = 0;
+	while (syncer.done < gen && w != ETIMEDOUT)
+		w = pthread_cond_timedwait(&syncer.ended, &syncer.lock, &ts);
+	int e = syncer.done < gen ? -ETIMEDOUT : syncer.result ? -EIO : 0;
+	CUresult r = syncer.result;
+	pthread_mutex_unlock(&syncer.lock);
+	if (e == -ETIMEDOUT)
+		snprintf(why, len, "its device work did not finish%s", nccl_loaded()
+			 ? "; it has NCCL loaded, and a collective may be waiting for a peer process that "
+			   "has not reached it"
+			 : " (a kernel waiting for another process?)");
+	else if (e)
+		snprintf(why, len, "synchronising the device failed (CUDA error %d)", (int)r);
+	return e;
 }
 
 static void forget(CUcontext ctx)
 {
+	pthread_mutex_lock(&sync_lock);
 	pthread_mutex_lock(&lock);
 	for (int i = 0; i < nctx; i++)
 		if (ctxs[i] == ctx)
 			ctxs[i] = ctxs[--nctx];
 	pthread_mutex_unlock(&lock);
+	pthread_mutex_unlock(&sync_lock);
 }
 
 TR_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)

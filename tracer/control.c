@@ -193,11 +193,103 @@ static int unpark(void)
 	return sock;
 }
 
+/* PARK's or TRACK's deadlines, from its payload (h, buf). */
+static wire_park deadlines(const wire_header *h, const void *buf)
+{
+	wire_park p = { WIRE_PARK_DEFAULT_MS, WIRE_PARK_DEFAULT_MS };
+	if (h->length == sizeof(p))
+		memcpy(&p, buf, sizeof(p));
+	if (!p.timeout_ms)
+		p.timeout_ms = WIRE_PARK_DEFAULT_MS;
+	if (!p.held_ms)
+		p.held_ms = WIRE_PARK_DEFAULT_MS;
+	return p;
+}
+
+/* Quiesces within p's deadline; else opens the gate again and answers
+ * ERROR, saying what held it (`what`: "park", "track"). Returns 0 when
+ * quiesced, 1 when answered, or a send's error. */
+static int quiesce(int sock, const wire_park *p, const char *what)
+{
+	char why[192], msg[320];
+	int r = gate_quiesce((int)p->timeout_ms, why, sizeof(why));
+	if (!r)
+		return 0;
+	gate_resume();
+	if (r == -ETIMEDOUT)
+		snprintf(msg, sizeof(msg), "cannot %s within %u ms: %s", what, p->timeout_ms, why);
+	else
+		snprintf(msg, sizeof(msg), "cannot %s: %s", what, why);
+	tr_log("%s; running on", msg);
+	int e = send_error(sock, msg);
+	return e ? e : 1;
+}
+
+/* Waits for phosfs's HELD: phosfs then holds every fd sent. Anything
+ * else, or nothing in ms, and the memory stays ours. */
+static bool held(int sock, uint32_t ms)
+{
+	static uint8_t buf[WIRE_MAX_PAYLOAD];
+	struct pollfd pf = { sock, POLLIN, 0 };
+	int ready, fds[WIRE_MAX_FDS], nfds = 0;
+	while ((ready = poll(&pf, 1, (int)ms)) < 0 && errno == EINTR)
+		;
+	wire_header h = { 0 };
+	if (ready != 1 || wire_recv(sock, &h, buf, sizeof(buf), fds, &nfds))
+		return false;
+	for (int i = 0; i < nfds; i++)
+		close(fds[i]);
+	return h.type == WIRE_HELD;
+}
+
+/* PARK: quiesce, hand every object over, and, once phosfs holds them all
+ * (HELD), let go of them. Returns 1 when parked (the caller detaches), 0
+ * when the process runs on (phosfs was told why, or chose so), or a
+ * send's error. */
+static int park(int sock, const wire_header *h, const void *payload)
+{
+	char why[96], msg[160];
+	if (alloc_stop_only(why, sizeof(why))) {
+		snprintf(msg, sizeof(msg), "cannot park: %s", why);
+		return send_error(sock, msg);
+	}
+	/* A recopy's tracking ends at its final park, once the gate is
+	 * closed: every write before it is marked. */
+	bool tracking = cow_tracking();
+	if (!tracking && cow_settle() == -EBUSY)
+		return send_error(sock, "cannot park: the last checkpoint is still being copied");
+	wire_park p = deadlines(h, payload);
+	int e = quiesce(sock, &p, "park");
+	if (e)
+		return e == 1 ? 0 : e;
+	if (tracking && cow_track_end()) {
+		gate_resume();
+		return send_error(sock, "cannot park: the recopy's tracking did not end");
+	}
+	e = send_devices(sock);
+	if (!e)
+		e = alloc_export(emit_objects, &sock);
+	if (!e)
+		e = vmm_export(emit_objects, &sock);
+	if (!e)
+		e = wire_send(sock, WIRE_PARKED, NULL, 0, 0, NULL, 0);
+	if (!e && held(sock, p.held_ms)) {
+		alloc_release();
+		vmm_let_go();
+		return 1;
+	}
+	/* phosfs does not hold them, or is gone: the memory is still ours. */
+	gate_resume();
+	if (!e)
+		tr_log("phosfs did not keep the parked memory: running on");
+	return e;
+}
+
 #define TRACK_TABLE_TIMEOUT_MS 30000
 
 /* A recopy's first step: quiesce, hand over every object while keeping
  * it mapped, take the TRACK table, run again. */
-static int track(int sock)
+static int track(int sock, const wire_header *req, const void *payload)
 {
 	char why[96], msg[160];
 	if (alloc_stop_only(why, sizeof(why))) {
@@ -206,10 +298,10 @@ static int track(int sock)
 	}
 	if (cow_settle() == -EBUSY)
 		return send_error(sock, "cannot track: the last checkpoint is still being copied");
-	if (gate_quiesce()) {
-		gate_resume();
-		return send_error(sock, "cannot track: synchronising the device failed");
-	}
+	wire_park p = deadlines(req, payload);
+	int q = quiesce(sock, &p, "track");
+	if (q)
+		return q == 1 ? 0 : q;
 	int e = alloc_export(emit_objects, &sock);
 	if (!e)
 		e = wire_send(sock, WIRE_TRACKED, NULL, 0, 0, NULL, 0);
@@ -308,51 +400,18 @@ static int serve(int sock)
 			e = serve_kernels(sock);
 			break;
 		case WIRE_TRACK:
-			e = track(sock);
+			e = track(sock, &h, buf);
 			break;
-		case WIRE_PARK: {
-			char why[96];
-			if (alloc_stop_only(why, sizeof(why))) {
-				char msg[160];
-				snprintf(msg, sizeof(msg), "cannot park: %s", why);
-				e = send_error(sock, msg);
-				break;
+		case WIRE_PARK:
+			e = park(sock, &h, buf);
+			if (e == 1) {
+				/* Nothing shared with phosfs stays open while parked. */
+				state_close();
+				atomic_store(&live_sock, -1);
+				close(sock);
+				return unpark();
 			}
-			/* A recopy's tracking ends at its final park, once the
-			 * gate is closed: every write before it is marked. */
-			bool tracking = cow_tracking();
-			if (!tracking && cow_settle() == -EBUSY) {
-				e = send_error(sock, "cannot park: the last checkpoint is still being copied");
-				break;
-			}
-			CUresult r = gate_quiesce();
-			if (!r && tracking && cow_track_end()) {
-				gate_resume();
-				e = send_error(sock, "cannot park: the recopy's tracking did not end");
-				break;
-			}
-			if (r) {
-				gate_resume();
-				e = send_error(sock, "cannot park: synchronising the device failed");
-				break;
-			}
-			e = send_devices(sock);
-			if (!e)
-				e = alloc_park(emit_objects, &sock);
-			if (!e)
-				e = vmm_park(emit_objects, &sock);
-			if (!e)
-				e = wire_send(sock, WIRE_PARKED, NULL, 0, 0, NULL, 0);
-			if (e) {
-				gate_resume();
-				break;
-			}
-			/* Nothing shared with phosfs stays open while parked. */
-			state_close();
-			atomic_store(&live_sock, -1);
-			close(sock);
-			return unpark();
-		}
+			break;
 		default:
 			e = send_error(sock, "unknown request");
 		}

@@ -17,6 +17,9 @@
 #include <errno.h>
 #include <linux/membarrier.h>
 #include <sched.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
 #include <stdlib.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -25,6 +28,8 @@
 
 typedef struct slot {
 	atomic_int inside;
+	_Atomic(const char *) what; /* the call it is inside (owner writes) */
+	pid_t tid;
 	int depth;          /* nested entries by the same thread (owner only) */
 	atomic_ulong passed; /* calls let through (owner writes, anyone reads) */
 	struct slot *next;
@@ -67,6 +72,7 @@ static slot *my_slot(void)
 	slot *s = calloc(1, sizeof(*s));
 	if (!s)
 		abort();
+	s->tid = gettid();
 	pthread_mutex_lock(&lock);
 	s->next = slots;
 	slots = s;
@@ -86,11 +92,12 @@ static void wait_open(void)
 	pthread_mutex_unlock(&lock);
 }
 
-void gate_enter(void)
+void gate_enter(const char *what)
 {
 	slot *s = my_slot();
 	if (s->depth++)
 		return;
+	atomic_store_explicit(&s->what, what, memory_order_relaxed);
 	for (;;) {
 		atomic_store_explicit(&s->inside, 1, memory_order_relaxed);
 		if (atomic_load_explicit(&asymmetric, memory_order_relaxed))
@@ -113,20 +120,59 @@ void gate_leave(void)
 		atomic_store_explicit(&s->inside, 0, memory_order_release);
 }
 
-CUresult gate_quiesce(void)
+/* "its main thread", or "its thread NAME (tid N)", for people. */
+static void name_thread(pid_t tid, char *out, size_t len)
 {
+	if (tid == getpid()) {
+		snprintf(out, len, "its main thread");
+		return;
+	}
+	char path[64], comm[32] = "";
+	snprintf(path, sizeof(path), "/proc/self/task/%d/comm", (int)tid);
+	FILE *f = fopen(path, "re");
+	if (f && fgets(comm, sizeof(comm), f))
+		comm[strcspn(comm, "\n")] = 0;
+	if (f)
+		fclose(f);
+	snprintf(out, len, "its thread %s (tid %d)", *comm ? comm : "?", (int)tid);
+}
+
+/* Waits until no thread is inside, until deadline (CLOCK_MONOTONIC ns);
+ * else names the first one still inside in why. */
+static int wait_outside(uint64_t deadline, char *why, size_t len)
+{
+	pthread_mutex_lock(&lock);
+	slot *list = slots;
+	pthread_mutex_unlock(&lock);
+	for (slot *s = list; s; s = s->next)
+		for (unsigned spins = 0; atomic_load(&s->inside); spins++) {
+			if (table_now_ns() >= deadline) {
+				const char *what = atomic_load_explicit(&s->what, memory_order_relaxed);
+				char who[64];
+				name_thread(s->tid, who, sizeof(who));
+				snprintf(why, len, "%s is still inside %s", who, what ? what : "a CUDA call");
+				return -ETIMEDOUT;
+			}
+			if (spins < 1000)
+				sched_yield();
+			else
+				nanosleep(&(struct timespec){ 0, 50000 }, NULL);
+		}
+	return 0;
+}
+
+int gate_quiesce(int timeout_ms, char *why, size_t len)
+{
+	uint64_t deadline = table_now_ns() + (uint64_t)timeout_ms * 1000000u;
 	atomic_store(&closed, true);
 	/* Every thread's store to `inside` before this is now visible, and
 	 * every later load of `closed` sees true. */
 	if (atomic_load(&asymmetric) && membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) != 0)
 		tr_log("membarrier failed: %m");
-	pthread_mutex_lock(&lock);
-	slot *list = slots;
-	pthread_mutex_unlock(&lock);
-	for (slot *s = list; s; s = s->next)
-		while (atomic_load(&s->inside))
-			sched_yield();
-	return ctx_synchronize_all();
+	int e = wait_outside(deadline, why, len);
+	if (!e)
+		e = ctx_synchronize_until(deadline, why, len);
+	return e;
 }
 
 void gate_resume(void)

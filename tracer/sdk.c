@@ -5,7 +5,7 @@
 TR_EXPORT int phos_checkpoint_hint(void)
 {
 	/* Passing the gate is the moment a pending checkpoint takes. */
-	gate_enter();
+	gate_enter(__func__);
 	gate_leave();
 	return 0;
 }

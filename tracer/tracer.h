@@ -42,7 +42,7 @@ void *tr_real(const char *sym);
 
 /* gate.c: every wrapped call that acts on the device enters the gate. The
  * fast path takes no lock. GATE() enters for the rest of the scope. */
-void gate_enter(void);
+void gate_enter(const char *what); /* what: the call, named when quiesce waits for it */
 void gate_leave(void);
 static inline void gate_cleanup(int *unused)
 {
@@ -50,7 +50,7 @@ static inline void gate_cleanup(int *unused)
 	gate_leave();
 }
 #define GATE()                                                                  \
-	__attribute__((cleanup(gate_cleanup))) int gate_scope_ = (gate_enter(), 0); \
+	__attribute__((cleanup(gate_cleanup))) int gate_scope_ = (gate_enter(__func__), 0); \
 	(void)gate_scope_
 /* A wrapper of entry point `name` that passes the gate and runs `before`
  * (protecting what the call writes) ahead of the real call. */
@@ -66,9 +66,11 @@ static inline void gate_cleanup(int *unused)
 		return real_##name args;         \
 	}
 /* Closes the gate and waits until no call is in flight; then synchronises
- * every context. Threads arriving meanwhile wait at the gate. Returns a
- * CUresult of the synchronisation. */
-CUresult gate_quiesce(void);
+ * every context; all within timeout_ms. Threads arriving meanwhile wait at
+ * the gate, which stays closed either way. Returns 0; -ETIMEDOUT (why
+ * names the thread and the call it is inside, or says the device did not
+ * finish) or -EIO (the synchronisation failed, said in why). */
+int gate_quiesce(int timeout_ms, char *why, size_t len);
 /* Opens the gate; waiting threads pass in the order they arrived. */
 void gate_resume(void);
 bool gate_closed(void);
@@ -77,7 +79,10 @@ uint64_t gate_passed(void);
 
 /* context.c: contexts the process made current or created, to synchronise. */
 void ctx_note(CUcontext ctx);
-CUresult ctx_synchronize_all(void);
+/* Synchronises every context, on a thread of its own, waiting for it
+ * until deadline (CLOCK_MONOTONIC ns). Returns 0; -ETIMEDOUT or -EIO,
+ * with why said in why. A synchronisation given up on ends later. */
+int ctx_synchronize_until(uint64_t deadline, char *why, size_t len);
 /* Device dev's primary context, retained once for the life of the process
  * (for peer copies the tracer makes); NULL if the driver refuses it. */
 CUcontext ctx_primary(CUdevice dev);
@@ -117,14 +122,15 @@ void alloc_remove_mappings(uint64_t va, uint64_t size);
 void alloc_mark_stop_only(const char *reason);
 /* Whether the process cannot be parked, and why (copied into why). */
 bool alloc_stop_only(char *why, size_t n);
-/* Park: exports every object's fd and gives records+fds to emit in
- * batches, then unmaps and releases them all. The gate is closed. */
+/* Exports every object's fd and gives records+fds to emit in batches,
+ * in the order of last use; the objects stay mapped. A park's first step
+ * (the gate is closed), and a recopy's tracking (the process runs on).
+ * Errors: those of emit, -EIO (an export failed), errno of dup. */
 typedef int (*alloc_emit_fn)(const wire_object *objs, const int *fds, int n, void *arg);
-int alloc_park(alloc_emit_fn emit, void *arg);
-/* The same hand-over, but the objects stay mapped: the process runs on
- * while phosfs copies them (a recopy). Errors: those of emit, -EIO (an
- * export failed), errno of dup. */
 int alloc_export(alloc_emit_fn emit, void *arg);
+/* A park's second step, once phosfs holds every fd: unmaps and releases
+ * every object. */
+void alloc_release(void);
 
 /* batch.c: objects go to emit in batches; each fd added is the batch's, and
  * is closed once sent (or, after an error, not sent). */
@@ -164,9 +170,10 @@ CUresult vmm_map(CUdeviceptr va, size_t size, size_t offset, CUmemGenericAllocat
 CUresult vmm_unmap(CUdeviceptr va, size_t size);
 void vmm_set_access(CUdeviceptr va, size_t size, const CUmemAccessDesc *desc, size_t count);
 CUresult vmm_retain(CUmemGenericAllocationHandle *out, void *addr);
-/* Park and unpark, as alloc_park and alloc_unpark, for these; their
- * records carry WIRE_OBJ_APP. */
-int vmm_park(alloc_emit_fn emit, void *arg);
+/* Park (export, then let go) and unpark, as alloc_export, alloc_release
+ * and alloc_unpark, for these; their records carry WIRE_OBJ_APP. */
+int vmm_export(alloc_emit_fn emit, void *arg);
+void vmm_let_go(void);
 int vmm_unpark(const wire_object *objs, const int *fds, int n);
 /* As alloc_forget_fds, for the application's own handles. */
 void vmm_forget_fds(void);

@@ -218,12 +218,10 @@ CUresult vmm_retain(CUmemGenericAllocationHandle *out, void *addr)
 	return CUDA_SUCCESS;
 }
 
-int vmm_park(alloc_emit_fn emit, void *arg)
+int vmm_export(alloc_emit_fn emit, void *arg)
 {
 	REAL(CUresult, cuMemExportToShareableHandle,
 	     (void *, CUmemGenericAllocationHandle, CUmemAllocationHandleType, unsigned long long));
-	REAL(CUresult, cuMemUnmap, (CUdeviceptr, size_t));
-	REAL(CUresult, cuMemRelease, (CUmemGenericAllocationHandle));
 	pthread_mutex_lock(&lock);
 	obj_batch batch;
 	batch_init(&batch, emit, arg);
@@ -232,10 +230,11 @@ int vmm_park(alloc_emit_fn emit, void *arg)
 		if (!hs[i].live)
 			continue;
 		int fd = -1;
-		if (hs[i].kept) {
-			fd = hs[i].kept - 1;
-			hs[i].kept = 0;
-		} else if (real_cuMemExportToShareableHandle(&fd, hs[i].cur, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0)) {
+		if (hs[i].kept)
+			fd = fcntl(hs[i].kept - 1, F_DUPFD_CLOEXEC, 3);
+		else if (real_cuMemExportToShareableHandle(&fd, hs[i].cur, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0))
+			fd = -1;
+		if (fd < 0) {
 			e = -EIO;
 			break;
 		}
@@ -248,24 +247,31 @@ int vmm_park(alloc_emit_fn emit, void *arg)
 		batch_add(&batch, &rec, fd);
 	}
 	int be = batch_finish(&batch);
-	e = e ? e : be;
-	if (!e) {
-		/* phosfs holds every one of them: let go of ours. */
-		for (uint32_t k = 0; k < nm; k++)
-			if (ms[k].live)
-				real_cuMemUnmap(ms[k].va, ms[k].size);
-		for (uint32_t i = 0; i < nh; i++) {
-			if (!hs[i].live)
-				continue;
-			int held = hs[i].counted_here ? 1 : hs[i].refs;
-			for (int k = 0; k < held; k++)
-				real_cuMemRelease(hs[i].cur);
-			hs[i].cur = 0;
-		}
-		parked = true;
-	}
 	pthread_mutex_unlock(&lock);
-	return e;
+	return e ? e : be;
+}
+
+void vmm_let_go(void)
+{
+	REAL(CUresult, cuMemUnmap, (CUdeviceptr, size_t));
+	REAL(CUresult, cuMemRelease, (CUmemGenericAllocationHandle));
+	pthread_mutex_lock(&lock);
+	for (uint32_t k = 0; k < nm; k++)
+		if (ms[k].live)
+			real_cuMemUnmap(ms[k].va, ms[k].size);
+	for (uint32_t i = 0; i < nh; i++) {
+		if (!hs[i].live)
+			continue;
+		int held = hs[i].counted_here ? 1 : hs[i].refs;
+		for (int k = 0; k < held; k++)
+			real_cuMemRelease(hs[i].cur);
+		hs[i].cur = 0;
+		if (hs[i].kept)
+			close(hs[i].kept - 1); /* phosfs holds the memory now */
+		hs[i].kept = 0;
+	}
+	parked = true;
+	pthread_mutex_unlock(&lock);
 }
 
 int vmm_unpark(const wire_object *recs, const int *fds, int n)

@@ -1,0 +1,155 @@
+/*
+ * Two traced processes that block on each other (tests/apps/pair_app, the
+ * pattern of two ranks in an all-reduce): rank 1 is held on the host, so
+ * rank 0 waits for it inside the device. A checkpoint of the pair cannot
+ * quiesce rank 0, whose work cannot end while rank 1 is stopped.
+ *
+ * It must fail within its deadline, name the process and what holds it,
+ * publish nothing, and leave both running: when rank 1 is let go, both
+ * go on and every result they check is right.
+ *
+ *   1. rank 0 waits in cuMemcpyDtoH (a call the tracer gates), with
+ *      phosfs --checkpoint-timeout 0.5 and `checkpoint stop`: the error
+ *      names the thread and the call;
+ *   2. rank 0 waits in cuStreamSynchronize, `checkpoint cow timeout=1`:
+ *      the error says its device work did not finish.
+ *
+ * Each waits at most its deadline plus the time the job takes to start
+ * and end.
+ */
+#include "phosfs_test.h"
+
+/* The highest N of the lines "rank R step N" of out. */
+static unsigned last_step(const char *out, int rank)
+{
+	FILE *f = fopen(out, "r");
+	char l[256];
+	unsigned best = 0, n, r;
+	while (f && fgets(l, sizeof(l), f))
+		if (sscanf(l, "rank %u step %u", &r, &n) == 2 && (int)r == rank && n > best)
+			best = n;
+	if (f)
+		fclose(f);
+	return best;
+}
+
+/* Whether both ranks get past step `past` within ms. */
+static int both_past(const char *out, unsigned past, int ms)
+{
+	for (int t = 0; t <= ms; t += 50, usleep(50000))
+		if (last_step(out, 0) > past && last_step(out, 1) > past)
+			return 1;
+	return 0;
+}
+
+/* Holds rank 1 (SIGUSR1 to rank 0) and waits until it says so, and a
+ * little more, so that rank 0 waits for it in the device. */
+static int hold(pid_t pid, const char *out, int n)
+{
+	kill(pid, SIGUSR1);
+	char want[32];
+	snprintf(want, sizeof(want), "rank 1 holds");
+	for (int t = 0; t <= 10000; t += 50, usleep(50000)) {
+		FILE *f = fopen(out, "r");
+		char l[256];
+		int k = 0;
+		while (f && fgets(l, sizeof(l), f))
+			k += !strncmp(l, want, strlen(want));
+		if (f)
+			fclose(f);
+		if (k >= n) {
+			usleep(200000);
+			return 1;
+		}
+	}
+	return 0;
+}
+
+/* Writes cmd to pid's ctl and waits for its job: status's "last job"
+ * and "error" lines into last, the seconds it took into *secs. */
+static int checkpoint(rig *r, pid_t pid, const char *cmd, char *last, size_t len, double *secs)
+{
+	char ctl[160], status[160];
+	rig_files(r, pid, ctl, status);
+	struct timespec a, b;
+	clock_gettime(CLOCK_MONOTONIC, &a);
+	int e = rig_ctl(ctl, cmd, strlen(cmd));
+	int ended = !e && rig_job_done(r, pid, 30000, last, len);
+	clock_gettime(CLOCK_MONOTONIC, &b);
+	char st[4096];
+	const char *er = rig_read(status, st, sizeof(st)) ? strstr(st, "\nerror: ") : NULL;
+	size_t at = strlen(last);
+	if (er)
+		snprintf(last + at, len - at, "; %.*s", (int)strcspn(er + 1, "\n"), er + 1);
+	*secs = (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) / 1e9;
+	return ended;
+}
+
+/* Whether the store holds no image of pid. */
+static int nothing_published(rig *r, pid_t pid)
+{
+	char dir[200];
+	snprintf(dir, sizeof(dir), "%s/%d", r->store, (int)pid);
+	DIR *d = opendir(dir);
+	int n = 0;
+	for (struct dirent *de; d && (de = readdir(d));)
+		n += de->d_name[0] != '.' && strcmp(de->d_name, "latest");
+	if (d)
+		closedir(d);
+	return n == 0;
+}
+
+int main(void)
+{
+	rig r;
+	rig_require(&r);
+	char app[PATH_MAX], cubin[PATH_MAX];
+	rig_app_path("PHOS_PAIR_APP", "apps/pair_app", app);
+	snprintf(cubin, sizeof(cubin), "%s/pair.cubin", test_path("PHOS_KERNELS", "../kernels"));
+	if (access(cubin, R_OK))
+		skip_all("tests/kernels/pair.cubin is not built (it needs nvcc)");
+	plan(9);
+	r.opts[0] = "--checkpoint-timeout";
+	r.opts[1] = "0.5";
+	if (rig_mount(&r, NULL))
+		bail("phosfs did not mount");
+	char *const cmd[] = { app, cubin, NULL };
+	pid_t pid = rig_phos_run(&r, cmd);
+	char out[PATH_MAX];
+	rig_out(&r, pid, out, sizeof(out));
+	ok(pid > 0 && both_past(out, 40, 20000) && rig_traced(&r, pid, 10000),
+	   "two ranks meet step after step under the tracer (pid %d)", (int)pid);
+
+	char last[1024], want[64];
+	double secs = 0;
+	snprintf(want, sizeof(want), "process %d did not park", (int)pid);
+	int held = hold(pid, out, 1);
+	int ended = held && checkpoint(&r, pid, "checkpoint stop\n", last, sizeof(last), &secs);
+	diag("%s (%.2f s)", last, secs);
+	ok(ended && strstr(last, "failed") && secs < 0.5 + 2.5,
+	   "with rank 1 held, a stop checkpoint fails within phosfs's 0.5 s deadline (%.2f s)", secs);
+	ok(strstr(last, want) && strstr(last, "within 500 ms") && strstr(last, "its main thread is still inside cuMemcpyDtoH"),
+	   "its error names rank 0 and the call it waits in");
+	ok(nothing_published(&r, pid), "nothing is published");
+	unsigned s0 = last_step(out, 0);
+	kill(pid, SIGUSR1); /* let rank 1 go */
+	ok(rig_alive(pid) && both_past(out, s0 + 40, 20000) && !rig_line(out, "WRONG", 0, NULL, 0),
+	   "let go, both ranks go on, and every sum is right");
+
+	kill(pid, SIGUSR2); /* rank 0 waits in cuStreamSynchronize */
+	held = both_past(out, last_step(out, 0) + 20, 20000) && hold(pid, out, 2);
+	ended = held && checkpoint(&r, pid, "checkpoint cow timeout=1\n", last, sizeof(last), &secs);
+	diag("%s (%.2f s)", last, secs);
+	ok(ended && strstr(last, "failed") && secs < 1 + 2.5,
+	   "waiting in cuStreamSynchronize, a cow checkpoint fails within its own 1 s deadline (%.2f s)", secs);
+	ok(strstr(last, want) && strstr(last, "within 1000 ms") && strstr(last, "device work did not finish"),
+	   "its error names rank 0 and says its device work did not finish");
+	ok(nothing_published(&r, pid), "nothing is published");
+	s0 = last_step(out, 0);
+	kill(pid, SIGUSR1);
+	ok(rig_alive(pid) && both_past(out, s0 + 40, 20000) && !rig_line(out, "WRONG", 0, NULL, 0),
+	   "let go, both go on again, every sum right");
+	kill(pid, SIGKILL);
+	rig_cleanup(&r);
+	return done();
+}
