@@ -386,6 +386,13 @@ $(BUNDLE)/apps/two_gpu_app: tests/apps/two_gpu_app.c
 $(BUNDLE)/apps/cow.cubin: tests/kernels/cow.cu
 	@mkdir -p $(@D)
 	$(NVCC) -cubin -arch=sm_90 -o $@ $<
+GPU_BIN += $(BUNDLE)/apps/pair_app $(BUNDLE)/apps/pair.cubin
+$(BUNDLE)/apps/pair_app: tests/apps/pair_app.c tests/simcuda/simcuda.h
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) $(XCFLAGS) $(CFLAGS) -o $@ $< -L$(CUDA_HOME)/lib64/stubs -lcuda
+$(BUNDLE)/apps/pair.cubin: tests/kernels/pair.cu
+	@mkdir -p $(@D)
+	$(NVCC) -cubin -arch=sm_90 -o $@ $<
 
 # The demo program, against the real driver.
 $(BUNDLE)/examples/counter: examples/counter.c

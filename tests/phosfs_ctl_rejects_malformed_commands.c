@@ -45,6 +45,22 @@ static int valid(const char *s, size_t n)
 	return 1; /* anything after "checkpoint" might be valid: not sent */
 }
 
+/* Writes "HEAD WORD\n" to ctl for each of the n words; how many got
+ * EINVAL (the others are named). */
+static int einval_count(const char *ctl, const char *head, const char *const *words, size_t n)
+{
+	int k = 0;
+	for (size_t i = 0; i < n; i++) {
+		char c[128];
+		int len = snprintf(c, sizeof(c), "%s %s\n", head, words[i]);
+		int e = rig_ctl(ctl, c, (size_t)len);
+		k += e == EINVAL;
+		if (e != EINVAL)
+			diag("'%s' gave %s", words[i], strerror(e));
+	}
+	return k;
+}
+
 static size_t mutate(char *out, unsigned *seed)
 {
 	size_t n = 0;
@@ -120,16 +136,8 @@ int main(void)
 	static const char *const bad_timeouts[] = { "timeout=", "timeout=0", "timeout=-1", "timeout=abc",
 						    "timeout=1e9", "timeout=nan", "timeout=inf", "timeout=0.0001",
 						    "timeout=1 timeout=1", "timeout=3601", "timeout=5s" };
-	int t_einval = 0;
-	for (size_t i = 0; i < sizeof(bad_timeouts) / sizeof(*bad_timeouts); i++) {
-		char c[128];
-		int n = snprintf(c, sizeof(c), "checkpoint stop %s\n", bad_timeouts[i]);
-		int e = rig_ctl(ctl, c, (size_t)n);
-		t_einval += e == EINVAL;
-		if (e != EINVAL)
-			diag("'%s' gave %s", bad_timeouts[i], strerror(e));
-	}
-	ok(t_einval == (int)(sizeof(bad_timeouts) / sizeof(*bad_timeouts)),
+	size_t nt = sizeof(bad_timeouts) / sizeof(*bad_timeouts);
+	ok(einval_count(ctl, "checkpoint stop", bad_timeouts, nt) == (int)nt,
 	   "timeouts that are not 0.001 to 3600 seconds, or given twice, get EINVAL");
 
 	char rootctl[160];
@@ -147,16 +155,8 @@ int main(void)
 	static const char *const bad_devices[] = { "device=", "device=0", "device=0=1,", "device=0=GPU-zz",
 						   "device=0=1 device=1=0", "device=99=0", "device==1", "eager lazy",
 						   "device=0=GPU-0123456789abcdef0123456789abcdef0" };
-	int dev_einval = 0;
-	for (size_t i = 0; i < sizeof(bad_devices) / sizeof(*bad_devices); i++) {
-		char c[128];
-		int n = snprintf(c, sizeof(c), "restore /tmp %s\n", bad_devices[i]);
-		int e = rig_ctl(rootctl, c, (size_t)n);
-		dev_einval += e == EINVAL;
-		if (e != EINVAL)
-			diag("'%s' gave %s", bad_devices[i], strerror(e));
-	}
-	ok(dev_einval == (int)(sizeof(bad_devices) / sizeof(*bad_devices)),
+	size_t nd = sizeof(bad_devices) / sizeof(*bad_devices);
+	ok(einval_count(rootctl, "restore /tmp", bad_devices, nd) == (int)nd,
 	   "malformed device= lists and two modes get EINVAL before anything starts");
 
 	long c0 = rig_count(out);

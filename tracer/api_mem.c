@@ -142,6 +142,43 @@ TR_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t size, con
 	return r;
 }
 
+TR_EXPORT CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *h, void *os,
+						 CUmemAllocationHandleType type)
+{
+	REAL(CUresult, cuMemImportFromShareableHandle, (CUmemGenericAllocationHandle *, void *, CUmemAllocationHandleType));
+	if (!tr_enabled())
+		return real_cuMemImportFromShareableHandle(h, os, type);
+	GATE();
+	CUresult r = real_cuMemImportFromShareableHandle(h, os, type);
+	if (r == CUDA_SUCCESS && h)
+		vmm_imported(*h);
+	return r;
+}
+
+TR_EXPORT CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *dptr, CUipcMemHandle handle, unsigned int flags)
+{
+	REAL(CUresult, cuIpcOpenMemHandle_v2, (CUdeviceptr *, CUipcMemHandle, unsigned int));
+	if (!tr_enabled())
+		return real_cuIpcOpenMemHandle_v2(dptr, handle, flags);
+	GATE();
+	CUresult r = real_cuIpcOpenMemHandle_v2(dptr, handle, flags);
+	if (r == CUDA_SUCCESS && dptr)
+		vmm_ipc_opened(*dptr, true);
+	return r;
+}
+
+TR_EXPORT CUresult cuIpcCloseMemHandle(CUdeviceptr dptr)
+{
+	REAL(CUresult, cuIpcCloseMemHandle, (CUdeviceptr));
+	if (!tr_enabled())
+		return real_cuIpcCloseMemHandle(dptr);
+	GATE();
+	CUresult r = real_cuIpcCloseMemHandle(dptr);
+	if (r == CUDA_SUCCESS)
+		vmm_ipc_opened(dptr, false);
+	return r;
+}
+
 TR_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle h)
 {
 	REAL(CUresult, cuMemRelease, (CUmemGenericAllocationHandle));

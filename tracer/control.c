@@ -248,8 +248,8 @@ static bool held(int sock, uint32_t ms)
  * send's error. */
 static int park(int sock, const wire_header *h, const void *payload)
 {
-	char why[96], msg[160];
-	if (alloc_stop_only(why, sizeof(why))) {
+	char why[200], msg[256];
+	if (alloc_stop_only(why, sizeof(why)) || vmm_shared(why, sizeof(why))) {
 		snprintf(msg, sizeof(msg), "cannot park: %s", why);
 		return send_error(sock, msg);
 	}
@@ -291,8 +291,8 @@ static int park(int sock, const wire_header *h, const void *payload)
  * it mapped, take the TRACK table, run again. */
 static int track(int sock, const wire_header *req, const void *payload)
 {
-	char why[96], msg[160];
-	if (alloc_stop_only(why, sizeof(why))) {
+	char why[200], msg[256];
+	if (alloc_stop_only(why, sizeof(why)) || vmm_shared(why, sizeof(why))) {
 		snprintf(msg, sizeof(msg), "cannot track: %s", why);
 		return send_error(sock, msg);
 	}

@@ -175,6 +175,13 @@ CUresult vmm_retain(CUmemGenericAllocationHandle *out, void *addr);
 int vmm_export(alloc_emit_fn emit, void *arg);
 void vmm_let_go(void);
 int vmm_unpark(const wire_object *objs, const int *fds, int n);
+/* Memory another process exported, as the application imports it
+ * (cuMemImportFromShareableHandle, then cuMemMap) or opens it
+ * (cuIpcOpenMemHandle; open false: closed). vmm_shared: whether any of
+ * it is mapped now, and why that stops a park (into why). */
+void vmm_imported(CUmemGenericAllocationHandle h);
+void vmm_ipc_opened(CUdeviceptr va, bool open);
+bool vmm_shared(char *why, size_t n);
 /* As alloc_forget_fds, for the application's own handles. */
 void vmm_forget_fds(void);
 bool vmm_parked(void);

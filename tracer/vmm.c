@@ -12,6 +12,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -46,6 +47,87 @@ static uint32_t nh, hcap;
 static mapping *ms;
 static uint32_t nm, mcap;
 static bool parked;
+/* Device memory another process exported: handles imported and not yet
+ * released, and where they (or cuIpcOpenMemHandle) mapped it. */
+static CUmemGenericAllocationHandle *imp;
+static uint32_t nimp, impcap;
+typedef struct shared_map {
+	uint64_t va, size;
+} shared_map;
+static shared_map *smap;
+static uint32_t nsmap, smapcap;
+
+/* Appends v (of size bytes) to *arr (*n of *cap); false when out of memory. */
+static bool push(void *arr, uint32_t *n, uint32_t *cap, const void *v, size_t size)
+{
+	if (*n == *cap) {
+		uint32_t c = *cap ? *cap * 2 : 16;
+		void *p = realloc(*(void **)arr, c * size);
+		if (!p)
+			return false;
+		*(void **)arr = p;
+		*cap = c;
+	}
+	memcpy((char *)*(void **)arr + (size_t)*n * size, v, size);
+	(*n)++;
+	return true;
+}
+
+static int find_import(CUmemGenericAllocationHandle h)
+{
+	for (uint32_t i = 0; i < nimp; i++)
+		if (imp[i] == h)
+			return (int)i;
+	return -1;
+}
+
+static void note_shared(uint64_t va, uint64_t size)
+{
+	shared_map m = { va, size };
+	if (!push(&smap, &nsmap, &smapcap, &m, sizeof(m)))
+		alloc_mark_stop_only("out of memory for the table of its shared device memory");
+}
+
+/* Forgets the shared mappings within [va, va+size) (size 0: the one at va). */
+static void forget_shared(uint64_t va, uint64_t size)
+{
+	for (uint32_t k = 0; k < nsmap;)
+		if (size ? smap[k].va >= va && smap[k].va + smap[k].size <= va + size : smap[k].va == va)
+			smap[k] = smap[--nsmap];
+		else
+			k++;
+}
+
+void vmm_imported(CUmemGenericAllocationHandle h)
+{
+	pthread_mutex_lock(&lock);
+	if (!push(&imp, &nimp, &impcap, &h, sizeof(h)))
+		alloc_mark_stop_only("out of memory for the table of its imported device memory");
+	pthread_mutex_unlock(&lock);
+}
+
+void vmm_ipc_opened(CUdeviceptr va, bool open)
+{
+	pthread_mutex_lock(&lock);
+	if (open)
+		note_shared(va, 0);
+	else
+		forget_shared(va, 0);
+	pthread_mutex_unlock(&lock);
+}
+
+bool vmm_shared(char *why, size_t n)
+{
+	pthread_mutex_lock(&lock);
+	uint32_t k = nsmap;
+	pthread_mutex_unlock(&lock);
+	if (k)
+		snprintf(why, n,
+			 "it maps device memory another process exported (%u mapping%s; NCCL shares its buffers "
+			 "between ranks so), which the driver cannot checkpoint",
+			 k, k > 1 ? "s" : "");
+	return k > 0;
+}
 
 static int find_handle(CUmemGenericAllocationHandle app)
 {
@@ -107,8 +189,11 @@ CUresult vmm_release(CUmemGenericAllocationHandle app)
 	pthread_mutex_lock(&lock);
 	int i = find_handle(app);
 	CUresult r = CUDA_SUCCESS;
+	int k = i < 0 ? find_import(app) : -1;
 	if (i < 0) {
 		r = real_cuMemRelease(app);
+		if (r == CUDA_SUCCESS && k >= 0)
+			imp[k] = imp[--nimp];
 	} else if (hs[i].counted_here) {
 		if (--hs[i].refs == 0)
 			r = real_cuMemRelease(hs[i].cur);
@@ -131,6 +216,8 @@ CUresult vmm_map(CUdeviceptr va, size_t size, size_t offset, CUmemGenericAllocat
 	pthread_mutex_lock(&lock);
 	int i = find_handle(app);
 	CUresult r = real_cuMemMap(va, size, offset, i >= 0 ? hs[i].cur : app, flags);
+	if (r == CUDA_SUCCESS && i < 0 && find_import(app) >= 0)
+		note_shared(va, size);
 	if (r == CUDA_SUCCESS && i >= 0) {
 		if (nm == mcap) {
 			uint32_t cap = mcap ? mcap * 2 : 64;
@@ -159,6 +246,7 @@ CUresult vmm_unmap(CUdeviceptr va, size_t size)
 		/* Whatever is mapped there next is not the t1 memory. */
 		cow_freed(va, size);
 		alloc_remove_mappings(va, size);
+		forget_shared(va, size);
 		for (uint32_t k = 0; k < nm; k++) {
 			if (ms[k].live && ms[k].va >= va && ms[k].va + ms[k].size <= va + size) {
 				ms[k].live = false;

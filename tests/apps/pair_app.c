@@ -17,7 +17,9 @@
  * the device, and neither can be checkpointed without the other. Rank 1
  * prints "rank 1 holds at step N" when it stops.
  *
- * simcuda runs meet as simcuda_kernel_meet below.
+ * On a GPU the page both processes map is registered with the driver
+ * (each process's pointer to it is then the device's too); simcuda runs
+ * meet as simcuda_kernel_meet below.
  */
 #include <cuda.h>
 #include <signal.h>
@@ -91,6 +93,8 @@ static void run(int rank, const char *cubin)
 	check(cuModuleGetFunction(&meet, mod, "meet"), rank, "cuModuleGetFunction");
 	check(cuStreamCreate(&s, CU_STREAM_DEFAULT), rank, "cuStreamCreate");
 	check(cuMemAlloc(&out, 4096), rank, "cuMemAlloc");
+	check(cuMemHostRegister(sh, 4096, CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP), rank,
+	      "cuMemHostRegister");
 	volatile unsigned *slots = sh->slots, *vals = sh->vals;
 	unsigned r = (unsigned)rank;
 	for (unsigned step = 1;; step++) {
@@ -121,7 +125,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	setvbuf(stdout, NULL, _IOLBF, 0);
-	sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	sh = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	if (sh == MAP_FAILED)
 		return 1;
 	signal(SIGUSR1, on_usr1);

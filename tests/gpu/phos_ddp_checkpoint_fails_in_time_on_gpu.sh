@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# A two-rank DDP job (torchrun, NCCL, examples/pytorch/train_ddp.py: a
+# small transformer), with default NCCL settings but for the multicast
+# variables, under a real phosfs mount. phos does not checkpoint NCCL jobs
+# yet; what it must do already is never hang or kill one:
+#   1. an uninterrupted run gives the reference losses and parameters;
+#   2. the same job is checkpointed six times while it trains, with stop
+#      and cow in turn and --timeout 2: each attempt ends (done or failed)
+#      within its deadline and a few seconds, and says why when it fails;
+#   3. the job is alive after each;
+#   4. its losses and parameter checksum equal the reference's;
+#   5. nothing half-made is published: any image there verifies.
+# Prints each attempt's time and answer. Needs root, FUSE, two GPUs (it
+# skips on one) and PyTorch. PHOS_KEEP_LOGS=DIR keeps phosfs's log there.
+b=${PHOS_BUNDLE:-gpu-bundle}
+src=${PHOS_SRCDIR:-$b/..}
+steps=${PHOS_DDP_STEPS:-80}
+echo "1..5"
+skip() { for i in 1 2 3 4 5; do echo "ok $i # skip $1"; done; exit 0; }
+[ "$(id -u)" = 0 ] && [ -e /dev/fuse ] || skip "needs root and FUSE"
+ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
+[ "$ngpu" -ge 2 ] || skip "needs two GPUs (this machine has ${ngpu:-0})"
+python3 -c 'import torch.distributed' 2>/dev/null || skip "needs PyTorch"
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+. "$b/share/gpu-rig.sh"
+rig_mount ddp --criu-plugins "$b/criu-plugins" ||
+	{ for i in 1 2 3 4 5; do echo "not ok $i - phosfs did not mount (bundle $b)"; done; exit 1; }
+train=(python3 -m torch.distributed.run --standalone --nproc_per_node 2 "$src/examples/pytorch/train_ddp.py"
+	--steps "$steps" --sleep 0.1)
+
+# 1. The reference.
+ref=$(start "$work/pid0" "${train[@]}")
+if ! wait_line "$store/run/$ref.out" "^params" 600; then
+	echo "# reference run: $(tail -5 "$store/run/$ref.out" "$store/run/$ref.err" 2>/dev/null | tr '\n' ' ')"
+	for i in 1 2 3 4 5; do echo "not ok $i - the reference run did not finish"; done
+	exit 1
+fi
+grep -E '^(step|params)' "$store/run/$ref.out" >"$work/ref"
+
+# 2-3. Checkpoints while it trains.
+pid=$(start "$work/pid1" "${train[@]}")
+out=$store/run/$pid.out
+wait_line "$out" "^step 5 " 300 || echo "# the job did not reach step 5: $(tail -3 "$store/run/$pid.err" 2>/dev/null)"
+in_time=1 all_alive=1 worst=0 said=1 failed=0
+for i in 1 2 3 4 5 6; do
+	proto=stop
+	[ $((i % 2)) = 0 ] && proto=cow
+	t0=$(now)
+	"$phos" checkpoint "$pid" "$proto" --name "try$i" --timeout 2 --wait >"$work/ck.out" 2>"$work/ck.err"
+	rc=$?
+	t1=$(now)
+	secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.2f", b - a}')
+	echo "# $proto try$i: rc $rc in $secs s: $(cat "$work/ck.out" "$work/ck.err" | tr '\n' ' ')"
+	# The deadline, the job process's start and end, and CRIU's dump when
+	# it gets that far.
+	awk -v s="$secs" 'BEGIN {exit !(s < 2 + 8)}' || in_time=0
+	worst=$(awk -v s="$secs" -v w="$worst" 'BEGIN {print (s > w ? s : w)}')
+	alive "$pid" || all_alive=0
+	if [ $rc != 0 ]; then
+		failed=$((failed + 1))
+		grep -q "process [0-9]* " "$work/ck.err" || said=0
+	fi
+	grep -q '^params' "$out" && break
+	sleep 1
+done
+[ $in_time = 1 ] && echo "ok 1 - each checkpoint of the DDP job ended within its 2 s deadline and 8 s (slowest $worst s)" ||
+	echo "not ok 1 - a checkpoint of the DDP job took longer than its deadline and 8 s (slowest $worst s)"
+[ $all_alive = 1 ] && echo "ok 2 - the job runs on after each" || echo "not ok 2 - the job died"
+wait_line "$out" "^params" 600
+grep -E '^(step|params)' "$out" >"$work/got"
+if [ -s "$work/got" ] && cmp -s "$work/ref" "$work/got"; then
+	echo "ok 3 - its $(grep -c '^step' "$work/got") losses and parameter checksum equal the uninterrupted run's"
+else
+	echo "not ok 3 - its losses differ from the uninterrupted run's"
+	diff "$work/ref" "$work/got" | head -5 | sed 's/^/# /'
+fi
+[ $said = 1 ] && echo "ok 4 - each of the $failed failed attempts names the process and why" ||
+	echo "not ok 4 - a failed attempt did not say which process and why"
+bad=0
+for d in "$store/$pid"/try*; do
+	[ -d "$d" ] || continue
+	"$b/bin/phos-image" verify "$d" >/dev/null 2>&1 || bad=1
+done
+[ $bad = 0 ] && echo "ok 5 - nothing half-made is published ($(ls -d "$store/$pid"/try* 2>/dev/null | wc -l) images)" ||
+	echo "not ok 5 - an image published from the DDP job does not verify"
