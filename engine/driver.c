@@ -145,10 +145,12 @@ int driver_lock(pid_t pid, unsigned timeout_ms, perr *er)
 {
 	CUcheckpointLockArgs args = { .timeoutMs = timeout_ms };
 	CUresult r = cu.cuCheckpointProcessLock((int)pid, &args);
-	if (r == CUDA_ERROR_TIMEOUT)
+	/* The r580 driver says NOT_READY when timeoutMs passed (measured:
+	 * tests/gpu/phos_blocked_processes_fail_in_time_on_gpu.sh). */
+	if (r == CUDA_ERROR_NOT_READY || r == CUDA_ERROR_TIMEOUT)
 		return pr_err(er, -ETIMEDOUT,
-			      "the driver could not lock process %d within %u ms: its device work did not finish (a "
-			      "kernel waiting for another process?)",
+			      "the driver could not lock process %d within %u ms: a call in flight or its device work "
+			      "did not finish (a kernel waiting for another process?)",
 			      (int)pid, timeout_ms);
 	return r ? pr_err(er, -EIO, "driver lock of process %d failed: %s (CUDA error %d)", (int)pid, driver_error(r),
 			  (int)r)

@@ -132,6 +132,22 @@ bool engine_alive(pid_t pid)
 	return kill(pid, 0) == 0 || errno == EPERM;
 }
 
+bool engine_maps_library(pid_t pid, const char *name)
+{
+	char path[64], line[1024];
+	snprintf(path, sizeof(path), "/proc/%d/maps", (int)pid);
+	FILE *f = fopen(path, "re");
+	bool yes = false;
+	size_t n = strlen(name);
+	while (f && !yes && fgets(line, sizeof(line), f)) {
+		const char *slash = strrchr(line, '/');
+		yes = slash && !strncmp(slash + 1, name, n);
+	}
+	if (f)
+		fclose(f);
+	return yes;
+}
+
 uid_t engine_proc_owner(pid_t pid, const char *store)
 {
 	char path[PATH_MAX];

@@ -35,6 +35,10 @@ int engine_tcp_outside(const phosimg_member *m, uint32_t n, char *what, size_t l
 /* Whether pid exists (a zombie included). */
 bool engine_alive(pid_t pid);
 
+/* Whether pid maps a file whose name starts with `name` ("libnccl"),
+ * from /proc/PID/maps; false when it cannot be read. */
+bool engine_maps_library(pid_t pid, const char *name);
+
 /* The owner of pid, from /proc; for a pid that has ended, the owner of
  * its folder in store (NULL: none), or (uid_t)-1. */
 uid_t engine_proc_owner(pid_t pid, const char *store);

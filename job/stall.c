@@ -111,6 +111,23 @@ static int bring_back(const checkpoint_args *a, const phosimg_member *m, member_
 	return first;
 }
 
+/* An untraced CUDA process with NCCL loaded may map memory of another
+ * process, which the driver checkpoints but cannot restore
+ * (CUDA_ERROR_NOT_SUPPORTED: the process would be lost). Errors:
+ * -EOPNOTSUPP naming the first such process of m (n). */
+static int untraced_nccl(const phosimg_member *m, uint32_t n, perr *er)
+{
+	for (uint32_t i = 0; i < n; i++)
+		if ((m[i].flags & PHOSIMG_MEMBER_CUDA) && !(m[i].flags & PHOSIMG_MEMBER_TRACED) &&
+		    engine_maps_library(m[i].pid, "libnccl"))
+			return pr_err(er, -EOPNOTSUPP,
+				      "process %d uses CUDA untraced and has NCCL loaded: if it maps another process's "
+				      "device memory, the driver checkpoints it but cannot restore it; run the job traced, "
+				      "under `phos run`",
+				      (int)m[i].pid);
+	return 0;
+}
+
 /* The processes of the tree now, which are traced, and which use CUDA. */
 static int members_of(const checkpoint_args *a, phosimg_member **mp, member_state **msp, uint32_t *np, perr *er)
 {
@@ -146,6 +163,12 @@ static int members_of(const checkpoint_args *a, phosimg_member **mp, member_stat
 		int cstate = 0;
 		if (driver_process_state(m[i].pid, &cstate) == 0)
 			m[i].flags |= PHOSIMG_MEMBER_CUDA;
+	}
+	e = untraced_nccl(m, n, er);
+	if (e) {
+		free(ms);
+		free(m);
+		return e;
 	}
 	*mp = m;
 	*msp = ms;

@@ -12,7 +12,12 @@
  *      phosfs --checkpoint-timeout 0.5 and `checkpoint stop`: the error
  *      names the thread and the call;
  *   2. rank 0 waits in cuStreamSynchronize, `checkpoint cow timeout=1`:
- *      the error says its device work did not finish.
+ *      the error says its device work did not finish;
+ *   3. the pair untraced (PHOS_TRACE=0): the driver locks both at once,
+ *      and cannot lock rank 0 within the deadline;
+ *   4. untraced with NCCL loaded (tests/apps/libnccl.so.2): the
+ *      checkpoint is refused at once (the driver would checkpoint memory
+ *      of another process, and could not restore it).
  *
  * Each waits at most its deadline plus the time the job takes to start
  * and end.
@@ -108,7 +113,7 @@ int main(void)
 	snprintf(cubin, sizeof(cubin), "%s/pair.cubin", test_path("PHOS_KERNELS", "../kernels"));
 	if (access(cubin, R_OK))
 		skip_all("tests/kernels/pair.cubin is not built (it needs nvcc)");
-	plan(9);
+	plan(14);
 	r.opts[0] = "--checkpoint-timeout";
 	r.opts[1] = "0.5";
 	if (rig_mount(&r, NULL))
@@ -149,6 +154,40 @@ int main(void)
 	kill(pid, SIGUSR1);
 	ok(rig_alive(pid) && both_past(out, s0 + 40, 20000) && !rig_line(out, "WRONG", 0, NULL, 0),
 	   "let go, both go on again, every sum right");
+	kill(pid, SIGKILL);
+
+	setenv("PHOS_TRACE", "0", 1);
+	pid = rig_phos_run(&r, cmd);
+	unsetenv("PHOS_TRACE");
+	rig_out(&r, pid, out, sizeof(out));
+	held = pid > 0 && both_past(out, 40, 20000) && hold(pid, out, 1);
+	ended = held && checkpoint(&r, pid, "checkpoint stop\n", last, sizeof(last), &secs);
+	diag("%s (%.2f s)", last, secs);
+	snprintf(want, sizeof(want), "could not lock process %d within 500 ms", (int)pid);
+	ok(ended && strstr(last, "failed") && strstr(last, want) && secs < 0.5 + 2.5,
+	   "untraced, the driver cannot lock rank 0 within the deadline (%.2f s), and says so", secs);
+	ok(nothing_published(&r, pid), "nothing is published");
+	s0 = last_step(out, 0);
+	kill(pid, SIGUSR1);
+	ok(rig_alive(pid) && both_past(out, s0 + 40, 20000) && !rig_line(out, "WRONG", 0, NULL, 0),
+	   "let go, both go on unlocked, every sum right");
+	kill(pid, SIGKILL);
+
+	char stub[PATH_MAX];
+	snprintf(stub, sizeof(stub), "%s", test_path("PHOS_NCCL_STUB", "apps/libnccl.so.2"));
+	char *const with_nccl[] = { app, cubin, stub, NULL };
+	setenv("PHOS_TRACE", "0", 1);
+	pid = rig_phos_run(&r, with_nccl);
+	unsetenv("PHOS_TRACE");
+	rig_out(&r, pid, out, sizeof(out));
+	ended = pid > 0 && both_past(out, 40, 20000) &&
+		checkpoint(&r, pid, "checkpoint stop\n", last, sizeof(last), &secs);
+	diag("%s (%.2f s)", last, secs);
+	snprintf(want, sizeof(want), "process %d uses CUDA untraced and has NCCL loaded", (int)pid);
+	ok(ended && strstr(last, "failed") && strstr(last, want) && nothing_published(&r, pid),
+	   "untraced with NCCL loaded, the checkpoint is refused before anything stops");
+	s0 = last_step(out, 0);
+	ok(rig_alive(pid) && both_past(out, s0 + 40, 20000), "and both go on");
 	kill(pid, SIGKILL);
 	rig_cleanup(&r);
 	return done();

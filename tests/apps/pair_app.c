@@ -2,7 +2,7 @@
  * pair_app: two CUDA processes that block on each other, as the ranks of
  * an NCCL all-reduce do.
  *
- *   pair_app CUBIN
+ *   pair_app CUBIN [LIBRARY]
  *
  * It forks before it uses CUDA; parent (rank 0) and child (rank 1) each
  * run kernel `meet` of CUBIN in a loop. meet publishes the rank's value
@@ -17,11 +17,15 @@
  * the device, and neither can be checkpointed without the other. Rank 1
  * prints "rank 1 holds at step N" when it stops.
  *
+ * With LIBRARY (tests/apps/libnccl.so.2, say), it loads that first, as
+ * a program that uses NCCL has it loaded.
+ *
  * On a GPU the page both processes map is registered with the driver
  * (each process's pointer to it is then the device's too); simcuda runs
  * meet as simcuda_kernel_meet below.
  */
 #include <cuda.h>
+#include <dlfcn.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -120,8 +124,12 @@ static void run(int rank, const char *cubin)
 
 int main(int argc, char **argv)
 {
-	if (argc != 2) {
-		fprintf(stderr, "usage: pair_app CUBIN\n");
+	if (argc != 2 && argc != 3) {
+		fprintf(stderr, "usage: pair_app CUBIN [LIBRARY]\n");
+		return 2;
+	}
+	if (argc == 3 && !dlopen(argv[2], RTLD_NOW | RTLD_GLOBAL)) {
+		fprintf(stderr, "pair_app: %s\n", dlerror());
 		return 2;
 	}
 	setvbuf(stdout, NULL, _IOLBF, 0);

@@ -14,7 +14,9 @@
  *   CHECKPOINTED --restore--> LOCKED --unlock--> RUNNING
  *
  * Lock closes the API gate: it waits for calls in flight and queued work,
- * then blocks every new call until unlock. Checkpoint records how many
+ * then blocks every new call until unlock. Past its timeoutMs it opens
+ * the gate again and answers CUDA_ERROR_NOT_READY, as the r580 driver
+ * does. Checkpoint records how many
  * device bytes the driver would have had to copy to host memory.
  *
  * Restore may move the process's GPUs (gpuPairs), as the driver does: the
@@ -150,7 +152,7 @@ static struct reply handle(const struct request *q)
 		if (state != CU_PROCESS_STATE_RUNNING)
 			r.result = CUDA_ERROR_ILLEGAL_STATE;
 		else if (!sc_gate_close(q->timeout_ms))
-			r.result = CUDA_ERROR_TIMEOUT;
+			r.result = CUDA_ERROR_NOT_READY; /* what r580 answers */
 		else
 			state = CU_PROCESS_STATE_LOCKED;
 		break;

@@ -68,8 +68,12 @@ bool sc_gate_close(unsigned timeout_ms)
 		}
 	}
 	pthread_mutex_unlock(&lock);
-	/* Outstanding work finishes before the lock is reported taken. */
-	sc_streams_drain();
+	/* Outstanding work finishes before the lock is reported taken, within
+	 * the same deadline, as the driver's lock does. */
+	if (!sc_streams_drain_until(timeout_ms ? &deadline : NULL)) {
+		sc_gate_open();
+		return false;
+	}
 	return true;
 }
 

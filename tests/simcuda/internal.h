@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #include <cuda.h>
 
@@ -96,6 +97,9 @@ typedef void (*sc_task_fn)(void *arg);
 CUresult sc_stream_submit(CUstream s, sc_task_fn fn, void *arg, size_t arg_size);
 /* Waits until every stream's queue is empty. */
 void sc_streams_drain(void);
+/* The same, until deadline (CLOCK_REALTIME; NULL: for ever); false when
+ * work was still queued or running then. */
+bool sc_streams_drain_until(const struct timespec *deadline);
 
 /* module.c */
 void sc_kernels_load_plugins(void);

@@ -73,20 +73,32 @@ static void *worker_main(void *arg)
 	return NULL;
 }
 
-static void stream_wait_idle(stream *s)
+/* Waits until s has nothing queued or running, until deadline
+ * (CLOCK_REALTIME; NULL: for ever). Returns false if it did not. */
+static bool stream_wait_idle(stream *s, const struct timespec *deadline)
 {
 	pthread_mutex_lock(&s->lock);
-	while (s->head || s->busy)
-		pthread_cond_wait(&s->idle, &s->lock);
+	int w = 0;
+	while ((s->head || s->busy) && w != ETIMEDOUT)
+		w = deadline ? pthread_cond_timedwait(&s->idle, &s->lock, deadline) : pthread_cond_wait(&s->idle, &s->lock);
+	bool idle = !s->head && !s->busy;
 	pthread_mutex_unlock(&s->lock);
+	return idle;
 }
 
 void sc_streams_drain(void)
 {
+	sc_streams_drain_until(NULL);
+}
+
+bool sc_streams_drain_until(const struct timespec *deadline)
+{
+	bool idle = true;
 	pthread_mutex_lock(&streams_lock);
-	for (stream *s = all_streams; s; s = s->next)
-		stream_wait_idle(s);
+	for (stream *s = all_streams; s && idle; s = s->next)
+		idle = stream_wait_idle(s, deadline);
 	pthread_mutex_unlock(&streams_lock);
+	return idle;
 }
 
 static bool stream_known(stream *s)
@@ -203,7 +215,7 @@ static CUresult stream_sync(CUstream hs)
 	}
 	if (!stream_known((stream *)hs))
 		return CUDA_ERROR_INVALID_HANDLE;
-	stream_wait_idle((stream *)hs);
+	stream_wait_idle((stream *)hs, NULL);
 	return CUDA_SUCCESS;
 }
 
