@@ -237,7 +237,7 @@ tests: $(TEST_BIN) $(KERNELS) $(TEST_APPS)
 $(BUILD)/tests/apps/libnccl.so.2: tests/apps/nccl_stub.c
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) $(XCFLAGS) $(CFLAGS) -fPIC -shared -o $@ $<
-$(BUILD)/tests/apps/%: tests/apps/%.c tests/simcuda/simcuda.h $(SIMCUDA_LIB)
+$(BUILD)/tests/apps/%: tests/apps/%.c tests/simcuda/simcuda.h $(SIMCUDA_LIB) $(BUILD)/simcuda/libcuda.so
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) $(XCFLAGS) $(CFLAGS) -o $@ $< $(XLDFLAGS) $(LDFLAGS) -rdynamic -L$(BUILD)/simcuda -lcuda
 
@@ -255,7 +255,7 @@ REQUEST_TEST := $(BUILD)/tests/phosfs_job_refuses_a_malformed_request
 $(REQUEST_TEST): $(BUILD)/job/request.o $(BUILD)/engine/progress.o $(BUILD)/engine/error.o
 $(REQUEST_TEST): TEST_OBJ = $(BUILD)/job/request.o $(BUILD)/engine/progress.o $(BUILD)/engine/error.o
 
-$(BUILD)/tests/%: tests/%.c $(wildcard tests/*.h) tests/simcuda/simcuda.h $(SIMCUDA_LIB) $(LIBPHOSIMG) $(LIBPHOS) $(WIRE_OBJ) | $(PHOSFS)
+$(BUILD)/tests/%: tests/%.c $(wildcard tests/*.h) tests/simcuda/simcuda.h $(SIMCUDA_LIB) $(BUILD)/simcuda/libcuda.so $(LIBPHOSIMG) $(LIBPHOS) $(WIRE_OBJ) | $(PHOSFS)
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) $(XCFLAGS) $(CFLAGS) -Iimage-format -o $@ $< $(TEST_OBJ) $(LIBPHOSIMG) $(WIRE_OBJ) $(XLDFLAGS) $(LDFLAGS) \
 		-rdynamic -L$(BUILD)/simcuda -lcuda -Wl,-rpath,'$$ORIGIN/../simcuda' $(IMG_LIBS) -ldl

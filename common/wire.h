@@ -22,6 +22,8 @@
  *   phosfs -> tracer  KERNELS    ask for the speculation counters per kernel
  *   tracer -> phosfs  KERNELS    wire_kernel records, each followed by its
  *                                name and padding to 8 bytes (batches), then END
+ *   phosfs -> tracer  NCCL       ask for the process's NCCL communicators
+ *   tracer -> phosfs  NCCL       wire_nccl_comm records (batches), then END
  *   phosfs -> tracer  TRACK      (recopy) quiesce within wire_park's
  *                                deadline and hand over device memory,
  *                                keeping it mapped
@@ -81,6 +83,7 @@ enum wire_type {
 	WIRE_DEVICES,
 	WIRE_LAZY,
 	WIRE_HELD,
+	WIRE_NCCL,
 };
 
 typedef struct wire_header {
@@ -145,6 +148,18 @@ typedef struct wire_kernel {
 	int32_t nparams;        /* -1: arguments unseen (no layout) */
 	uint32_t name_len;      /* name bytes after the record, then padding to 8 */
 } wire_kernel;
+
+/* An NCCL communicator of the process: its name, the same in every rank
+ * (0 and WIRE_NCCL_UNNAMED when the tracer did not see it made), its
+ * rank and size, and the operations it has issued (a group counts once). */
+typedef struct wire_nccl_comm {
+	uint64_t id;
+	uint64_t count;
+	int32_t rank, nranks;
+	uint32_t flags;
+	uint32_t reserved;
+} wire_nccl_comm;
+#define WIRE_NCCL_UNNAMED 1u
 
 /* PARK's and TRACK's payload: how long the tracer may take to quiesce
  * before it answers ERROR and runs on; and, for PARK, how long it waits

@@ -10,6 +10,7 @@
  *   /<pid>/status                r   key: value lines
  *   /<pid>/buffers               r   va size device state reads writes
  *   /<pid>/kernels               r   launches reads writes bytes_written params name
+ *   /<pid>/nccl                  r   communicator rank size operations
  *   /<pid>/checkpoints/<n>/…     r   the image, from the store
  *   /<pid>/checkpoints/latest        -> <n>
  *
@@ -54,13 +55,14 @@ enum node {
 	N_STATUS,
 	N_BUFFERS,
 	N_KERNELS,
+	N_NCCL,
 	N_CKPTS,
 	N_LATEST,
 	N_IMAGE, /* a checkpoint, or something inside one */
 	N_NONE
 };
 
-static const char *const proc_files[] = { "ctl", "status", "buffers", "kernels", "checkpoints" };
+static const char *const proc_files[] = { "ctl", "status", "buffers", "kernels", "nccl", "checkpoints" };
 
 /* A parsed path. */
 typedef struct where {
@@ -99,7 +101,8 @@ static where parse(const char *path)
 		const char *s;
 		enum node n;
 	} files[] = { { "", N_PROC },	       { "/ctl", N_CTL },	  { "/status", N_STATUS },
-		      { "/buffers", N_BUFFERS }, { "/kernels", N_KERNELS }, { "/checkpoints", N_CKPTS },
+		      { "/buffers", N_BUFFERS }, { "/kernels", N_KERNELS }, { "/nccl", N_NCCL },
+		      { "/checkpoints", N_CKPTS },
 		      { "/checkpoints/latest", N_LATEST } };
 	for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++)
 		if (!strcmp(end, files[i].s))
@@ -882,6 +885,20 @@ static int make_kernels(proc *p, text *t)
 	return 0;
 }
 
+static int make_nccl(proc *p, text *t)
+{
+	wire_nccl_comm *v;
+	size_t n;
+	int e = proc_nccl(p, &v, &n);
+	if (e)
+		return e;
+	for (size_t i = 0; i < n; i++)
+		add(t, "%016" PRIx64 " %d %d %" PRIu64 "%s\n", v[i].id, v[i].rank, v[i].nranks, v[i].count,
+		    v[i].flags & WIRE_NCCL_UNNAMED ? " unnamed" : "");
+	free(v);
+	return 0;
+}
+
 /* An open file: generated text, a file of the store, or a ctl. */
 typedef struct handle {
 	int fd; /* a store file, or -1 */
@@ -926,9 +943,10 @@ static int make_text(const where *w, text *t)
 	proc *p = registry_get(w->pid);
 	if (!p)
 		return 0; /* not traced, or parked: nothing to list */
-	int e = w->n == N_BUFFERS ? make_buffers(p, t) : make_kernels(p, t);
+	int e = w->n == N_BUFFERS ? make_buffers(p, t) : w->n == N_NCCL ? make_nccl(p, t) : make_kernels(p, t);
 	registry_put(p);
-	return e == -ESRCH || e == -ECONNRESET ? 0 : e ? -EIO : 0;
+	/* A process that went away, or is connecting again: nothing to list. */
+	return e == -ESRCH || e == -ECONNRESET || e == -EPIPE ? 0 : e ? -EIO : 0;
 }
 
 static int fs_open(const char *path, struct fuse_file_info *fi)

@@ -75,6 +75,8 @@ int registry_take(proc *p);
 int proc_list(proc *p, wire_buffer **out, size_t *n);
 /* Raw KERNELS payloads, concatenated: wire_kernel records with names. */
 int proc_kernels(proc *p, uint8_t **out, size_t *len, uint32_t *count);
+/* Its NCCL communicators (wire_nccl_comm), *n of them. */
+int proc_nccl(proc *p, wire_nccl_comm **out, size_t *n);
 
 
 /* A pid phosfs has been asked about: its job, last error and last

@@ -246,3 +246,16 @@ int proc_kernels(proc *p, uint8_t **out, size_t *len, uint32_t *count)
 {
 	return request(p, WIRE_KERNELS, WIRE_KERNELS, out, len, count);
 }
+
+int proc_nccl(proc *p, wire_nccl_comm **out, size_t *n)
+{
+	uint8_t *raw;
+	size_t len;
+	uint32_t count;
+	int e = request(p, WIRE_NCCL, WIRE_NCCL, &raw, &len, &count);
+	if (e)
+		return e;
+	*out = (wire_nccl_comm *)raw;
+	*n = len / sizeof(wire_nccl_comm);
+	return 0;
+}

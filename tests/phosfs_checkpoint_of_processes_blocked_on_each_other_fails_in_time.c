@@ -17,7 +17,11 @@
  *      and cannot lock rank 0 within the deadline;
  *   4. untraced with NCCL loaded (tests/apps/libnccl.so.2): the
  *      checkpoint is refused at once (the driver would checkpoint memory
- *      of another process, and could not restore it).
+ *      of another process, and could not restore it);
+ *   5. traced with NCCL (the stub; the ranks all-reduce each step on a
+ *      communicator of 2): /<pid>/nccl of each rank lists it under one
+ *      name, with the operations it issued, before and after a
+ *      checkpoint that fails in time.
  *
  * Each waits at most its deadline plus the time the job takes to start
  * and end.
@@ -104,6 +108,43 @@ static int nothing_published(rig *r, pid_t pid)
 	return n == 0;
 }
 
+/* pid's first child (rank 1), from /proc; 0 if none. */
+static pid_t first_child(pid_t pid)
+{
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%d/task/%d/children", (int)pid, (int)pid);
+	FILE *f = fopen(path, "r");
+	int c = 0;
+	if (f && fscanf(f, "%d", &c) != 1)
+		c = 0;
+	if (f)
+		fclose(f);
+	return (pid_t)c;
+}
+
+/* The first line of pid's /nccl into line. */
+static int nccl_line(rig *r, pid_t pid, char *line, size_t len)
+{
+	char path[200], buf[4096];
+	snprintf(path, sizeof(path), "%s/%d/nccl", r->mnt, (int)pid);
+	if (!rig_read(path, buf, sizeof(buf)) || !*buf)
+		return 0;
+	snprintf(line, len, "%.*s", (int)strcspn(buf, "\n"), buf);
+	return 1;
+}
+
+/* Whether lines a and b ("NAME RANK SIZE OPS") name one communicator of
+ * size 2, ranks ra and rb, each past `past` operations. */
+static int same_comm(const char *a, const char *b, int ra, int rb, unsigned past)
+{
+	char na[32], nb[32], extra[16];
+	int xa, xb, sa, sb;
+	unsigned long long oa, ob;
+	return sscanf(a, "%31s %d %d %llu %15s", na, &xa, &sa, &oa, extra) == 4 &&
+	       sscanf(b, "%31s %d %d %llu %15s", nb, &xb, &sb, &ob, extra) == 4 && !strcmp(na, nb) && xa == ra &&
+	       xb == rb && sa == 2 && sb == 2 && oa > past && ob > past;
+}
+
 int main(void)
 {
 	rig r;
@@ -113,7 +154,7 @@ int main(void)
 	snprintf(cubin, sizeof(cubin), "%s/pair.cubin", test_path("PHOS_KERNELS", "../kernels"));
 	if (access(cubin, R_OK))
 		skip_all("tests/kernels/pair.cubin is not built (it needs nvcc)");
-	plan(14);
+	plan(16);
 	r.opts[0] = "--checkpoint-timeout";
 	r.opts[1] = "0.5";
 	if (rig_mount(&r, NULL))
@@ -188,6 +229,24 @@ int main(void)
 	   "untraced with NCCL loaded, the checkpoint is refused before anything stops");
 	s0 = last_step(out, 0);
 	ok(rig_alive(pid) && both_past(out, s0 + 40, 20000), "and both go on");
+	kill(pid, SIGKILL);
+
+	pid = rig_phos_run(&r, with_nccl);
+	rig_out(&r, pid, out, sizeof(out));
+	pid_t child = 0;
+	char a[256] = "", b[256] = "";
+	int up = pid > 0 && both_past(out, 40, 20000) && rig_traced(&r, pid, 10000) && (child = first_child(pid)) > 0 &&
+		 rig_traced(&r, child, 10000) && nccl_line(&r, pid, a, sizeof(a)) && nccl_line(&r, child, b, sizeof(b));
+	diag("rank 0: %s; rank 1: %s", a, b);
+	ok(up && same_comm(a, b, 0, 1, 40), "each rank lists the communicator under one name, its rank, size 2 and its all-reduces");
+	held = up && hold(pid, out, 1);
+	ended = held && checkpoint(&r, pid, "checkpoint stop\n", last, sizeof(last), &secs);
+	kill(pid, SIGUSR1);
+	s0 = last_step(out, 0);
+	up = ended && strstr(last, "failed") && both_past(out, s0 + 40, 20000) && nccl_line(&r, pid, a, sizeof(a)) &&
+	     nccl_line(&r, child, b, sizeof(b));
+	diag("%s; then rank 0: %s; rank 1: %s", last, a, b);
+	ok(up && same_comm(a, b, 0, 1, s0), "after a checkpoint that failed in time, both list it still, counted on");
 	kill(pid, SIGKILL);
 	rig_cleanup(&r);
 	return done();

@@ -11,6 +11,8 @@
  *                                           -> 'y' or 'n'
  *   m  make 100000 allocations of 64 bytes  -> 'y' if they fit in little
  *      device memory (slabs, not one VMM object each), and free them
+ *   n  NCCL through tests/apps/libnccl.so.2, dlopen'd RTLD_LOCAL and
+ *      reached with dlsym (app_nccl)           -> 'y' or 'n'
  *   q  quit
  *
  * Besides its cuMemAlloc buffers, it maps a VMM allocation of its own
@@ -30,6 +32,7 @@
 #include <unistd.h>
 
 #include <cuda.h>
+#include <dlfcn.h>
 
 #include "simcuda/simcuda.h"
 
@@ -171,6 +174,57 @@ static inline void *app_hammer(void *arg)
 	return NULL;
 }
 
+/* NCCL's ABI, as tests/apps/nccl_stub.c has it. */
+typedef struct {
+	char internal[128];
+} app_nccl_id;
+typedef void *app_comm;
+
+/* Through the stub NCCL (PHOS_NCCL_STUB): communicator A from a unique
+ * id, 3 all-reduces, a group of 2 all-reduces, a send and a receive, a
+ * broadcast by ncclBcast (which calls ncclBroadcast); split S1 of A
+ * (colour 7), destroyed; split S2 (colour 7 again), one all-reduce; a
+ * split with no colour; B from the same unique id as A. So A counts 5
+ * operations, S2 1, B 0; A and B have one name, S2 another. */
+static inline int app_nccl(void)
+{
+	void *h = dlopen(getenv("PHOS_NCCL_STUB"), RTLD_NOW | RTLD_LOCAL);
+	if (!h)
+		return 0;
+	int (*get_id)(app_nccl_id *) = (int (*)(app_nccl_id *))dlsym(h, "ncclGetUniqueId");
+	int (*init)(app_comm *, int, app_nccl_id, int) = (int (*)(app_comm *, int, app_nccl_id, int))dlsym(h, "ncclCommInitRank");
+	int (*init_cfg)(app_comm *, int, app_nccl_id, int, void *) =
+		(int (*)(app_comm *, int, app_nccl_id, int, void *))dlsym(h, "ncclCommInitRankConfig");
+	int (*allreduce)(const void *, void *, size_t, int, int, app_comm, void *) =
+		(int (*)(const void *, void *, size_t, int, int, app_comm, void *))dlsym(h, "ncclAllReduce");
+	int (*send)(const void *, size_t, int, int, app_comm, void *) =
+		(int (*)(const void *, size_t, int, int, app_comm, void *))dlsym(h, "ncclSend");
+	int (*recv)(void *, size_t, int, int, app_comm, void *) =
+		(int (*)(void *, size_t, int, int, app_comm, void *))dlsym(h, "ncclRecv");
+	int (*bcast)(void *, size_t, int, int, app_comm, void *) =
+		(int (*)(void *, size_t, int, int, app_comm, void *))dlsym(h, "ncclBcast");
+	int (*start)(void) = (int (*)(void))dlsym(h, "ncclGroupStart");
+	int (*end)(void) = (int (*)(void))dlsym(h, "ncclGroupEnd");
+	int (*split)(app_comm, int, int, app_comm *, void *) =
+		(int (*)(app_comm, int, int, app_comm *, void *))dlsym(h, "ncclCommSplit");
+	int (*destroy)(app_comm) = (int (*)(app_comm))dlsym(h, "ncclCommDestroy");
+	if (!get_id || !init || !init_cfg || !allreduce || !send || !recv || !bcast || !start || !end || !split ||
+	    !destroy)
+		return 0;
+	app_nccl_id id;
+	app_comm a, b, s1, s2, none;
+	int e = get_id(&id) || init(&a, 1, id, 0);
+	for (int i = 0; i < 3 && !e; i++)
+		e = allreduce(NULL, NULL, 0, 0, 0, a, NULL);
+	e = e || start() || allreduce(NULL, NULL, 0, 0, 0, a, NULL) || allreduce(NULL, NULL, 0, 0, 0, a, NULL) ||
+	    send(NULL, 0, 0, 0, a, NULL) || recv(NULL, 0, 0, 0, a, NULL) || end();
+	e = e || bcast(NULL, 0, 0, 0, a, NULL);
+	e = e || split(a, 7, 0, &s1, NULL) || destroy(s1) || split(a, 7, 0, &s2, NULL) ||
+	    allreduce(NULL, NULL, 0, 0, 0, s2, NULL) || split(a, -1, 0, &none, NULL) || none != NULL;
+	e = e || init_cfg(&b, 1, id, 0, NULL);
+	return !e;
+}
+
 static inline int app_main(int fd, const char *kernels)
 {
 	CUdevice dev;
@@ -237,6 +291,8 @@ report:
 			for (int i = 0; i < made; i++)
 				cuMemFree(v[i]);
 			free(v);
+		} else if (c == 'n') {
+			r = app_nccl() ? 'y' : 'n';
 		} else if (c == 's') {
 			atomic_store(&app_stop, 1);
 			uint32_t errors = 0, calls = 0, lost = 0;

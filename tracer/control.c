@@ -66,6 +66,20 @@ static int serve_list(int sock)
 	return e ? e : wire_send(sock, WIRE_END, NULL, 0, (uint32_t)n, NULL, 0);
 }
 
+static int serve_nccl(int sock)
+{
+	wire_nccl_comm *v;
+	size_t n;
+	int e = nccl_list(&v, &n);
+	const size_t batch = WIRE_MAX_PAYLOAD / sizeof(*v);
+	for (size_t at = 0; !e && at < n; at += batch) {
+		size_t k = n - at < batch ? n - at : batch;
+		e = wire_send(sock, WIRE_NCCL, v + at, (uint32_t)(k * sizeof(*v)), (uint32_t)k, NULL, 0);
+	}
+	free(v);
+	return e ? e : wire_send(sock, WIRE_END, NULL, 0, (uint32_t)n, NULL, 0);
+}
+
 static int emit_kernels(const void *payload, uint32_t len, uint32_t count, void *arg)
 {
 	return wire_send(*(int *)arg, WIRE_KERNELS, payload, len, count, NULL, 0);
@@ -398,6 +412,9 @@ static int serve(int sock)
 			break;
 		case WIRE_KERNELS:
 			e = serve_kernels(sock);
+			break;
+		case WIRE_NCCL:
+			e = serve_nccl(sock);
 			break;
 		case WIRE_TRACK:
 			e = track(sock, &h, buf);

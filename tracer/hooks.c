@@ -3,7 +3,8 @@
  *
  *  - Linked with -lcuda: libphos.so, preloaded, defines the wrapped entry
  *    points under their own names, so they are found first.
- *  - dlsym(handle, "cu…"): the dlsym override returns the wrapper.
+ *  - dlsym(handle, "cu…"): the dlsym override returns the wrapper; so for
+ *    "nccl…", and nccl.c notes the real function.
  *  - cuGetProcAddress(name, version, flags): its wrappers ask the driver,
  *    then return the wrapper of the very entry point the driver gave (the
  *    version and per-thread-stream variant matter: their ABIs differ).
@@ -45,10 +46,22 @@ static void *cuda_handle(void)
 	return h;
 }
 
+void *tr_dlsym_real(void *handle, const char *sym)
+{
+	return libc_dlsym(handle, sym);
+}
+
 void *tr_real(const char *sym)
 {
 	void *h = cuda_handle();
 	return h ? libc_dlsym(h, sym) : NULL;
+}
+
+static void *next_after(const void *caller, const char *name);
+
+void *tr_real_next(const char *sym)
+{
+	return next_after((const void *)tr_real_next, sym);
 }
 
 /* Our own definition of sym, if libphos.so wraps it. */
@@ -70,7 +83,7 @@ static void *wrapper_of(const char *sym)
 /*
  * RTLD_NEXT depends on who asks: glibc's dlsym looks at its return address.
  * So dlsym here is a few instructions that jump (not call) to glibc's for
- * every name not starting with "cu", and to tr_dlsym_cu, with the caller's
+ * every name not starting with "cu" or "nccl", and to tr_dlsym_cu, with the caller's
  * return address, for the others. Sanitizer runtimes, which resolve their
  * interceptors with dlsym(RTLD_NEXT) before anything is set up, thus reach
  * glibc as if the tracer were not there.
@@ -111,6 +124,8 @@ void *tr_dlsym_cu(void *handle, const char *name, const void *caller)
 	void *p = handle == RTLD_NEXT ? next_after(caller, name) : libc_dlsym(handle, name);
 	if (p && tr_enabled()) {
 		void *w = wrapper_of(name);
+		if (w && name[0] == 'n')
+			nccl_note_real(name, p); /* NCCL, perhaps dlopen'd alone */
 		if (w)
 			return w;
 	}
@@ -125,10 +140,19 @@ __asm__(".text\n"
 	"	test %rsi, %rsi\n"
 	"	jz 1f\n"
 	"	cmpb $0x63, (%rsi)\n" /* 'c' */
-	"	jne 1f\n"
+	"	jne 3f\n"
 	"	cmpb $0x75, 1(%rsi)\n" /* 'u' */
 	"	jne 1f\n"
-	"	movq (%rsp), %rdx\n" /* the caller */
+	"	jmp 4f\n"
+	"3:	cmpb $0x6e, (%rsi)\n" /* 'n' */
+	"	jne 1f\n"
+	"	cmpb $0x63, 1(%rsi)\n" /* 'c' */
+	"	jne 1f\n"
+	"	cmpb $0x63, 2(%rsi)\n" /* 'c' */
+	"	jne 1f\n"
+	"	cmpb $0x6c, 3(%rsi)\n" /* 'l' */
+	"	jne 1f\n"
+	"4:	movq (%rsp), %rdx\n" /* the caller */
 	"	jmp tr_dlsym_cu\n"
 	"1:	movq real_dlsym_fn(%rip), %rax\n"
 	"	test %rax, %rax\n"
@@ -148,7 +172,7 @@ __asm__(".text\n"
  * libphos.so. */
 TR_EXPORT void *dlsym(void *handle, const char *name)
 {
-	if (name && name[0] == 'c' && name[1] == 'u')
+	if (name && ((name[0] == 'c' && name[1] == 'u') || !strncmp(name, "nccl", 4)))
 		return tr_dlsym_cu(handle, name, __builtin_return_address(0));
 	return libc_dlsym(handle, name);
 }

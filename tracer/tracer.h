@@ -35,6 +35,10 @@ bool tr_enabled(void); /* PHOS_TRACE is not 0 */
 /* hooks.c: the real driver. tr_real resolves a symbol of libcuda.so.1
  * (loading it if needed); NULL if it has none. REAL(sym) caches it. */
 void *tr_real(const char *sym);
+/* glibc's dlsym, past the override. */
+void *tr_dlsym_real(void *handle, const char *sym);
+/* The next definition of sym after libphos.so (RTLD_NEXT), or NULL. */
+void *tr_real_next(const char *sym);
 #define REAL(ret, sym, params)                                                   \
 	static ret(*real_##sym) params;                                         \
 	if (!real_##sym)                                                        \
@@ -356,5 +360,12 @@ void state_publish(struct state_header *t, int fd);
 
 /* control.c: the channel to phosfs and the park/unpark protocol. */
 void control_start(void);
+
+/* nccl.c: NCCL, interposed. nccl_note_real: the application's function
+ * name, as dlsym found it in the library it asked (a dlopen'd NCCL).
+ * nccl_list: the communicators and their counts, malloc'd into *out (*n
+ * of them); -ENOMEM. */
+void nccl_note_real(const char *name, void *fn);
+int nccl_list(wire_nccl_comm **out, size_t *n);
 
 #endif

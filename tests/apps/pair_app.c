@@ -18,7 +18,9 @@
  * prints "rank 1 holds at step N" when it stops.
  *
  * With LIBRARY (tests/apps/libnccl.so.2, say), it loads that first, as
- * a program that uses NCCL has it loaded.
+ * a program that uses NCCL has it loaded; if it has NCCL's API, the ranks
+ * make a communicator of 2 from a unique id made before the fork, and
+ * each step also all-reduces on it.
  *
  * On a GPU the page both processes map is registered with the driver
  * (each process's pointer to it is then the device's too); simcuda runs
@@ -43,6 +45,14 @@ typedef struct shared {
 } shared;
 
 static shared *sh;
+
+/* NCCL's, when LIBRARY has it (the ABI of tests/apps/nccl_stub.c). */
+typedef struct {
+	char internal[128];
+} nccl_id;
+static nccl_id id;
+static int (*nccl_init)(void **, int, nccl_id, int);
+static int (*nccl_allreduce)(const void *, void *, size_t, int, int, void *, void *);
 
 static void on_usr1(int sig)
 {
@@ -101,12 +111,17 @@ static void run(int rank, const char *cubin)
 	      "cuMemHostRegister");
 	volatile unsigned *slots = sh->slots, *vals = sh->vals;
 	unsigned r = (unsigned)rank;
+	void *comm = NULL;
+	if (nccl_init && nccl_init(&comm, 2, id, rank))
+		check(CUDA_ERROR_UNKNOWN, rank, "ncclCommInitRank");
 	for (unsigned step = 1;; step++) {
 		if (rank == 1 && atomic_load(&sh->hold)) {
 			printf("rank 1 holds at step %u\n", step);
 			while (atomic_load(&sh->hold))
 				usleep(1000);
 		}
+		if (comm && nccl_allreduce(NULL, NULL, 0, 0, 0, comm, s))
+			check(CUDA_ERROR_UNKNOWN, rank, "ncclAllReduce");
 		void *args[] = { &slots, &vals, &r, &step, &out };
 		check(cuLaunchKernel(meet, 1, 1, 1, 1, 1, 1, 0, s, args, NULL), rank, "cuLaunchKernel");
 		if (atomic_load(&sh->stream_sync))
@@ -128,10 +143,16 @@ int main(int argc, char **argv)
 		fprintf(stderr, "usage: pair_app CUBIN [LIBRARY]\n");
 		return 2;
 	}
-	if (argc == 3 && !dlopen(argv[2], RTLD_NOW | RTLD_GLOBAL)) {
+	void *lib = argc == 3 ? dlopen(argv[2], RTLD_NOW | RTLD_GLOBAL) : NULL;
+	if (argc == 3 && !lib) {
 		fprintf(stderr, "pair_app: %s\n", dlerror());
 		return 2;
 	}
+	int (*get_id)(nccl_id *) = lib ? (int (*)(nccl_id *))dlsym(lib, "ncclGetUniqueId") : NULL;
+	*(void **)&nccl_init = lib ? dlsym(lib, "ncclCommInitRank") : NULL;
+	*(void **)&nccl_allreduce = lib ? dlsym(lib, "ncclAllReduce") : NULL;
+	if (!get_id || !nccl_init || !nccl_allreduce || get_id(&id))
+		nccl_init = NULL;
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	sh = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	if (sh == MAP_FAILED)

@@ -3,20 +3,24 @@
 # small transformer), with default NCCL settings but for the multicast
 # variables, under a real phosfs mount. phos does not checkpoint NCCL jobs
 # yet; what it must do already is never hang or kill one:
-#   1. an uninterrupted run gives the reference losses and parameters;
+#   1. an uninterrupted run, untraced (PHOS_TRACE=0), gives the reference
+#      losses and parameters;
 #   2. the same job is checkpointed six times while it trains, with stop
 #      and cow in turn and --timeout 2: each attempt ends (done or failed)
 #      within its deadline and a few seconds, and says why when it fails;
 #   3. the job is alive after each;
 #   4. its losses and parameter checksum equal the reference's;
-#   5. nothing half-made is published: any image there verifies.
+#   5. nothing half-made is published: any image there verifies;
+#   6. each rank's /phos/PID/nccl lists its communicators with the
+#      operations they issued (the tracer interposes PyTorch's NCCL), and
+#      the ranks name them alike.
 # Prints each attempt's time and answer. Needs root, FUSE, two GPUs (it
 # skips on one) and PyTorch. PHOS_KEEP_LOGS=DIR keeps phosfs's log there.
 b=${PHOS_BUNDLE:-gpu-bundle}
 src=${PHOS_SRCDIR:-$b/..}
 steps=${PHOS_DDP_STEPS:-80}
-echo "1..5"
-skip() { for i in 1 2 3 4 5; do echo "ok $i # skip $1"; done; exit 0; }
+echo "1..6"
+skip() { for i in 1 2 3 4 5 6; do echo "ok $i # skip $1"; done; exit 0; }
 [ "$(id -u)" = 0 ] && [ -e /dev/fuse ] || skip "needs root and FUSE"
 ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
 [ "$ngpu" -ge 2 ] || skip "needs two GPUs (this machine has ${ngpu:-0})"
@@ -24,15 +28,15 @@ python3 -c 'import torch.distributed' 2>/dev/null || skip "needs PyTorch"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 . "$b/share/gpu-rig.sh"
 rig_mount ddp --criu-plugins "$b/criu-plugins" ||
-	{ for i in 1 2 3 4 5; do echo "not ok $i - phosfs did not mount (bundle $b)"; done; exit 1; }
+	{ for i in 1 2 3 4 5 6; do echo "not ok $i - phosfs did not mount (bundle $b)"; done; exit 1; }
 train=(python3 -m torch.distributed.run --standalone --nproc_per_node 2 "$src/examples/pytorch/train_ddp.py"
 	--steps "$steps" --sleep 0.1)
 
 # 1. The reference.
-ref=$(start "$work/pid0" "${train[@]}")
+ref=$(PHOS_TRACE=0 start "$work/pid0" "${train[@]}")
 if ! wait_line "$store/run/$ref.out" "^params" 600; then
 	echo "# reference run: $(tail -5 "$store/run/$ref.out" "$store/run/$ref.err" 2>/dev/null | tr '\n' ' ')"
-	for i in 1 2 3 4 5; do echo "not ok $i - the reference run did not finish"; done
+	for i in 1 2 3 4 5 6; do echo "not ok $i - the reference run did not finish"; done
 	exit 1
 fi
 grep -E '^(step|params)' "$store/run/$ref.out" >"$work/ref"
@@ -41,6 +45,17 @@ grep -E '^(step|params)' "$store/run/$ref.out" >"$work/ref"
 pid=$(start "$work/pid1" "${train[@]}")
 out=$store/run/$pid.out
 wait_line "$out" "^step 5 " 300 || echo "# the job did not reach step 5: $(tail -3 "$store/run/$pid.err" 2>/dev/null)"
+# Each rank's communicators, while it trains.
+: >"$work/nccl"
+for r in $(pgrep -P "$pid"); do
+	for _ in $(seq 20); do
+		cat "$mnt/$r/nccl" >"$work/one" 2>"$work/one.err" && [ -s "$work/one" ] && break
+		sleep 0.5
+	done
+	[ -s "$work/one.err" ] && echo "# $r/nccl: $(cat "$work/one.err")"
+	sed "s/^/$r /" "$work/one" >>"$work/nccl"
+done
+sed 's/^/# nccl: /' "$work/nccl"
 in_time=1 all_alive=1 worst=0 said=1 failed=0
 for i in 1 2 3 4 5 6; do
 	proto=stop
@@ -83,3 +98,8 @@ for d in "$store/$pid"/try*; do
 done
 [ $bad = 0 ] && echo "ok 5 - nothing half-made is published ($(ls -d "$store/$pid"/try* 2>/dev/null | wc -l) images)" ||
 	echo "not ok 5 - an image published from the DDP job does not verify"
+# Lines "PID NAME RANK SIZE OPS": two ranks, each with a named
+# communicator of size 2 that has issued operations, under one name.
+awk '$4 == 2 && $5 > 0 && $6 == "" {n[$2] = n[$2] " " $3} END {for (k in n) if (split(n[k], a, " ") == 2 && a[1] != a[2]) ok = 1; exit !ok}' \
+	"$work/nccl" && echo "ok 6 - each rank lists its NCCL communicators and their operations; the ranks name them alike" ||
+	echo "not ok 6 - the ranks' NCCL communicators are not listed alike"
