@@ -24,6 +24,12 @@
  *                                name and padding to 8 bytes (batches), then END
  *   phosfs -> tracer  NCCL       ask for the process's NCCL communicators
  *   tracer -> phosfs  NCCL       wire_nccl_comm records (batches), then END
+ *   phosfs -> tracer  CUT        (a checkpoint's cut, with wire_park's
+ *                                deadline) hold every NCCL operation back
+ *   tracer -> phosfs  NCCL       the counts then (batches), then END
+ *   phosfs -> tracer  TARGETS    wire_nccl_target records: run up to them
+ *   tracer -> phosfs  CUT_DONE   every communicator reached its target
+ *   phosfs -> tracer  CUT_END    (the checkpoint does not go on) run on
  *   phosfs -> tracer  TRACK      (recopy) quiesce within wire_park's
  *                                deadline and hand over device memory,
  *                                keeping it mapped
@@ -84,6 +90,10 @@ enum wire_type {
 	WIRE_LAZY,
 	WIRE_HELD,
 	WIRE_NCCL,
+	WIRE_CUT,
+	WIRE_TARGETS,
+	WIRE_CUT_DONE,
+	WIRE_CUT_END,
 };
 
 typedef struct wire_header {
@@ -160,6 +170,12 @@ typedef struct wire_nccl_comm {
 	uint32_t reserved;
 } wire_nccl_comm;
 #define WIRE_NCCL_UNNAMED 1u
+
+/* A communicator's target in a cut. */
+typedef struct wire_nccl_target {
+	uint64_t id;
+	uint64_t target;
+} wire_nccl_target;
 
 /* PARK's and TRACK's payload: how long the tracer may take to quiesce
  * before it answers ERROR and runs on; and, for PARK, how long it waits

@@ -32,6 +32,7 @@
 #include "copy-out.h"
 #include "cow.h"
 #include "criu.h"
+#include "cut.h"
 #include "driver.h"
 #include "error.h"
 #include "fill.h"

@@ -104,8 +104,7 @@ static int readable(int sock, int ms)
 	return n > 0 ? 0 : n == 0 ? -ETIMEDOUT : -errno;
 }
 
-/* engine_recv, waiting ms for the message. */
-static int recv_within(pid_t pid, int conn, const char *what, int ms, wire_header *h, void *buf, size_t cap,
+int engine_recv_within(pid_t pid, int conn, const char *what, int ms, wire_header *h, void *buf, size_t cap,
 		       int *fds, int *nfds, perr *er)
 {
 	*nfds = 0;
@@ -131,7 +130,7 @@ static int recv_within(pid_t pid, int conn, const char *what, int ms, wire_heade
 int engine_recv(pid_t pid, int conn, const char *what, wire_header *h, void *buf, size_t cap, int *fds, int *nfds,
 		perr *er)
 {
-	return recv_within(pid, conn, what, PARK_TIMEOUT_MS, h, buf, cap, fds, nfds, er);
+	return engine_recv_within(pid, conn, what, PARK_TIMEOUT_MS, h, buf, cap, fds, nfds, er);
 }
 
 /* Adds a WIRE_OBJECTS or WIRE_DEVICES message (h, buf, fds) to out.
@@ -172,7 +171,7 @@ int engine_collect(pid_t pid, int conn, uint16_t ask, uint16_t done, const char 
 	for (;;) {
 		wire_header h;
 		int fds[WIRE_MAX_FDS], nfds = 0;
-		e = recv_within(pid, conn, what, ms, &h, buf, sizeof(buf), fds, &nfds, er);
+		e = engine_recv_within(pid, conn, what, ms, &h, buf, sizeof(buf), fds, &nfds, er);
 		ms = PARK_TIMEOUT_MS; /* it answered: the rest is the hand-over */
 		if (e)
 			break;

@@ -107,6 +107,9 @@ int engine_collect(pid_t pid, int conn, uint16_t ask, uint16_t done, const char 
  * closed), -ETIMEDOUT and wire errors. */
 int engine_recv(pid_t pid, int conn, const char *what, wire_header *h, void *buf, size_t cap, int *fds, int *nfds,
 		perr *er);
+/* The same, waiting ms for the message. */
+int engine_recv_within(pid_t pid, int conn, const char *what, int ms, wire_header *h, void *buf, size_t cap,
+		       int *fds, int *nfds, perr *er);
 
 /* Wakes the parked process pid through its control thread tid, waits for
  * it to connect again, gives it the objects (the fds are sent, not

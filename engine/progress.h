@@ -36,6 +36,7 @@ enum engine_step {
 	STEP_LAZY,    /* lazy restore: device memory filled while the process runs */
 	STEP_PREPARE, /* restore: the image opened, this machine's GPUs matched to its */
 	STEP_PIDWAIT, /* restore: waiting for the image's pids to be free */
+	STEP_CUT,     /* checkpoint: an NCCL job's ranks run up to the cut */
 	STEP_DONE,
 };
 
@@ -53,6 +54,9 @@ typedef struct engine_progress {
 	 * began (CLOCK_MONOTONIC); kept by engine_step. */
 	_Atomic uint64_t step_ns[STEP_DONE];
 	_Atomic uint64_t step_at;
+	/* An NCCL job's cut: "PID NAME=TARGET …; …", written before the
+	 * stall, for status. */
+	char cut[512];
 	/* A checkpoint's unpublished gpu.data, and how many bytes at its start
 	 * are final (phosimg_writer_data_ready), for readers of the image
 	 * while it is written. data_ready is 0 until data_path is set. */

@@ -247,19 +247,7 @@ int stall_retree(ckpt *k, perr *er)
 	return e;
 }
 
-/* One member's part in a step all members take at once (at_once). */
-typedef struct part {
-	ckpt *k;
-	int i;            /* its index in k->m */
-	int conn;         /* a traced member's connection */
-	engine_parked got; /* park: what it handed over */
-	perr er;
-	int e;
-} part;
-
-/* Runs fn on every part at once, each on a thread of its own (inline
- * where no thread can be had), and waits for all. */
-static void at_once(part *v, int n, void *(*fn)(void *))
+void stall_at_once(part *v, int n, void *(*fn)(void *))
 {
 	pthread_t *th = calloc(n ? (size_t)n : 1, sizeof(*th));
 	bool *on = calloc(n ? (size_t)n : 1, sizeof(*on));
@@ -273,8 +261,7 @@ static void at_once(part *v, int n, void *(*fn)(void *))
 	free(th);
 }
 
-/* The first failure of v in er, naming how many more failed. */
-static int first_failure(const part *v, int n, perr *er)
+int stall_first_failure(const part *v, int n, perr *er)
 {
 	int e = 0, more = 0;
 	for (int j = 0; j < n; j++)
@@ -337,14 +324,14 @@ static int park(ckpt *k, perr *er)
 	}
 	if (n)
 		engine_step(k->prog, STEP_PARK);
-	at_once(v, n, park_one);
-	e = first_failure(v, n, er);
+	stall_at_once(v, n, park_one);
+	e = stall_first_failure(v, n, er);
 	for (int j = 0; e && j < n; j++)
 		if (!v[j].e)
 			engine_decline(v[j].conn, "the checkpoint does not go on: another process could not park");
 	if (!e) {
-		at_once(v, n, hold_one);
-		e = first_failure(v, n, er);
+		stall_at_once(v, n, hold_one);
+		e = stall_first_failure(v, n, er);
 	}
 	bool view = false;
 	for (int j = 0; j < n; j++) {
@@ -369,7 +356,12 @@ int stall_enter(ckpt *k, perr *er)
 	int e = phosimg_writer_set_meta(k->w, &k->meta);
 	if (e)
 		return pr_perror(er, e, "describing the image");
-	return park(k, er);
+	e = cut_run(k, er);
+	if (!e)
+		e = park(k, er);
+	if (e)
+		cut_end(k); /* the members that did not park run on */
+	return e;
 }
 
 static void *lock_one(void *arg)
@@ -391,8 +383,8 @@ static int lock(ckpt *k, perr *er)
 	for (uint32_t i = 0; i < k->n; i++)
 		if (k->m[i].flags & PHOSIMG_MEMBER_CUDA)
 			v[n++] = (part){ .k = k, .i = (int)i };
-	at_once(v, n, lock_one);
-	int e = first_failure(v, n, er);
+	stall_at_once(v, n, lock_one);
+	int e = stall_first_failure(v, n, er);
 	free(v);
 	return e;
 }
@@ -425,6 +417,7 @@ int stall_leave(ckpt *k, int e, bool *back, perr *er)
 	perr err2 = { 0 };
 	const engine_cow *tables = !e && (k->cow || k->protect) ? &k->tables : NULL;
 	int e2 = bring_back(k->a, k->m, k->ms, k->n, &k->parked, tables, k->dumped, &err2);
+	cut_end(k);
 	atomic_store(&k->prog->stall_ns, engine_now_ns() - k->t0);
 	if (!e && e2) {
 		e = e2;

@@ -17,9 +17,34 @@ typedef struct member_state {
 	pid_t tid; /* a traced member's control thread */
 } member_state;
 
+struct ckpt;
+
+/* One member's part in a step all members take at once. */
+typedef struct part {
+	struct ckpt *k;
+	int i;             /* its index in k->m */
+	int conn;          /* a traced member's connection */
+	engine_parked got; /* park: what it handed over */
+	wire_nccl_comm *comms; /* cut: its communicators and their counts */
+	size_t ncomms;
+	wire_nccl_target *targets; /* cut: its targets */
+	size_t ntargets;
+	perr er;
+	int e;
+} part;
+
+/* Runs fn on every part of v (n) at once, each on a thread of its own
+ * (inline where no thread can be had), and waits for all. */
+void stall_at_once(part *v, int n, void *(*fn)(void *));
+
+/* The first failure of v (n) into er, naming how many more failed;
+ * returns its error, or 0. */
+int stall_first_failure(const part *v, int n, perr *er);
+
 /* A checkpoint under way: what its steps share, and what stall_free
  * undoes, whatever step it failed at. */
 typedef struct ckpt {
+	bool cut;          /* the members' NCCL operations are held (cut.c) */
 	const checkpoint_args *a;
 	engine_progress *prog;
 	bool recopy, cow;  /* the protocol, as it applies to this tree */
@@ -55,8 +80,8 @@ int stall_begin(ckpt *k, const checkpoint_args *a, perr *er);
  * as stall_begin's. */
 int stall_retree(ckpt *k, perr *er);
 
-/* 1-2. The stall begins (k->t0): the image is described, and every
- * traced member parks, parents first. From here stall_leave must run.
+/* 1-2. The stall begins (k->t0): the image is described, an NCCL job is
+ * cut (cut_run), and every traced member parks, all at once. From here stall_leave must run.
  * Errors: engine_park's, -ENOMEM, the writer's. */
 int stall_enter(ckpt *k, perr *er);
 
@@ -64,6 +89,17 @@ int stall_enter(ckpt *k, perr *er);
  * driver; then CRIU dumps the tree. Errors: the driver's and
  * criu_dump's (-EIO, -ETIMEDOUT), with er. */
 int stall_freeze(ckpt *k, perr *er);
+
+/* The cut of an NCCL job (cut.c), the first step of stall_enter: every
+ * traced member holds its NCCL operations back and says its counts; each
+ * communicator's target is the largest; each member runs up to its
+ * targets. A tree without NCCL has nothing to cut. Errors: -EOPNOTSUPP (a
+ * communicator the job cannot cut: made unseen, or with ranks outside the
+ * tree), -ETIMEDOUT, those of engine_cut_*; er names the process. */
+int cut_run(ckpt *k, perr *er);
+
+/* Lets members that were cut and did not park run on again. */
+void cut_end(ckpt *k);
 
 /* 6-7. The stall ends: every live member is brought back to running,
  * whatever happened before (e, the checkpoint's result so far); with no

@@ -526,6 +526,8 @@ static void copy_status(const engine_progress *p, text *out)
 	uint64_t total = atomic_load(&p->total);
 	int proto = atomic_load(&p->protocol);
 	add(out, "protocol: %s\n", proto == PHOSIMG_PROTO_COW ? "cow" : proto == PHOSIMG_PROTO_RECOPY ? "recopy" : "stop");
+	if (p->cut[0])
+		add(out, "nccl cut: %.*s\n", (int)sizeof(p->cut), p->cut);
 	add(out, "off gpu: %" PRIu64 "/%" PRIu64 " bytes\n", atomic_load(&p->off), total);
 	add(out, "in image: %" PRIu64 "/%" PRIu64 " bytes\n", atomic_load(&p->done), total);
 	add(out, "staging: %" PRIu64 " bytes (pinned in %.1f ms)\n", atomic_load(&p->staging_bytes),
@@ -618,7 +620,7 @@ static void job_status(pid_t pid, target *t, text *out)
 			add(out, "stall ms: %.1f\n", t->last_stall_ns / 1e6);
 		if (*t->job && t->kind == CTL_CHECKPOINT) {
 			/* In the order the job goes through them. */
-			static const int ckpt[] = { STEP_PARK,   STEP_LOCK,   STEP_DUMP,  STEP_COPY,
+			static const int ckpt[] = { STEP_CUT,    STEP_PARK,   STEP_LOCK,  STEP_DUMP,   STEP_COPY,
 						    STEP_UNLOCK, STEP_UNPARK, STEP_DRAIN, STEP_PUBLISH };
 			add(out, "steps ms:");
 			for (size_t i = 0; i < sizeof(ckpt) / sizeof(*ckpt); i++)

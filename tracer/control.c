@@ -194,6 +194,7 @@ static int unpark(void)
 			} else {
 				e = wire_send(sock, WIRE_UNPARKED, NULL, 0, 0, NULL, 0);
 				gate_resume();
+				nccl_cut_end();
 				break;
 			}
 		} else {
@@ -254,6 +255,56 @@ static bool held(int sock, uint32_t ms)
 	for (int i = 0; i < nfds; i++)
 		close(fds[i]);
 	return h.type == WIRE_HELD;
+}
+
+/* The deadline of the cut under way, from its CUT (ms). Control thread
+ * only. */
+static uint32_t cut_ms;
+
+/* CUT: holds NCCL operations back and answers the counts. If no TARGETS
+ * come by the deadline (phosfs is gone or stuck), the cut ends. */
+static int serve_cut(int sock, const wire_header *h, const void *payload)
+{
+	cut_ms = deadlines(h, payload).timeout_ms;
+	wire_nccl_comm *v;
+	size_t n;
+	int e = nccl_cut_begin(&v, &n);
+	const size_t batch = WIRE_MAX_PAYLOAD / sizeof(*v);
+	for (size_t at = 0; !e && at < n; at += batch) {
+		size_t k = n - at < batch ? n - at : batch;
+		e = wire_send(sock, WIRE_NCCL, v + at, (uint32_t)(k * sizeof(*v)), (uint32_t)k, NULL, 0);
+	}
+	free(v);
+	if (!e)
+		e = wire_send(sock, WIRE_END, NULL, 0, (uint32_t)n, NULL, 0);
+	struct pollfd pf = { sock, POLLIN, 0 };
+	int ready = 0;
+	while (!e && (ready = poll(&pf, 1, (int)cut_ms + 2000)) < 0 && errno == EINTR)
+		;
+	if (e || ready != 1) {
+		tr_log("the checkpoint's cut got no targets in time: running on");
+		nccl_cut_end();
+	}
+	return e;
+}
+
+/* TARGETS (records in payload): runs each communicator up to its target,
+ * within the cut's deadline; CUT_DONE, or ERROR saying which is short. */
+static int serve_targets(int sock, const wire_header *h, const void *payload)
+{
+	if (h->length != h->count * sizeof(wire_nccl_target)) {
+		nccl_cut_end();
+		return send_error(sock, "malformed targets");
+	}
+	char why[160], msg[240];
+	uint64_t deadline = table_now_ns() + (uint64_t)(cut_ms ? cut_ms : WIRE_PARK_DEFAULT_MS) * 1000000u;
+	int r = nccl_cut_reach(payload, h->count, deadline, why, sizeof(why));
+	if (!r)
+		return wire_send(sock, WIRE_CUT_DONE, NULL, 0, 0, NULL, 0);
+	nccl_cut_end();
+	snprintf(msg, sizeof(msg), "cannot reach the cut within %u ms: %s", cut_ms, why);
+	tr_log("%s; running on", msg);
+	return send_error(sock, msg);
 }
 
 /* PARK: quiesce, hand every object over, and, once phosfs holds them all
@@ -392,8 +443,10 @@ static int serve(int sock)
 			continue;
 		}
 		if (e) {
-			/* A lazy restore's job that is gone brings nothing more. */
+			/* A lazy restore's job that is gone brings nothing more;
+			 * a cut it began ends. */
 			lazy_end();
+			nccl_cut_end();
 			atomic_store(&live_sock, -1);
 			close(sock);
 			return -1;
@@ -416,11 +469,22 @@ static int serve(int sock)
 		case WIRE_NCCL:
 			e = serve_nccl(sock);
 			break;
+		case WIRE_CUT:
+			e = serve_cut(sock, &h, buf);
+			break;
+		case WIRE_TARGETS:
+			e = serve_targets(sock, &h, buf);
+			break;
+		case WIRE_CUT_END:
+			nccl_cut_end();
+			break;
 		case WIRE_TRACK:
 			e = track(sock, &h, buf);
 			break;
 		case WIRE_PARK:
 			e = park(sock, &h, buf);
+			if (e != 1)
+				nccl_cut_end(); /* it runs on */
 			if (e == 1) {
 				/* Nothing shared with phosfs stays open while parked. */
 				state_close();

@@ -10,17 +10,24 @@
  * on the parent and its colour), its rank, and the operations it has
  * issued. A group counts once for each communicator it touches. A call
  * NCCL makes to its own API from inside another (ncclBcast calls
- * ncclBroadcast) is not counted again. The counts are what a checkpoint's
- * cut agrees on (doc/ARCHITECTURE.md, "NCCL jobs"); phosfs reads them
- * with WIRE_NCCL.
+ * ncclBroadcast) is not counted again. phosfs reads the counts with
+ * WIRE_NCCL.
+ *
+ * A checkpoint's cut (doc/ARCHITECTURE.md, "NCCL jobs"): CUT holds every
+ * operation back and answers the counts; TARGETS lets each communicator
+ * run up to its target, the largest count any of its ranks reached, and
+ * answers once all have; the operations stay held until the process runs
+ * on (nccl_cut_end).
  *
  * The types are NCCL's ABI, declared here: the tracer builds without
  * NCCL's headers.
  */
 #include <dlfcn.h>
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "tracer.h"
 
@@ -46,12 +53,33 @@ typedef struct comm_rec {
 	uint32_t splits; /* splits made from it, in order */
 	int32_t rank, nranks;
 	uint32_t flags; /* WIRE_NCCL_* */
+	uint64_t target; /* the cut's, when has_target */
+	bool has_target;
 } comm_rec;
 
-/* Guarded by lock: comms, ncomms, cap, reals. */
+/* Guarded by lock: comms, ncomms, cap, reals, cut. */
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static comm_rec *comms;
 static uint32_t ncomms, cap;
+
+/* A checkpoint's cut: while active, an operation waits unless its
+ * communicator has a target it has not reached. `changed` (on
+ * CLOCK_MONOTONIC) wakes both the callers waiting and the control thread
+ * waiting for the targets. */
+static struct {
+	bool active, targets_known;
+	pthread_cond_t changed;
+} cut;
+static pthread_once_t cut_once = PTHREAD_ONCE_INIT;
+
+static void cut_init(void)
+{
+	pthread_condattr_t a;
+	pthread_condattr_init(&a);
+	pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+	pthread_cond_init(&cut.changed, &a);
+	pthread_condattr_destroy(&a);
+}
 
 #define REALS 64
 static struct {
@@ -164,9 +192,18 @@ static void forget(ncclComm_t h)
 	pthread_mutex_unlock(&lock);
 }
 
-/* One operation on h: counted once per group. */
+/* Whether an operation on c must wait for the cut (lock held). */
+static bool held_back(const comm_rec *c)
+{
+	return cut.active && (!cut.targets_known || !c->has_target || c->count >= c->target);
+}
+
+/* One operation on h: counted once per group; during a cut it waits
+ * until its communicator may go on (an operation of a group waits
+ * before the group is issued). */
 static void count(ncclComm_t h)
 {
+	pthread_once(&cut_once, cut_init);
 	pthread_mutex_lock(&lock);
 	comm_rec *c = find(h);
 	if (!c) {
@@ -174,8 +211,73 @@ static void count(ncclComm_t h)
 		c = find(h);
 	}
 	if (c && (!group_depth || c->mark != group_token)) {
-		c->count++;
-		c->mark = group_depth ? group_token : 0;
+		/* comms may move while we wait: found again each time. */
+		while (c && held_back(c)) {
+			pthread_cond_wait(&cut.changed, &lock);
+			c = find(h);
+		}
+		if (c) {
+			c->count++;
+			c->mark = group_depth ? group_token : 0;
+		}
+		pthread_cond_broadcast(&cut.changed);
+	}
+	pthread_mutex_unlock(&lock);
+}
+
+int nccl_cut_begin(wire_nccl_comm **out, size_t *n)
+{
+	pthread_once(&cut_once, cut_init);
+	pthread_mutex_lock(&lock);
+	cut.active = true;
+	cut.targets_known = false;
+	for (uint32_t i = 0; i < ncomms; i++)
+		comms[i].has_target = false;
+	pthread_mutex_unlock(&lock);
+	return nccl_list(out, n);
+}
+
+int nccl_cut_reach(const wire_nccl_target *t, size_t n, uint64_t deadline, char *why, size_t len)
+{
+	pthread_once(&cut_once, cut_init);
+	struct timespec ts = { (time_t)(deadline / 1000000000u), (long)(deadline % 1000000000u) };
+	pthread_mutex_lock(&lock);
+	for (size_t k = 0; k < n; k++)
+		for (uint32_t i = 0; i < ncomms; i++)
+			if (comms[i].id == t[k].id) {
+				comms[i].target = t[k].target;
+				comms[i].has_target = true;
+			}
+	cut.targets_known = true;
+	pthread_cond_broadcast(&cut.changed);
+	int e = 0;
+	for (;;) {
+		const comm_rec *short_of = NULL;
+		for (uint32_t i = 0; i < ncomms && !short_of; i++)
+			if (comms[i].has_target && comms[i].count < comms[i].target)
+				short_of = &comms[i];
+		if (!short_of)
+			break;
+		if (e == ETIMEDOUT) {
+			snprintf(why, len, "its NCCL communicator %016llx is at operation %llu of %llu",
+				 (unsigned long long)short_of->id, (unsigned long long)short_of->count,
+				 (unsigned long long)short_of->target);
+			pthread_mutex_unlock(&lock);
+			return -ETIMEDOUT;
+		}
+		e = pthread_cond_timedwait(&cut.changed, &lock, &ts);
+	}
+	pthread_mutex_unlock(&lock);
+	return 0;
+}
+
+void nccl_cut_end(void)
+{
+	pthread_once(&cut_once, cut_init);
+	pthread_mutex_lock(&lock);
+	if (cut.active) {
+		cut.active = false;
+		pthread_cond_broadcast(&cut.changed);
 	}
 	pthread_mutex_unlock(&lock);
 }

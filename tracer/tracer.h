@@ -367,5 +367,14 @@ void control_start(void);
  * of them); -ENOMEM. */
 void nccl_note_real(const char *name, void *fn);
 int nccl_list(wire_nccl_comm **out, size_t *n);
+/* The cut: holds every NCCL operation back, and lists the counts as
+ * nccl_list. Errors: -ENOMEM (the cut is on all the same). */
+int nccl_cut_begin(wire_nccl_comm **out, size_t *n);
+/* Lets each communicator named in t (n) run up to its target, and waits
+ * until all have, until deadline (CLOCK_MONOTONIC ns). Errors:
+ * -ETIMEDOUT, why saying which communicator is short. */
+int nccl_cut_reach(const wire_nccl_target *t, size_t n, uint64_t deadline, char *why, size_t len);
+/* Ends the cut (if any): held operations go on. */
+void nccl_cut_end(void);
 
 #endif

@@ -1,0 +1,105 @@
+/*
+ * Two ranks that all-reduce in a loop (tests/apps/pair_app with the stub
+ * NCCL, tests/apps/libnccl.so.2: each step an ncclAllReduce on their
+ * communicator, then kernel `meet`, which waits for the other rank's), so
+ * that at almost any moment one rank's step waits inside the device for
+ * the other's. Without a cut, quiescing both at once catches one rank
+ * launched and the other not, and neither finishes.
+ *
+ * Checkpointed at 20 random moments, with stop and cow in turn: the cut
+ * runs each rank up to the other's count first, so every checkpoint
+ * succeeds, within its deadline; status shows the cut (each rank's pid,
+ * its communicator and target) and its time as the step "cut". The ranks
+ * check every sum, all along. Killed, the job is restored from the last
+ * image, and both ranks go on from where it was taken, every sum right.
+ */
+#include "phosfs_test.h"
+
+static unsigned last_step(const char *out, int rank)
+{
+	FILE *f = fopen(out, "r");
+	char l[256];
+	unsigned best = 0, n, r;
+	while (f && fgets(l, sizeof(l), f))
+		if (sscanf(l, "rank %u step %u", &r, &n) == 2 && (int)r == rank && n > best)
+			best = n;
+	if (f)
+		fclose(f);
+	return best;
+}
+
+static int both_past(const char *out, unsigned past, int ms)
+{
+	for (int t = 0; t <= ms; t += 50, usleep(50000))
+		if (last_step(out, 0) > past && last_step(out, 1) > past)
+			return 1;
+	return 0;
+}
+
+#define TRIES 20
+
+int main(void)
+{
+	rig r;
+	rig_require(&r);
+	char app[PATH_MAX], cubin[PATH_MAX], stub[PATH_MAX];
+	rig_app_path("PHOS_PAIR_APP", "apps/pair_app", app);
+	snprintf(cubin, sizeof(cubin), "%s/pair.cubin", test_path("PHOS_KERNELS", "../kernels"));
+	snprintf(stub, sizeof(stub), "%s", test_path("PHOS_NCCL_STUB", "apps/libnccl.so.2"));
+	if (access(cubin, R_OK) || access(stub, R_OK))
+		skip_all("tests/kernels/pair.cubin or tests/apps/libnccl.so.2 is not built");
+	plan(5);
+	if (rig_mount(&r, NULL))
+		bail("phosfs did not mount");
+	char *const cmd[] = { app, cubin, stub, NULL };
+	pid_t pid = rig_phos_run(&r, cmd);
+	char out[PATH_MAX], ctl[160], status[160];
+	rig_out(&r, pid, out, sizeof(out));
+	rig_files(&r, pid, ctl, status);
+	ok(pid > 0 && both_past(out, 40, 20000) && rig_traced(&r, pid, 10000),
+	   "two ranks all-reduce and meet step after step under the tracer (pid %d)", (int)pid);
+
+	unsigned seed = (unsigned)time(NULL);
+	diag("seed %u", seed);
+	srand(seed);
+	int done_ok = 0, cut_shown = 0;
+	double worst = 0;
+	char last[256] = "", st[8192], name[32] = "";
+	for (int i = 1; i <= TRIES; i++) {
+		usleep((useconds_t)(rand() % 50000));
+		snprintf(name, sizeof(name), "c%d", i);
+		char c[96];
+		snprintf(c, sizeof(c), "checkpoint %s name=%s\n", i % 2 ? "stop" : "cow", name);
+		struct timespec a, b;
+		clock_gettime(CLOCK_MONOTONIC, &a);
+		int good = rig_checkpoint(&r, pid, c, last, sizeof(last));
+		clock_gettime(CLOCK_MONOTONIC, &b);
+		double secs = (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) / 1e9;
+		worst = secs > worst ? secs : worst;
+		done_ok += good;
+		if (!good && rig_read(status, st, sizeof(st)))
+			diag("%s: %s", c, strstr(st, "\nerror: ") ? strstr(st, "\nerror: ") + 1 : last);
+		if (rig_read(status, st, sizeof(st)) && strstr(st, "nccl cut: ") && strstr(st, " cut "))
+			cut_shown++;
+	}
+	ok(done_ok == TRIES, "%d of %d checkpoints at random moments succeed (the slowest took %.2f s)", done_ok, TRIES,
+	   worst);
+	rig_read(status, st, sizeof(st));
+	const char *cl = strstr(st, "nccl cut: "), *sl = strstr(st, "steps ms: ");
+	diag("%.*s", cl ? (int)strcspn(cl, "\n") : 0, cl ? cl : "");
+	diag("%.*s", sl ? (int)strcspn(sl, "\n") : 0, sl ? sl : "");
+	ok(cut_shown == TRIES, "status shows each one's cut, and its time as a step");
+	ok(!rig_line(out, "WRONG", 0, NULL, 0) && both_past(out, last_step(out, 0) + 20, 20000),
+	   "every sum is right all along, and the ranks go on");
+
+	char img[PATH_MAX];
+	snprintf(img, sizeof(img), "%s/%d/%s", r.store, (int)pid, name);
+	unsigned at = last_step(out, 0);
+	pid_t back = pid;
+	int restored = rig_kill_restore(&r, &back, rig_verify(img), img, st, sizeof(st));
+	ok(restored && both_past(out, at + 40, 20000) && !rig_line(out, "WRONG", 0, NULL, 0),
+	   "killed and restored from the last image, both ranks go on, every sum right (pid %d)", (int)back);
+	kill(back, SIGKILL);
+	rig_cleanup(&r);
+	return done();
+}
