@@ -66,11 +66,10 @@ static int serve_list(int sock)
 	return e ? e : wire_send(sock, WIRE_END, NULL, 0, (uint32_t)n, NULL, 0);
 }
 
-static int serve_nccl(int sock)
+/* Sends the communicators v (n; e: nccl_list's answer) in batches, then
+ * END; frees v. */
+static int send_comms(int sock, int e, wire_nccl_comm *v, size_t n)
 {
-	wire_nccl_comm *v;
-	size_t n;
-	int e = nccl_list(&v, &n);
 	const size_t batch = WIRE_MAX_PAYLOAD / sizeof(*v);
 	for (size_t at = 0; !e && at < n; at += batch) {
 		size_t k = n - at < batch ? n - at : batch;
@@ -78,6 +77,14 @@ static int serve_nccl(int sock)
 	}
 	free(v);
 	return e ? e : wire_send(sock, WIRE_END, NULL, 0, (uint32_t)n, NULL, 0);
+}
+
+static int serve_nccl(int sock)
+{
+	wire_nccl_comm *v;
+	size_t n;
+	int e = nccl_list(&v, &n);
+	return send_comms(sock, e, v, n);
 }
 
 static int emit_kernels(const void *payload, uint32_t len, uint32_t count, void *arg)
@@ -269,14 +276,7 @@ static int serve_cut(int sock, const wire_header *h, const void *payload)
 	wire_nccl_comm *v;
 	size_t n;
 	int e = nccl_cut_begin(&v, &n);
-	const size_t batch = WIRE_MAX_PAYLOAD / sizeof(*v);
-	for (size_t at = 0; !e && at < n; at += batch) {
-		size_t k = n - at < batch ? n - at : batch;
-		e = wire_send(sock, WIRE_NCCL, v + at, (uint32_t)(k * sizeof(*v)), (uint32_t)k, NULL, 0);
-	}
-	free(v);
-	if (!e)
-		e = wire_send(sock, WIRE_END, NULL, 0, (uint32_t)n, NULL, 0);
+	e = send_comms(sock, e, v, n);
 	struct pollfd pf = { sock, POLLIN, 0 };
 	int ready = 0;
 	while (!e && (ready = poll(&pf, 1, (int)cut_ms + 2000)) < 0 && errno == EINTR)
