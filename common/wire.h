@@ -64,7 +64,7 @@
 #include <sys/types.h>
 
 #define WIRE_MAGIC 0x52574850u /* "PHWR" */
-#define WIRE_VERSION 2
+#define WIRE_VERSION 3 /* 3: PARK's deadline and HELD, NCCL and the cut */
 #define WIRE_SOCKET_DEFAULT "/run/phos/phosfs.sock"
 #define WIRE_SOCKET_ENV "PHOS_SOCKET"
 #define WIRE_WAKE_SIGNAL (SIGRTMIN + 7)
