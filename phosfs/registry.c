@@ -229,17 +229,26 @@ static int request(proc *p, uint16_t type, uint16_t reply, uint8_t **out, size_t
 	return e;
 }
 
-int proc_list(proc *p, wire_buffer **out, size_t *n)
+/* A request whose replies are records of size bytes each: *out (*n). */
+static int records(proc *p, uint16_t type, uint16_t reply, size_t size, void **out, size_t *n)
 {
 	uint8_t *raw;
 	size_t len;
 	uint32_t count;
-	int e = request(p, WIRE_LIST, WIRE_BUFFERS, &raw, &len, &count);
+	int e = request(p, type, reply, &raw, &len, &count);
 	if (e)
 		return e;
-	*out = (wire_buffer *)raw;
-	*n = len / sizeof(wire_buffer);
+	*out = raw;
+	*n = len / size;
 	return 0;
+}
+
+int proc_list(proc *p, wire_buffer **out, size_t *n)
+{
+	void *v = NULL;
+	int e = records(p, WIRE_LIST, WIRE_BUFFERS, sizeof(**out), &v, n);
+	*out = v;
+	return e;
 }
 
 int proc_kernels(proc *p, uint8_t **out, size_t *len, uint32_t *count)
@@ -249,13 +258,8 @@ int proc_kernels(proc *p, uint8_t **out, size_t *len, uint32_t *count)
 
 int proc_nccl(proc *p, wire_nccl_comm **out, size_t *n)
 {
-	uint8_t *raw;
-	size_t len;
-	uint32_t count;
-	int e = request(p, WIRE_NCCL, WIRE_NCCL, &raw, &len, &count);
-	if (e)
-		return e;
-	*out = (wire_nccl_comm *)raw;
-	*n = len / sizeof(wire_nccl_comm);
-	return 0;
+	void *v = NULL;
+	int e = records(p, WIRE_NCCL, WIRE_NCCL, sizeof(**out), &v, n);
+	*out = v;
+	return e;
 }

@@ -27,29 +27,7 @@
  * and end.
  */
 #include "phosfs_test.h"
-
-/* The highest N of the lines "rank R step N" of out. */
-static unsigned last_step(const char *out, int rank)
-{
-	FILE *f = fopen(out, "r");
-	char l[256];
-	unsigned best = 0, n, r;
-	while (f && fgets(l, sizeof(l), f))
-		if (sscanf(l, "rank %u step %u", &r, &n) == 2 && (int)r == rank && n > best)
-			best = n;
-	if (f)
-		fclose(f);
-	return best;
-}
-
-/* Whether both ranks get past step `past` within ms. */
-static int both_past(const char *out, unsigned past, int ms)
-{
-	for (int t = 0; t <= ms; t += 50, usleep(50000))
-		if (last_step(out, 0) > past && last_step(out, 1) > past)
-			return 1;
-	return 0;
-}
+#include "pair_test.h"
 
 /* Holds rank 1 (SIGUSR1 to rank 0) and waits until it says so, and a
  * little more, so that rank 0 waits for it in the device. */

@@ -14,27 +14,7 @@
  * image, and both ranks go on from where it was taken, every sum right.
  */
 #include "phosfs_test.h"
-
-static unsigned last_step(const char *out, int rank)
-{
-	FILE *f = fopen(out, "r");
-	char l[256];
-	unsigned best = 0, n, r;
-	while (f && fgets(l, sizeof(l), f))
-		if (sscanf(l, "rank %u step %u", &r, &n) == 2 && (int)r == rank && n > best)
-			best = n;
-	if (f)
-		fclose(f);
-	return best;
-}
-
-static int both_past(const char *out, unsigned past, int ms)
-{
-	for (int t = 0; t <= ms; t += 50, usleep(50000))
-		if (last_step(out, 0) > past && last_step(out, 1) > past)
-			return 1;
-	return 0;
-}
+#include "pair_test.h"
 
 #define TRIES 20
 

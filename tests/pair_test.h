@@ -1,0 +1,34 @@
+/*
+ * What the tests of tests/apps/pair_app share: reading how far its two
+ * ranks have got from its output ("rank R step N" lines).
+ */
+#ifndef PHOS_PAIR_TEST_H
+#define PHOS_PAIR_TEST_H
+
+#include <stdio.h>
+#include <unistd.h>
+
+/* The highest N of the lines "rank R step N" of out. */
+static inline unsigned last_step(const char *out, int rank)
+{
+	FILE *f = fopen(out, "r");
+	char l[256];
+	unsigned best = 0, n, r;
+	while (f && fgets(l, sizeof(l), f))
+		if (sscanf(l, "rank %u step %u", &r, &n) == 2 && (int)r == rank && n > best)
+			best = n;
+	if (f)
+		fclose(f);
+	return best;
+}
+
+/* Whether both ranks get past step `past` within ms. */
+static inline int both_past(const char *out, unsigned past, int ms)
+{
+	for (int t = 0; t <= ms; t += 50, usleep(50000))
+		if (last_step(out, 0) > past && last_step(out, 1) > past)
+			return 1;
+	return 0;
+}
+
+#endif
