@@ -40,11 +40,13 @@ enum section_type {
 	SEC_CRIU = 8,
 	SEC_MEMBERS = 9,
 	SEC_STRIPES = 10,
+	SEC_SHARES = 11,
 };
 
 #define CHECKPOINT_SECTION_SIZE 56u
 #define OBJECT_RECORD_SIZE 32u
 #define MEMBER_RECORD_SIZE 40u
+#define SHARE_RECORD_SIZE 16u
 #define INDEX_SECTION_SIZE 32u
 #define DATA_SECTION_SIZE 16u
 #define CHECKSUM_XXH3_128 1u
@@ -156,6 +158,7 @@ typedef struct manifest {
 	phosimg_object *objects;
 	phosimg_member *members;
 	phosimg_criu_file *criu;
+	phosimg_share *shares;
 	uint64_t index_size, index_entries;
 	uint8_t index_hash[16];
 	uint64_t data_size, stored_bytes;

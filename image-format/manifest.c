@@ -178,6 +178,21 @@ int manifest_encode(const manifest *m, uint8_t **out, size_t *len)
 		close_section(&b, s);
 	}
 
+	/* Critical: a reader that knows no shares would give the importer
+	 * nothing where it maps the owner's memory. */
+	if (in->share_count) {
+		s = open_section(&b, SEC_SHARES, SECTION_CRITICAL), nsec++;
+		add32(&b, in->share_count);
+		add32(&b, 0);
+		for (uint32_t i = 0; i < in->share_count; i++) {
+			add32(&b, (uint32_t)in->shares[i].pid);
+			add32(&b, in->shares[i].key);
+			add32(&b, in->shares[i].object);
+			add32(&b, 0);
+		}
+		close_section(&b, s);
+	}
+
 	s = open_section(&b, SEC_INDEX, SECTION_CRITICAL), nsec++;
 	add64(&b, m->index_size);
 	add64(&b, m->index_entries);
@@ -445,6 +460,49 @@ static int dec_members(cursor *c, manifest *m)
 	return 0;
 }
 
+static int dec_shares(cursor *c, manifest *m)
+{
+	const uint8_t *p;
+	if (!take(c, 8, &p))
+		return short_section(c);
+	uint32_t n = get32(p);
+	if (n == 0 || n > PHOSIMG_SHARES_MAX || (uint64_t)n * SHARE_RECORD_SIZE > c->n - c->at)
+		return BAD(c, "%s: offset %llu: %u shares do not fit in their section", c->shown,
+			   (unsigned long long)c->base, n);
+	m->shares = calloc(n, sizeof(*m->shares));
+	if (!m->shares)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < n; i++) {
+		take(c, SHARE_RECORD_SIZE, &p);
+		m->shares[i] = (phosimg_share){ (int32_t)get32(p), get32(p + 4), get32(p + 8) };
+	}
+	m->info.shares = m->shares;
+	m->info.share_count = n;
+	return 0;
+}
+
+/* Each share names a member, an object, and a key the member has once. */
+static int check_shares(const char *shown, const phosimg_info *in)
+{
+	for (uint32_t i = 0; i < in->share_count; i++) {
+		const phosimg_share *sh = &in->shares[i];
+		bool member = false;
+		for (uint32_t j = 0; j < in->meta.member_count; j++)
+			member |= in->meta.members[j].pid == sh->pid;
+		if (!member)
+			return fmt_fail(-EBADMSG, "%s: share %u names pid %d, which is no member", shown, i,
+					(int)sh->pid);
+		if (sh->object >= in->object_count)
+			return fmt_fail(-EBADMSG, "%s: share %u of pid %d names object %u, which is not in the image",
+					shown, i, (int)sh->pid, sh->object);
+		for (uint32_t j = 0; j < i; j++)
+			if (in->shares[j].pid == sh->pid && in->shares[j].key == sh->key)
+				return fmt_fail(-EBADMSG, "%s: pid %d has key %u in two shares", shown, (int)sh->pid,
+						sh->key);
+	}
+	return 0;
+}
+
 /* Gives every object its process: the member whose range holds it, or
  * the checkpointed process. Ranges must lie inside the object table and
  * not overlap; the first member is the checkpointed process. */
@@ -606,9 +664,9 @@ int manifest_decode(const uint8_t *p, size_t len, const char *shown, manifest *m
 					at + 8, (unsigned long long)slen);
 		cursor c = { p + at + SECTION_HEADER_SIZE, (size_t)slen, 0, at + SECTION_HEADER_SIZE, shown, "" };
 		static const char *names[] = { "", "process", "devices", "checkpoint", "parent",
-					       "objects", "index", "data", "criu", "members", "stripes" };
+					       "objects", "index", "data", "criu", "members", "stripes", "shares" };
 		int e = 0;
-		if (type >= SEC_PROCESS && type <= SEC_STRIPES) {
+		if (type >= SEC_PROCESS && type <= SEC_SHARES) {
 			if (seen & (1u << type))
 				return fmt_fail(-EBADMSG, "%s: offset %zu: second %s section", shown, at, names[type]);
 			seen |= 1u << type;
@@ -625,6 +683,7 @@ int manifest_decode(const uint8_t *p, size_t len, const char *shown, manifest *m
 		case SEC_CRIU: e = dec_criu(&c, m); break;
 		case SEC_MEMBERS: e = dec_members(&c, m); break;
 		case SEC_STRIPES: e = dec_stripes(&c, m); break;
+		case SEC_SHARES: e = dec_shares(&c, m); break;
 		default:
 			if (flags & SECTION_CRITICAL)
 				return fmt_fail(-EPROTONOSUPPORT,
@@ -644,7 +703,8 @@ int manifest_decode(const uint8_t *p, size_t len, const char *shown, manifest *m
 	if (!m->nfiles)
 		m->nfiles = 1;
 	m->file_size[0] = m->data_size;
-	return assign_owners(shown, m);
+	int e = assign_owners(shown, m);
+	return e ? e : check_shares(shown, &m->info);
 }
 
 void manifest_free(manifest *m)
@@ -653,6 +713,7 @@ void manifest_free(manifest *m)
 	free(m->devices);
 	free(m->objects);
 	free(m->members);
+	free(m->shares);
 	free(m->criu);
 	memset(m, 0, sizeof(*m));
 }

@@ -139,6 +139,9 @@ static int cmd_info(phosimg *img)
 			       m->flags & PHOSIMG_MEMBER_NS_INIT ? " (its init)" : "");
 		printf("\n");
 	}
+	for (uint32_t i = 0; i < in->share_count; i++)
+		printf("share: member %d maps object %u (its key %u)\n", (int)in->shares[i].pid, in->shares[i].object,
+		       in->shares[i].key);
 	printf("chunk size: %u\n", in->chunk_size);
 	printf("objects: %u\n", in->object_count);
 	printf("gpu bytes: %" PRIu64 "\n", in->raw_bytes);

@@ -29,7 +29,7 @@ extern "C" {
 #endif
 
 #define PHOSIMG_VERSION_MAJOR 1
-#define PHOSIMG_VERSION_MINOR 4
+#define PHOSIMG_VERSION_MINOR 5
 
 /* The entries of an image directory. */
 #define PHOSIMG_MANIFEST_FILE "manifest.phos"
@@ -87,6 +87,18 @@ typedef struct phosimg_object {
 	 * consecutive. */
 	int32_t pid;
 } phosimg_object;
+
+/* Device memory a member maps that is an object of the image (format
+ * 1.5): memory it imported from the owner, as NCCL's ranks share their
+ * buffers (the owner may be itself). The image stores the bytes once, as
+ * the owner's object; a restore gives the importer that object's memory
+ * again. */
+typedef struct phosimg_share {
+	int32_t pid;     /* the member that maps it */
+	uint32_t key;    /* that member's tracer's number for its import */
+	uint32_t object; /* the object */
+} phosimg_share;
+#define PHOSIMG_SHARES_MAX (1u << 16)
 
 /* Member flags. */
 #define PHOSIMG_MEMBER_CUDA 0x1u   /* a CUDA process: the driver checkpointed it */
@@ -163,6 +175,12 @@ int phosimg_writer_set_meta(phosimg_writer *w, const phosimg_meta *meta);
  * -ENOMEM. */
 int phosimg_writer_add_object(phosimg_writer *w, const phosimg_object *obj, uint32_t *id);
 
+/* Records that member sh->pid maps object sh->object, which it imported,
+ * under its tracer's key sh->key. Errors: -EINVAL (no such object, a pid
+ * that is no member, a key the member already has), -E2BIG (too many),
+ * -ENOMEM. */
+int phosimg_writer_add_share(phosimg_writer *w, const phosimg_share *sh);
+
 /* Stores one chunk of object `obj`: `offset` is a multiple of the chunk
  * size and `len` is the chunk size, or what is left of the object at its
  * end. Safe from several threads at once; chunks come in any order. The
@@ -237,6 +255,8 @@ typedef struct phosimg_info {
 	uint64_t data_file_size;
 	const phosimg_criu_file *criu_files;
 	uint32_t criu_file_count;
+	const phosimg_share *shares; /* format 1.5; none before */
+	uint32_t share_count;
 	uint32_t depth; /* images in the chain: 1 without a parent */
 } phosimg_info;
 

@@ -67,7 +67,8 @@ struct phosimg_writer {
 	manifest m; /* meta, devices, cmdline: owned here */
 	uint8_t uuid[16];
 
-	/* Guarded by lock: objs, nobjs, entries, nentries, ctx_pool. */
+	/* Guarded by lock: objs, nobjs, entries, nentries, ctx_pool, and
+	 * m.shares with m.info.share_count. */
 	pthread_mutex_t lock;
 	objstate *objs;
 	uint32_t nobjs, objs_cap;
@@ -514,6 +515,35 @@ int phosimg_writer_add_object(phosimg_writer *w, const phosimg_object *obj, uint
 	pthread_mutex_unlock(&w->lock);
 	if (e)
 		free(done);
+	return e;
+}
+
+int phosimg_writer_add_share(phosimg_writer *w, const phosimg_share *sh)
+{
+	if (!w || !sh)
+		return -EINVAL;
+	pthread_mutex_lock(&w->lock);
+	phosimg_info *in = &w->m.info;
+	bool member = false;
+	for (uint32_t i = 0; i < in->meta.member_count; i++)
+		member |= w->m.members[i].pid == sh->pid;
+	int e = !member || sh->object >= w->nobjs ? -EINVAL : 0;
+	for (uint32_t i = 0; !e && i < in->share_count; i++)
+		if (w->m.shares[i].pid == sh->pid && w->m.shares[i].key == sh->key)
+			e = -EINVAL;
+	if (!e && in->share_count == PHOSIMG_SHARES_MAX)
+		e = -E2BIG;
+	if (!e) {
+		phosimg_share *v = realloc(w->m.shares, (in->share_count + 1) * sizeof(*v));
+		if (v) {
+			v[in->share_count++] = *sh;
+			w->m.shares = v;
+			in->shares = v;
+		} else {
+			e = -ENOMEM;
+		}
+	}
+	pthread_mutex_unlock(&w->lock);
 	return e;
 }
 
