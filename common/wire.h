@@ -64,7 +64,7 @@
 #include <sys/types.h>
 
 #define WIRE_MAGIC 0x52574850u /* "PHWR" */
-#define WIRE_VERSION 3 /* 3: PARK's deadline and HELD, NCCL and the cut */
+#define WIRE_VERSION 4 /* 4: imported memory parked (WIRE_OBJ_IMPORTED) */
 #define WIRE_SOCKET_DEFAULT "/run/phos/phosfs.sock"
 #define WIRE_SOCKET_ENV "PHOS_SOCKET"
 #define WIRE_WAKE_SIGNAL (SIGRTMIN + 7)
@@ -126,6 +126,20 @@ typedef struct wire_object {
 } wire_object;
 
 #define WIRE_OBJ_APP 0x1u /* the application's own cuMemCreate allocation */
+/* With WIRE_OBJ_APP: memory another process exported, which this one
+ * imported from a POSIX fd. Its size is what its mappings reach (0:
+ * mapped nowhere); the object is the owner's, which phosfs finds by the
+ * open file of its fd (the file the owner passed, which the owner's
+ * WIRE_OBJ_ALIAS or main record holds too). */
+#define WIRE_OBJ_IMPORTED 0x2u
+/* phosfs's own mark, which tracers ignore: another member imports this
+ * object (engine/shared.h). */
+#define WIRE_OBJ_SHARED 0x4u
+/* With WIRE_OBJ_APP: no object, but an fd the application exported of
+ * object `key` (the open file it passed to an importer), given back at
+ * unpark. The driver's fds are all one device file: such files are what
+ * matches an import to its owner. */
+#define WIRE_OBJ_ALIAS 0x8u
 
 /* A GPU as the traced process sees it (its ordinal, and the UUID of the
  * GPU behind it, which a restore onto another GPU changes). The tracer

@@ -589,6 +589,20 @@ bool alloc_parked(void)
 	return parked;
 }
 
+void alloc_missing(char *what, size_t n)
+{
+	pthread_rwlock_rdlock(&lock);
+	uint32_t i = 0;
+	while (i < nobjs && !(objs[i].live && !objs[i].h))
+		i++;
+	if (i < nobjs)
+		snprintf(what, n, "its object of %llu bytes at 0x%llx", (unsigned long long)objs[i].size,
+			 (unsigned long long)objs[i].va);
+	else
+		snprintf(what, n, "its objects");
+	pthread_rwlock_unlock(&lock);
+}
+
 /* Per object, its last use, while hand_over sorts; guarded by lock. */
 static uint64_t *last_use;
 

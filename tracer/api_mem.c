@@ -151,7 +151,7 @@ TR_EXPORT CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *
 	GATE();
 	CUresult r = real_cuMemImportFromShareableHandle(h, os, type);
 	if (r == CUDA_SUCCESS && h)
-		vmm_imported(*h);
+		vmm_imported(*h, type, os);
 	return r;
 }
 
@@ -233,7 +233,12 @@ TR_EXPORT CUresult cuMemExportToShareableHandle(void *out, CUmemGenericAllocatio
 {
 	REAL(CUresult, cuMemExportToShareableHandle,
 	     (void *, CUmemGenericAllocationHandle, CUmemAllocationHandleType, unsigned long long));
-	return real_cuMemExportToShareableHandle(out, tr_enabled() ? vmm_current(h) : h, type, flags);
+	if (!tr_enabled())
+		return real_cuMemExportToShareableHandle(out, h, type, flags);
+	CUresult r = real_cuMemExportToShareableHandle(out, vmm_current(h), type, flags);
+	if (r == CUDA_SUCCESS && out && type == CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+		vmm_exported(h, *(int *)out);
+	return r;
 }
 
 TR_EXPORT CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp *prop, CUmemGenericAllocationHandle h)

@@ -193,10 +193,18 @@ static int unpark(void)
 		} else if (h.type == WIRE_UNPARK) {
 			/* A lazy restore sends the tracer's objects later, and
 			 * perhaps none now: the application's must all be back. */
-			if (lazy_active())
-				vmm_unpark(NULL, NULL, 0);
+			/* What sent no objects (it had none) is back too. */
+			if (!lazy_active())
+				alloc_unpark(NULL, NULL, 0);
+			vmm_unpark(NULL, NULL, 0);
+			char what[160] = "";
 			if ((alloc_parked() && !lazy_active()) || vmm_parked()) {
-				send_error(sock, "unpark: some device memory did not come back");
+				char msg[256];
+				if (!vmm_missing(what, sizeof(what)))
+					alloc_missing(what, sizeof(what));
+				snprintf(msg, sizeof(msg), "unpark: some device memory did not come back: %s", what);
+				tr_log("%s", msg);
+				send_error(sock, msg);
 				e = -ENOENT;
 			} else {
 				e = wire_send(sock, WIRE_UNPARKED, NULL, 0, 0, NULL, 0);

@@ -63,6 +63,15 @@ static void table_put(void *key, kernel_info *v)
 	tr_log("more than %u kernel handles: launches of new ones are not speculated", TABLE_SIZE);
 }
 
+/* Whether kernel `name` (mangled or not) is one of NCCL's. */
+static bool is_nccl(const char *name)
+{
+	if (!strncmp(name, "_Z", 2))
+		for (name += 2; *name >= '0' && *name <= '9'; name++)
+			;
+	return !strncmp(name, "ncclDevKernel", 13) || !strncmp(name, "ncclKernel", 10);
+}
+
 static kernel_info *kernel_new(const char *name, const cubin_kernel *layout)
 {
 	kernel_info *k = calloc(1, sizeof(*k));
@@ -71,6 +80,7 @@ static kernel_info *kernel_new(const char *name, const cubin_kernel *layout)
 		return NULL;
 	}
 	k->nparams = -1;
+	k->indirect = name && is_nccl(name);
 	if (layout && layout->nparams >= 0) {
 		k->nparams = layout->nparams;
 		memcpy(k->params, layout->params, sizeof(k->params[0]) * (size_t)layout->nparams);

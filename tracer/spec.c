@@ -7,13 +7,15 @@
  *    word that points into a buffer is read and written.
  * A launch whose arguments cannot be seen at all (no layout) counts as
  * reading and writing nothing it can name; its kernel says so in
- * its counters (nparams -1).
+ * its counters (nparams -1). NCCL's kernels write where their arguments
+ * do not point (kernel_info.indirect).
  *
  * While a CoW copy runs, every buffer written is protected before the
  * call is queued. While a lazy restore brings memory back, every buffer
  * read or written must be back before the call is queued. A launch with
  * no layout, or with a pointer to pointers (T**: the buffers it reaches
- * are not among its arguments), has an unbounded write set and goes
+ * are not among its arguments), or of an indirect kernel, has an
+ * unbounded write set and goes
  * through the safety net instead (spec_net).
  */
 #include <string.h>
@@ -60,7 +62,7 @@ void spec_launch(kernel_info *k, void **params, void **extra, CUstream s)
 		return;
 	}
 	touched t = { .n = 0 };
-	bool unbounded = false;
+	bool unbounded = k->indirect;
 	for (int i = 0; i < k->nparams; i++) {
 		const uint8_t *arg = params ? params[i] : packed + k->params[i].offset;
 		uint16_t size = k->params[i].size;

@@ -161,6 +161,8 @@ int alloc_arrive(const wire_object *objs, const int *fds, int n);
  * keep the parent's device memory alive), without taking the lock. */
 void alloc_forget_fds(void);
 bool alloc_parked(void);
+/* Describes the first object still parked into what. */
+void alloc_missing(char *what, size_t n);
 /* Live buffers and objects, for the debug summary. */
 void alloc_stats(uint64_t *buffers, uint64_t *objects, uint64_t *bytes);
 
@@ -181,14 +183,22 @@ void vmm_let_go(void);
 int vmm_unpark(const wire_object *objs, const int *fds, int n);
 /* Memory another process exported, as the application imports it
  * (cuMemImportFromShareableHandle, then cuMemMap) or opens it
- * (cuIpcOpenMemHandle; open false: closed). vmm_shared: whether any of
- * it is mapped now, and why that stops a park (into why). */
-void vmm_imported(CUmemGenericAllocationHandle h);
+ * (cuIpcOpenMemHandle; open false: closed). An import from a POSIX fd of
+ * device memory is kept (a dup of os) and parked like the application's
+ * own handles, its records carrying WIRE_OBJ_IMPORTED too; any other is
+ * noted, and vmm_shared says whether any of it is mapped now, and why
+ * that stops a park (into why). */
+void vmm_imported(CUmemGenericAllocationHandle h, CUmemAllocationHandleType type, void *os);
+/* The application exported its handle app as POSIX fd fd: a dup is kept,
+ * which names the memory to phosfs as the importer's fd does. */
+void vmm_exported(CUmemGenericAllocationHandle app, int fd);
 void vmm_ipc_opened(CUdeviceptr va, bool open);
 bool vmm_shared(char *why, size_t n);
 /* As alloc_forget_fds, for the application's own handles. */
 void vmm_forget_fds(void);
 bool vmm_parked(void);
+/* Whether a handle is still parked; describes the first into what. */
+bool vmm_missing(char *what, size_t n);
 
 /* module.c: modules, libraries and their functions. */
 /* PARAM_PTR_INDIRECT: a pointer to pointers (T**): what it points to
@@ -197,6 +207,9 @@ typedef enum { PARAM_SCALAR, PARAM_PTR_CONST, PARAM_PTR_MUT, PARAM_UNKNOWN, PARA
 typedef struct kernel_info {
 	char *name;
 	int nparams; /* -1: layout unknown */
+	/* It writes memory its arguments do not point to: NCCL's kernels
+	 * reach their peers' buffers through the communicator. */
+	bool indirect;
 	cubin_param params[CUBIN_MAX_PARAMS];
 	param_kind kinds[CUBIN_MAX_PARAMS];
 	/* Counters, updated with relaxed atomics. */

@@ -9,6 +9,21 @@
  * no longer knows after an unpark: the wrappers translate them to the
  * current handle. From then on the driver holds one reference, and the
  * application's retains and releases are counted here.
+ *
+ * Memory another process exported and this one imported from a POSIX fd
+ * (NCCL's buffers between ranks) is parked the same way: the import's fd
+ * is kept (a dup, taken at the import), handed over, unmapped and
+ * released, and imported and mapped again at unpark. phosfs matches it to
+ * the owner's object, so the driver never sees memory two processes
+ * share. Every fd of the driver's is an open of /dev/nvidiactl, one like
+ * another: only the open file itself, passed from owner to importer,
+ * tells which memory it is. So the owner keeps a dup of each fd the
+ * application exports, and hands those over too (WIRE_OBJ_ALIAS), for
+ * phosfs to compare (kcmp) with the importer's.
+ *
+ * A handle the application released while it is mapped is no longer its
+ * to name: the driver may give the same value to a new one. Such a
+ * record (refs 0) is found by its mappings only.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -29,6 +44,9 @@ typedef struct handle_rec {
 	int refs;          /* references the application holds */
 	bool counted_here; /* after an unpark: the driver holds 1, refs is ours */
 	int kept;          /* the fd it came back with, plus 1: see alloc.c */
+	bool imported;     /* another process's memory, from a POSIX fd */
+	int *exp;          /* dups of the fds the application exported of it */
+	uint32_t nexp, expcap;
 	bool live;
 } handle_rec;
 
@@ -47,8 +65,9 @@ static uint32_t nh, hcap;
 static mapping *ms;
 static uint32_t nm, mcap;
 static bool parked;
-/* Device memory another process exported: handles imported and not yet
- * released, and where they (or cuIpcOpenMemHandle) mapped it. */
+/* Device memory another process exported that cannot be parked: handles
+ * imported from other than a POSIX fd and not yet released, and where
+ * they (or cuIpcOpenMemHandle) mapped it. */
 static CUmemGenericAllocationHandle *imp;
 static uint32_t nimp, impcap;
 typedef struct shared_map {
@@ -98,11 +117,32 @@ static void forget_shared(uint64_t va, uint64_t size)
 			k++;
 }
 
-void vmm_imported(CUmemGenericAllocationHandle h)
+static void add_handle(const handle_rec *r)
 {
+	if (!push(&hs, &nh, &hcap, r, sizeof(*r))) {
+		if (r->kept)
+			close(r->kept - 1);
+		alloc_mark_stop_only("out of memory for the table of its VMM allocations");
+	}
+}
+
+void vmm_imported(CUmemGenericAllocationHandle h, CUmemAllocationHandleType type, void *os)
+{
+	REAL(CUresult, cuMemGetAllocationPropertiesFromHandle, (CUmemAllocationProp *, CUmemGenericAllocationHandle));
+	int kept = -1;
+	CUmemAllocationProp prop = { 0 };
+	if (type == CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR &&
+	    real_cuMemGetAllocationPropertiesFromHandle(&prop, h) == CUDA_SUCCESS &&
+	    prop.location.type == CU_MEM_LOCATION_TYPE_DEVICE)
+		kept = fcntl((int)(intptr_t)os, F_DUPFD_CLOEXEC, 3);
 	pthread_mutex_lock(&lock);
-	if (!push(&imp, &nimp, &impcap, &h, sizeof(h)))
+	if (kept >= 0) {
+		handle_rec r = { .app = h, .cur = h, .dev = prop.location.id, .refs = 1, .kept = kept + 1,
+				 .imported = true, .live = true };
+		add_handle(&r);
+	} else if (!push(&imp, &nimp, &impcap, &h, sizeof(h))) {
 		alloc_mark_stop_only("out of memory for the table of its imported device memory");
+	}
 	pthread_mutex_unlock(&lock);
 }
 
@@ -123,8 +163,9 @@ bool vmm_shared(char *why, size_t n)
 	pthread_mutex_unlock(&lock);
 	if (k)
 		snprintf(why, n,
-			 "it maps device memory another process exported (%u mapping%s; NCCL shares its buffers "
-			 "between ranks so), which the driver cannot checkpoint",
+			 "it maps device memory another process exported other than as a POSIX fd (%u mapping%s: "
+			 "cuIpcOpenMemHandle, as NCCL does with NCCL_CUMEM_ENABLE=0), which the driver cannot "
+			 "checkpoint",
 			 k, k > 1 ? "s" : "");
 	return k > 0;
 }
@@ -132,9 +173,17 @@ bool vmm_shared(char *why, size_t n)
 static int find_handle(CUmemGenericAllocationHandle app)
 {
 	for (uint32_t i = 0; i < nh; i++)
-		if (hs[i].live && hs[i].app == app)
+		if (hs[i].live && hs[i].refs > 0 && hs[i].app == app)
 			return (int)i;
 	return -1;
+}
+
+/* Closes the dups of h's exports. */
+static void close_exports(handle_rec *h)
+{
+	for (uint32_t k = 0; k < h->nexp; k++)
+		close(h->exp[k]);
+	h->nexp = 0;
 }
 
 static bool mapped(uint32_t h)
@@ -152,25 +201,31 @@ static void maybe_forget(uint32_t h)
 		if (hs[h].kept)
 			close(hs[h].kept - 1);
 		hs[h].kept = 0;
+		close_exports(&hs[h]);
+		free(hs[h].exp);
+		hs[h].exp = NULL;
+		hs[h].expcap = 0;
 		hs[h].live = false;
 	}
 }
 
 void vmm_created(CUmemGenericAllocationHandle h, uint64_t size, CUdevice dev)
 {
+	handle_rec r = { .app = h, .cur = h, .size = size, .dev = dev, .refs = 1, .live = true };
 	pthread_mutex_lock(&lock);
-	if (nh == hcap) {
-		uint32_t cap = hcap ? hcap * 2 : 64;
-		handle_rec *v = realloc(hs, cap * sizeof(*v));
-		if (!v) {
-			pthread_mutex_unlock(&lock);
-			alloc_mark_stop_only("out of memory for the table of its VMM allocations");
-			return;
-		}
-		hs = v;
-		hcap = cap;
-	}
-	hs[nh++] = (handle_rec){ .app = h, .cur = h, .size = size, .dev = dev, .refs = 1, .live = true };
+	add_handle(&r);
+	pthread_mutex_unlock(&lock);
+}
+
+void vmm_exported(CUmemGenericAllocationHandle app, int fd)
+{
+	int d = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+	if (d < 0)
+		return;
+	pthread_mutex_lock(&lock);
+	int i = find_handle(app);
+	if (i < 0 || !push(&hs[i].exp, &hs[i].nexp, &hs[i].expcap, &d, sizeof(d)))
+		close(d); /* not the application's own: its importer is refused */
 	pthread_mutex_unlock(&lock);
 }
 
@@ -229,6 +284,8 @@ CUresult vmm_map(CUdeviceptr va, size_t size, size_t offset, CUmemGenericAllocat
 		}
 		if (nm < mcap) {
 			ms[nm++] = (mapping){ .va = va, .size = size, .offset = offset, .h = (uint32_t)i, .live = true };
+			if (hs[i].imported && offset + size > hs[i].size)
+				hs[i].size = offset + size; /* at least: its owner knows */
 			alloc_add_mapping(va, size, (uint32_t)hs[i].dev);
 		} else
 			alloc_mark_stop_only("out of memory for the table of its VMM mappings");
@@ -297,6 +354,8 @@ CUresult vmm_retain(CUmemGenericAllocationHandle *out, void *addr)
 	if (i >= 0) {
 		if (hs[i].counted_here)
 			real_cuMemRelease(cur); /* the driver keeps its one reference */
+		if (hs[i].refs <= 0)
+			hs[i].app = cur; /* its old value may name another now */
 		hs[i].refs++;
 		*out = hs[i].app;
 	} else {
@@ -310,6 +369,8 @@ int vmm_export(alloc_emit_fn emit, void *arg)
 {
 	REAL(CUresult, cuMemExportToShareableHandle,
 	     (void *, CUmemGenericAllocationHandle, CUmemAllocationHandleType, unsigned long long));
+	REAL(CUresult, cuMemRetainAllocationHandle, (CUmemGenericAllocationHandle *, void *));
+	REAL(CUresult, cuMemRelease, (CUmemGenericAllocationHandle));
 	pthread_mutex_lock(&lock);
 	obj_batch batch;
 	batch_init(&batch, emit, arg);
@@ -317,22 +378,41 @@ int vmm_export(alloc_emit_fn emit, void *arg)
 	for (uint32_t i = 0; i < nh && !e && !batch.err; i++) {
 		if (!hs[i].live)
 			continue;
-		int fd = -1;
-		if (hs[i].kept)
-			fd = fcntl(hs[i].kept - 1, F_DUPFD_CLOEXEC, 3);
-		else if (real_cuMemExportToShareableHandle(&fd, hs[i].cur, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0))
-			fd = -1;
-		if (fd < 0) {
-			e = -EIO;
-			break;
-		}
 		uint64_t va = 0;
 		for (uint32_t k = 0; k < nm && !va; k++)
 			if (ms[k].live && ms[k].h == i)
 				va = ms[k].va;
+		int fd = -1;
+		if (hs[i].kept) {
+			fd = fcntl(hs[i].kept - 1, F_DUPFD_CLOEXEC, 3);
+		} else {
+			/* A handle the application released once it was mapped
+			 * is the driver's no more: the mapping gives one. */
+			CUmemGenericAllocationHandle h = hs[i].cur, got = 0;
+			if (hs[i].refs <= 0 && !hs[i].counted_here && va &&
+			    real_cuMemRetainAllocationHandle(&got, (void *)(uintptr_t)va) == CUDA_SUCCESS)
+				h = got;
+			if (real_cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0))
+				fd = -1;
+			if (got)
+				real_cuMemRelease(got);
+		}
+		if (fd < 0) {
+			e = -EIO;
+			break;
+		}
 		wire_object rec = { .key = i, .va = va, .size = hs[i].size, .device = (uint32_t)hs[i].dev,
-				    .flags = WIRE_OBJ_APP };
+				    .flags = WIRE_OBJ_APP | (hs[i].imported ? WIRE_OBJ_IMPORTED : 0) };
 		batch_add(&batch, &rec, fd);
+		rec.flags = WIRE_OBJ_APP | WIRE_OBJ_ALIAS;
+		for (uint32_t k = 0; k < hs[i].nexp && !batch.err; k++) {
+			int d = fcntl(hs[i].exp[k], F_DUPFD_CLOEXEC, 3);
+			if (d < 0) {
+				e = -EMFILE;
+				break;
+			}
+			batch_add(&batch, &rec, d);
+		}
 	}
 	int be = batch_finish(&batch);
 	pthread_mutex_unlock(&lock);
@@ -357,6 +437,7 @@ void vmm_let_go(void)
 		if (hs[i].kept)
 			close(hs[i].kept - 1); /* phosfs holds the memory now */
 		hs[i].kept = 0;
+		close_exports(&hs[i]); /* and these, to give back */
 	}
 	parked = true;
 	pthread_mutex_unlock(&lock);
@@ -374,7 +455,14 @@ int vmm_unpark(const wire_object *recs, const int *fds, int n)
 		if (!(recs[k].flags & WIRE_OBJ_APP))
 			continue;
 		uint64_t i = recs[k].key;
-		if (i >= nh || !hs[i].live || hs[i].cur || hs[i].size != recs[k].size) {
+		if ((recs[k].flags & WIRE_OBJ_ALIAS) && i < nh && hs[i].live) {
+			int d = fcntl(fds[k], F_DUPFD_CLOEXEC, 3);
+			if (d >= 0 && !push(&hs[i].exp, &hs[i].nexp, &hs[i].expcap, &d, sizeof(d)))
+				close(d);
+			continue;
+		}
+		if (i >= nh || !hs[i].live || hs[i].cur || !(recs[k].flags & WIRE_OBJ_IMPORTED) != !hs[i].imported ||
+		    (hs[i].imported ? recs[k].size < hs[i].size : hs[i].size != recs[k].size)) {
 			e = -ENOENT;
 			break;
 		}
@@ -405,6 +493,24 @@ int vmm_unpark(const wire_object *recs, const int *fds, int n)
 	return e;
 }
 
+bool vmm_missing(char *what, size_t n)
+{
+	pthread_mutex_lock(&lock);
+	uint32_t i = 0;
+	while (i < nh && !(hs[i].live && !hs[i].cur))
+		i++;
+	if (i < nh) {
+		uint64_t va = 0;
+		for (uint32_t k = 0; k < nm && !va; k++)
+			if (ms[k].live && ms[k].h == i)
+				va = ms[k].va;
+		snprintf(what, n, "its VMM %s %u (%llu bytes at 0x%llx)", hs[i].imported ? "import" : "allocation", i,
+			 (unsigned long long)hs[i].size, (unsigned long long)va);
+	}
+	pthread_mutex_unlock(&lock);
+	return i < nh;
+}
+
 bool vmm_parked(void)
 {
 	pthread_mutex_lock(&lock);
@@ -420,5 +526,6 @@ void vmm_forget_fds(void)
 		if (hs[i].kept)
 			close(hs[i].kept - 1);
 		hs[i].kept = 0;
+		close_exports(&hs[i]);
 	}
 }

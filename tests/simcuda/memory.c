@@ -515,7 +515,12 @@ SC_EXPORT CUresult cuMemExportToShareableHandle(void *shareable, CUmemGenericAll
 		r = CUDA_ERROR_INVALID_VALUE;
 	else if (!(ph->prop.requestedHandleTypes & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR))
 		r = CUDA_ERROR_INVALID_VALUE; /* the driver refuses too */
-	int fd = r ? -1 : fcntl(ph->fd, F_DUPFD_CLOEXEC, 0);
+	/* A new open file each time, as the driver gives (each of its fds
+	 * is an open of /dev/nvidiactl): nothing but the file the fd names
+	 * tells two exports of one allocation from those of two. */
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", ph->fd);
+	int fd = r ? -1 : open(path, O_RDWR | O_CLOEXEC);
 	pthread_mutex_unlock(&mem_lock);
 	if (r)
 		return r;
