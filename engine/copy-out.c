@@ -64,6 +64,7 @@ struct engine_copy {
 	uint64_t nchunks;
 	_Atomic uint64_t cursor;
 	_Atomic uint64_t left; /* chunks not yet off the GPU */
+	_Atomic uint64_t shared_left; /* of which of objects other members map */
 	uint8_t *pool;
 	uint32_t nslots;
 
@@ -244,9 +245,14 @@ static void pause_for_app(outjob *j)
 	}
 }
 
-/* A chunk is off the GPU. */
-static void chunk_off(outjob *j, cow_header *t, _Atomic uint32_t *st, uint32_t shadow, uint32_t len)
+/* A chunk of object k is off the GPU. */
+static void chunk_off(outjob *j, int k, cow_header *t, _Atomic uint32_t *st, uint32_t shadow, uint32_t len)
 {
+	if ((j->objs->objs[k].flags & WIRE_OBJ_SHARED) && atomic_fetch_sub(&j->shared_left, 1) == 1) {
+		pthread_mutex_lock(&j->lock);
+		pthread_cond_broadcast(&j->moved);
+		pthread_mutex_unlock(&j->lock);
+	}
 	if (st) {
 		atomic_store(st, COW_OFF);
 		if (shadow != COW_NO_SLOT)
@@ -314,7 +320,7 @@ static void *copier(void *arg)
 			give_slot(j, slot);
 			break;
 		}
-		chunk_off(j, t, st, shadow, len);
+		chunk_off(j, k, t, st, shadow, len);
 		pthread_mutex_lock(&j->lock);
 		j->queue[(j->qhead + j->qlen++) % j->nslots] = (item){ slot, j->ids[k], off, len };
 		pthread_cond_broadcast(&j->moved);
@@ -366,12 +372,15 @@ static int by_writes(const void *a, const void *b, void *arg)
 {
 	const wire_object *objs = arg;
 	const wire_object *x = &objs[*(const int *)a], *y = &objs[*(const int *)b];
+	if ((x->flags ^ y->flags) & WIRE_OBJ_SHARED)
+		return x->flags & WIRE_OBJ_SHARED ? -1 : 1;
 	if (x->writes != y->writes)
 		return x->writes > y->writes ? -1 : 1;
 	return *(const int *)a - *(const int *)b;
 }
 
-/* Fills j->order: objects most written first, each from its start. */
+/* Fills j->order: objects other members map first (the stall may wait
+ * for them), then those most written, each from its start. */
 static int plan(outjob *j)
 {
 	int *idx = calloc(j->n ? (size_t)j->n : 1, sizeof(*idx));
@@ -459,7 +468,9 @@ static int take_staged(outjob *j, const engine_recopy *r, bool *held, uint64_t *
 	if (!j->pre)
 		return -ENOMEM;
 	for (int k = 0; k < j->n; k++) {
-		int tk = engine_recopy_find(r, &j->objs->objs[k], j->objs->pids[k]);
+		/* Other members' writes to it were not tracked. */
+		int tk = j->objs->objs[k].flags & WIRE_OBJ_SHARED ? -1
+								  : engine_recopy_find(r, &j->objs->objs[k], j->objs->pids[k]);
 		for (uint64_t g = j->first[k]; g < j->first[k + 1]; g++) {
 			uint64_t off = (g - j->first[k]) * j->chunk;
 			uint32_t s = r->chunk == j->chunk ? engine_recopy_slot(r, tk, off) : UINT32_MAX;
@@ -545,6 +556,9 @@ int engine_copy_begin(const engine_parked *objs, phosimg_writer *w, const engine
 		e = add_objects(j, ids, er);
 	j->nchunks = n && j->first ? j->first[n] : 0;
 	atomic_store(&j->left, j->nchunks);
+	for (int k = 0; !e && k < n; k++)
+		if (objs->objs[k].flags & WIRE_OBJ_SHARED)
+			atomic_fetch_add(&j->shared_left, j->first[k + 1] - j->first[k]);
 	j->free_slots = calloc(j->nslots ? j->nslots : 1, sizeof(*j->free_slots));
 	j->queue = calloc(j->nslots ? j->nslots : 1, sizeof(*j->queue));
 	j->aside = calloc(j->nchunks ? j->nchunks : 1, sizeof(*j->aside));
@@ -596,6 +610,21 @@ int engine_copy_wait_off(engine_copy *j)
 	pthread_mutex_unlock(&j->lock);
 	int e = atomic_load(&j->error);
 	return e ? e : atomic_load(&j->left) ? -EIO : 0;
+}
+
+int engine_copy_wait_shared(engine_copy *j)
+{
+	pthread_mutex_lock(&j->lock);
+	while (atomic_load(&j->shared_left) && !atomic_load(&j->error) && j->copiers > 0)
+		pthread_cond_wait(&j->moved, &j->lock);
+	pthread_mutex_unlock(&j->lock);
+	int e = atomic_load(&j->error);
+	return e ? e : atomic_load(&j->shared_left) ? -EIO : 0;
+}
+
+uint32_t engine_copy_object_id(const engine_copy *j, int k)
+{
+	return j->ids[k];
 }
 
 void engine_copy_cancel(engine_copy *j)

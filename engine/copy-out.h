@@ -50,6 +50,12 @@ typedef struct engine_copy engine_copy;
 int engine_copy_begin(const engine_parked *objs, phosimg_writer *w, const engine_copy_opts *o, engine_progress *prog,
 		      engine_copy **out, perr *er);
 int engine_copy_wait_off(engine_copy *c);
+/* Waits until the objects marked WIRE_OBJ_SHARED (copied first) are off
+ * the GPU: another member writes them where no CoW table sees it. Errors
+ * as engine_copy_wait_off. */
+int engine_copy_wait_shared(engine_copy *c);
+/* The image's id of object k of the objects the copy was begun with. */
+uint32_t engine_copy_object_id(const engine_copy *c, int k);
 int engine_copy_end(engine_copy *c, perr *er);
 /* Stops a copy that is no longer wanted (the checkpoint failed under
  * it): no more chunks are taken or written, and engine_copy_end returns

@@ -39,6 +39,7 @@
 #include "park.h"
 #include "progress.h"
 #include "recopy.h"
+#include "shared.h"
 #include "sockets.h"
 #include "tree.h"
 

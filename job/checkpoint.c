@@ -17,7 +17,9 @@
  * nothing protected).
  *
  * The cut of an NCCL job belongs to the stall: a step in stall_enter
- * before its members park, undone in stall_leave.
+ * before its members park, undone in stall_leave. Memory one member
+ * imported of another's is off the GPU before they run again, in every
+ * protocol: the CoW tables see only each process's own writes.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -47,11 +49,26 @@ static int copy_start(ckpt *k, perr *er)
 		return 0;
 	engine_step(k->prog, STEP_COPY);
 	int e = engine_copy_begin(&k->parked, k->w, &k->co, k->prog, &k->copy, er);
+	if (!e)
+		e = engine_shares_record(&k->shares, k->copy, k->w, er);
 	/* recopy: what the final stall copies; the rest came from staging. */
 	if (!e && k->recopy)
 		atomic_store(&k->prog->recopy_dirty,
 			     atomic_load(&k->prog->total) - atomic_load(&k->prog->recopy_clean));
 	return e;
+}
+
+/* cow and recopy: waits until the memory members share is off the GPU. */
+static int copy_shared_off(ckpt *k, perr *er)
+{
+	if (!k->copy || !k->shares.imported.n)
+		return 0;
+	int e = engine_copy_wait_shared(k->copy);
+	if (!e)
+		return 0;
+	e = engine_copy_end(k->copy, er);
+	k->copy = NULL;
+	return e ? e : pr_err(er, -EIO, "the memory the processes share was not copied");
 }
 
 /* stop: waits until the memory is off the GPU (staging holds what the
@@ -107,17 +124,29 @@ static int run_stop(ckpt *k, perr *er)
 
 /* cow (t1): the processes run again right after the dump, with a CoW
  * table and shadow pool each, and their memory is copied while they
- * run. */
+ * run. When members share memory, the copy starts in the stall, as
+ * recopy's, and what they share is off the GPU before they run. */
 static int run_cow(ckpt *k, perr *er)
 {
 	int e = stall_enter(k, er);
+	bool early = !e && k->shares.imported.n;
+	if (early) {
+		k->protect = true;
+		e = engine_cow_prepare(&k->tables, &k->parked, k->chunk, k->a->shadow_pool, COW_MODE_COW, er);
+		if (!e)
+			e = copy_start(k, er);
+	}
 	if (!e)
 		e = stall_freeze(k, er);
-	if (!e)
+	if (!e && !early)
 		e = engine_cow_prepare(&k->tables, &k->parked, k->chunk, k->a->shadow_pool, COW_MODE_COW, er);
+	if (!e)
+		e = copy_shared_off(k, er);
 	bool back = false;
 	e = stall_leave(k, e, &back, er);
-	if (!e) {
+	if (early) {
+		e = copy_drain(k, e, back, er);
+	} else if (!e) {
 		engine_step(k->prog, STEP_COPY);
 		copy_opts(k);
 		k->co.cow = &k->tables;
@@ -155,6 +184,8 @@ static int run_recopy(ckpt *k, perr *er)
 		e = stall_freeze(k, er);
 	if (!e && !k->protect)
 		e = copy_off(k, er);
+	if (!e && k->protect)
+		e = copy_shared_off(k, er);
 	/* A copy that failed already is not protected. */
 	if (!e && k->copy && k->protect && engine_copy_error(k->copy)) {
 		e = engine_copy_end(k->copy, er);

@@ -307,18 +307,26 @@ static int restore_wake(const restore_args *a, restore_ctx *c, const engine_park
 {
 	int e = 0;
 	for (uint32_t i = 0; !e && i < c->n; i++) {
-		engine_parked mine = engine_parked_of(objs, c->m[i].pid);
+		/* Its own objects, and what it maps of another member's. */
+		engine_parked mine;
+		e = engine_shares_restored(c->in, objs, l ? l->now : NULL, c->m[i].pid, &mine);
+		if (e) {
+			pr_err(er, e, "%s", e == -ENOMEM ? "out of memory"
+						       : "the image shares an object that was not filled");
+			break;
+		}
 		engine_parked any = { .n = mine.n + (l ? lazy_later(l, i) : 0) };
 		pid_t tid = restore_tracer_of(c, i, &any, er);
-		if (tid <= 0 || !a->tracer) {
+		if (tid > 0 && a->tracer) {
+			engine_step(a->prog, STEP_UNPARK);
+			e = l ? lazy_unpark(l, i, tid, a->tracer, &mine, er)
+			      : engine_unpark(c->host[i], tid, a->tracer, &mine, NULL, er);
+			if (!e)
+				restore_served(a, c->host[i]);
+		} else {
 			e = tid < 0 ? tid : 0;
-			continue;
 		}
-		engine_step(a->prog, STEP_UNPARK);
-		e = l ? lazy_unpark(l, i, tid, a->tracer, &mine, er)
-		      : engine_unpark(c->host[i], tid, a->tracer, &mine, NULL, er);
-		if (!e)
-			restore_served(a, c->host[i]);
+		engine_shares_view_free(&mine);
 	}
 	return e;
 }

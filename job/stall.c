@@ -78,7 +78,8 @@ static int describe(pid_t pid, phosimg_meta *m, char **cmdline)
 /* Brings every live member back to running: driver restore and unlock,
  * then unpark. The first error goes to err (if it is still empty). */
 static int bring_back(const checkpoint_args *a, const phosimg_member *m, member_state *ms, uint32_t n,
-		      const engine_parked *parked, const engine_cow *cow, bool dumped, perr *er)
+		      const engine_parked *parked, const engine_shares *shares, const engine_cow *cow, bool dumped,
+		      perr *er)
 {
 	engine_progress *prog = a->prog;
 	int first = 0;
@@ -100,8 +101,13 @@ static int bring_back(const checkpoint_args *a, const phosimg_member *m, member_
 		if (!ms[i].parked || !engine_alive(m[i].pid) || (dumped && a->kill))
 			continue;
 		engine_step(prog, STEP_UNPARK);
-		engine_parked mine = engine_parked_of(parked, m[i].pid);
-		int e = engine_unpark(m[i].pid, ms[i].tid, a->tracer, &mine, engine_cow_of(cow, m[i].pid), &msg);
+		engine_parked mine;
+		int e = engine_shares_view(parked, shares, m[i].pid, &mine);
+		if (e)
+			pr_err(&msg, e, "out of memory");
+		else
+			e = engine_unpark(m[i].pid, ms[i].tid, a->tracer, &mine, engine_cow_of(cow, m[i].pid), &msg);
+		engine_shares_view_free(&mine);
 		if (e && !first) {
 			first = e;
 			if (!*er->msg)
@@ -181,6 +187,7 @@ void stall_release(ckpt *k)
 	engine_cow_free(&k->tables);
 	engine_recopy_free(&k->rc);
 	engine_parked_free(&k->parked);
+	engine_shares_free(&k->shares);
 	engine_staging_free(&k->staging);
 }
 
@@ -342,6 +349,9 @@ static int park(ckpt *k, perr *er)
 	free(v);
 	if (!e && view && (e = phosimg_writer_set_meta(k->w, &k->meta)) != 0)
 		pr_perror(er, e, "describing the image");
+	/* What one member imported of another's is the owner's object. */
+	if (!e)
+		e = engine_shares_take(&k->parked, &k->shares, er);
 	uint64_t total = 0;
 	for (int i = 0; i < k->parked.n; i++)
 		total += k->parked.objs[i].size;
@@ -416,7 +426,7 @@ int stall_leave(ckpt *k, int e, bool *back, perr *er)
 		engine_copy_cancel(k->copy);
 	perr err2 = { 0 };
 	const engine_cow *tables = !e && (k->cow || k->protect) ? &k->tables : NULL;
-	int e2 = bring_back(k->a, k->m, k->ms, k->n, &k->parked, tables, k->dumped, &err2);
+	int e2 = bring_back(k->a, k->m, k->ms, k->n, &k->parked, &k->shares, tables, k->dumped, &err2);
 	cut_end(k);
 	atomic_store(&k->prog->stall_ns, engine_now_ns() - k->t0);
 	if (!e && e2) {

@@ -62,6 +62,7 @@ typedef struct ckpt {
 	engine_staging staging;
 	phosimg_writer *w;
 	engine_parked parked;
+	engine_shares shares; /* the members' imports of each other's memory */
 	engine_cow tables;
 	engine_recopy rc;
 	engine_copy_opts co;

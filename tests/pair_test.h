@@ -1,12 +1,24 @@
 /*
- * What the tests of tests/apps/pair_app share: reading how far its two
- * ranks have got from its output ("rank R step N" lines).
+ * What the tests of tests/apps/pair_app share: finding it, its cubin and
+ * the stub NCCL, and reading how far its two ranks have got from its
+ * output ("rank R step N" lines). Included after phosfs_test.h.
  */
 #ifndef PHOS_PAIR_TEST_H
 #define PHOS_PAIR_TEST_H
 
 #include <stdio.h>
 #include <unistd.h>
+
+/* pair_app, its cubin and tests/apps/libnccl.so.2 into app, cubin and
+ * stub (PATH_MAX each), or skips the whole test. */
+static inline void pair_paths(char *app, char *cubin, char *stub)
+{
+	rig_app_path("PHOS_PAIR_APP", "apps/pair_app", app);
+	snprintf(cubin, PATH_MAX, "%s/pair.cubin", test_path("PHOS_KERNELS", "../kernels"));
+	snprintf(stub, PATH_MAX, "%s", test_path("PHOS_NCCL_STUB", "apps/libnccl.so.2"));
+	if (access(cubin, R_OK) || access(stub, R_OK))
+		skip_all("tests/kernels/pair.cubin or tests/apps/libnccl.so.2 is not built");
+}
 
 /* The highest N of the lines "rank R step N" of out. */
 static inline unsigned last_step(const char *out, int rank)

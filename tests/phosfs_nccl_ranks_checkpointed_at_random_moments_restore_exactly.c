@@ -4,31 +4,32 @@
  * communicator, then kernel `meet`, which waits for the other rank's), so
  * that at almost any moment one rank's step waits inside the device for
  * the other's. Without a cut, quiescing both at once catches one rank
- * launched and the other not, and neither finishes.
+ * launched and the other not, and neither finishes. They meet in device
+ * memory rank 0 made and rank 1 imported from its fd, as NCCL's ranks
+ * share their buffers.
  *
- * Checkpointed at 20 random moments, with stop and cow in turn: the cut
+ * Checkpointed at 100 random moments, with stop, cow and recopy in turn: the cut
  * runs each rank up to the other's count first, so every checkpoint
  * succeeds, within its deadline; status shows the cut (each rank's pid,
  * its communicator and target) and its time as the step "cut". The ranks
- * check every sum, all along. Killed, the job is restored from the last
- * image, and both ranks go on from where it was taken, every sum right.
+ * check every sum, all along. The image holds the shared memory once, as
+ * rank 0's object, and records rank 1's import of it. Killed, the job is
+ * restored from the last image, and both ranks go on from where it was
+ * taken, every sum right: they share the memory again. Checkpointed with
+ * cow once more, killed, and restored lazily, they go on again.
  */
 #include "phosfs_test.h"
 #include "pair_test.h"
 
-#define TRIES 20
+#define TRIES 100
 
 int main(void)
 {
 	rig r;
 	rig_require(&r);
 	char app[PATH_MAX], cubin[PATH_MAX], stub[PATH_MAX];
-	rig_app_path("PHOS_PAIR_APP", "apps/pair_app", app);
-	snprintf(cubin, sizeof(cubin), "%s/pair.cubin", test_path("PHOS_KERNELS", "../kernels"));
-	snprintf(stub, sizeof(stub), "%s", test_path("PHOS_NCCL_STUB", "apps/libnccl.so.2"));
-	if (access(cubin, R_OK) || access(stub, R_OK))
-		skip_all("tests/kernels/pair.cubin or tests/apps/libnccl.so.2 is not built");
-	plan(5);
+	pair_paths(app, cubin, stub);
+	plan(8);
 	if (rig_mount(&r, NULL))
 		bail("phosfs did not mount");
 	char *const cmd[] = { app, cubin, stub, NULL };
@@ -49,7 +50,8 @@ int main(void)
 		usleep((useconds_t)(rand() % 50000));
 		snprintf(name, sizeof(name), "c%d", i);
 		char c[96];
-		snprintf(c, sizeof(c), "checkpoint %s name=%s\n", i % 2 ? "stop" : "cow", name);
+		static const char *proto[] = { "stop", "cow", "recopy" };
+		snprintf(c, sizeof(c), "checkpoint %s name=%s\n", proto[i % 3], name);
 		struct timespec a, b;
 		clock_gettime(CLOCK_MONOTONIC, &a);
 		int good = rig_checkpoint(&r, pid, c, last, sizeof(last));
@@ -74,11 +76,31 @@ int main(void)
 
 	char img[PATH_MAX];
 	snprintf(img, sizeof(img), "%s/%d/%s", r.store, (int)pid, name);
+	phosimg *im = NULL;
+	const phosimg_info *in = phosimg_open(img, &im) ? NULL : phosimg_get_info(im);
+	int good = in && in->share_count == 1;
+	for (uint32_t i = 0; good && i < in->meta.member_count; i++) /* rank 1 is rank 0's child */
+		if (in->meta.members[i].pid == in->shares[0].pid)
+			good = in->meta.members[i].ppid == in->objects[in->shares[0].object].pid ? 2 : 0;
+	ok(good == 2, "the image holds the shared memory as rank 0's object, and rank 1's import of it as a share");
+	phosimg_close(im);
+
 	unsigned at = last_step(out, 0);
 	pid_t back = pid;
+	r.restore_mode = "eager";
 	int restored = rig_kill_restore(&r, &back, rig_verify(img), img, st, sizeof(st));
 	ok(restored && both_past(out, at + 40, 20000) && !rig_line(out, "WRONG", 0, NULL, 0),
-	   "killed and restored from the last image, both ranks go on, every sum right (pid %d)", (int)back);
+	   "killed and restored eagerly from the last image, both ranks go on, every sum right (pid %d)", (int)back);
+
+	char again[PATH_MAX];
+	snprintf(again, sizeof(again), "%s/%d/again", r.store, (int)back);
+	ok(rig_checkpoint(&r, back, "checkpoint cow name=again\n", last, sizeof(last)) && rig_verify(again),
+	   "the restored job is checkpointed again with cow");
+	at = last_step(out, 0);
+	r.restore_mode = "lazy";
+	restored = rig_kill_restore(&r, &back, 1, again, st, sizeof(st));
+	ok(restored && both_past(out, at + 40, 20000) && !rig_line(out, "WRONG", 0, NULL, 0),
+	   "killed and restored lazily from that image, both ranks go on, every sum right (pid %d)", (int)back);
 	kill(back, SIGKILL);
 	rig_cleanup(&r);
 	return done();

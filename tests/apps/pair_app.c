@@ -6,8 +6,11 @@
  *
  * It forks before it uses CUDA; parent (rank 0) and child (rank 1) each
  * run kernel `meet` of CUBIN in a loop. meet publishes the rank's value
- * for the step in memory both processes map, waits until the peer has
- * published its own, and writes the sum. Each rank then checks the sum
+ * for the step in device memory both processes map, waits until the peer
+ * has published its own, and writes the sum. The memory is shared as
+ * NCCL shares its buffers between ranks: rank 0 makes it (cuMemCreate),
+ * exports a POSIX fd of it and sends that over a Unix socket; rank 1
+ * imports it, maps it, and closes the fd. Each rank then checks the sum
  * and prints "rank R step N" every 20 steps, or "WRONG …" and exits 1.
  *
  * Rank 0 waits for each step in cuMemcpyDtoH, a call the tracer gates;
@@ -22,29 +25,36 @@
  * make a communicator of 2 from a unique id made before the fork, and
  * each step also all-reduces on it.
  *
- * On a GPU the page both processes map is registered with the driver
- * (each process's pointer to it is then the device's too); simcuda runs
- * meet as simcuda_kernel_meet below.
+ * With PAIR_RING=1 in its environment, rank 0 also sets up an io_uring
+ * ring (which CRIU cannot dump: under the tracer, only with
+ * PHOS_ALLOW_IO_URING=1) and keeps it.
+ *
+ * simcuda runs meet as simcuda_kernel_meet below.
  */
 #include <cuda.h>
 #include <dlfcn.h>
+#include <errno.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <linux/io_uring.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "simcuda/simcuda.h"
 
+/* Host memory both map: what the signals switch. */
 typedef struct shared {
-	volatile unsigned slots[2];
-	volatile unsigned vals[4];
 	atomic_int hold, stream_sync;
 } shared;
 
 static shared *sh;
+static int sock[2]; /* rank 0 sends the device memory's fd on sock[0] */
 
 /* NCCL's, when LIBRARY has it (the ABI of tests/apps/nccl_stub.c). */
 typedef struct {
@@ -91,6 +101,68 @@ void simcuda_kernel_meet(const simcuda_launch *l)
 	*out = vals[at] + vals[at + 1];
 }
 
+static void send_fd(int s, int fd)
+{
+	char c = 0, ctl[CMSG_SPACE(sizeof(int))] = { 0 };
+	struct iovec io = { &c, 1 };
+	struct msghdr m = { .msg_iov = &io, .msg_iovlen = 1, .msg_control = ctl, .msg_controllen = sizeof(ctl) };
+	struct cmsghdr *h = CMSG_FIRSTHDR(&m);
+	h->cmsg_level = SOL_SOCKET;
+	h->cmsg_type = SCM_RIGHTS;
+	h->cmsg_len = CMSG_LEN(sizeof(int));
+	memcpy(CMSG_DATA(h), &fd, sizeof(int));
+	if (sendmsg(s, &m, 0) != 1)
+		check(CUDA_ERROR_UNKNOWN, 0, "sending the memory's fd");
+}
+
+static int recv_fd(int s)
+{
+	char c, ctl[CMSG_SPACE(sizeof(int))];
+	struct iovec io = { &c, 1 };
+	struct msghdr m = { .msg_iov = &io, .msg_iovlen = 1, .msg_control = ctl, .msg_controllen = sizeof(ctl) };
+	struct cmsghdr *h = recvmsg(s, &m, 0) == 1 ? CMSG_FIRSTHDR(&m) : NULL;
+	int fd = -1;
+	if (h && h->cmsg_type == SCM_RIGHTS)
+		memcpy(&fd, CMSG_DATA(h), sizeof(int));
+	if (fd < 0)
+		check(CUDA_ERROR_UNKNOWN, 1, "receiving the memory's fd");
+	return fd;
+}
+
+/* The device memory both ranks map, made by rank 0 and imported by
+ * rank 1, at *va. */
+static void share(int rank, CUdevice dev, CUdeviceptr *va)
+{
+	CUmemAllocationProp prop = { .type = CU_MEM_ALLOCATION_TYPE_PINNED,
+				     .requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+				     .location = { CU_MEM_LOCATION_TYPE_DEVICE, dev } };
+	size_t size;
+	check(cuMemGetAllocationGranularity(&size, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM), rank,
+	      "cuMemGetAllocationGranularity");
+	CUmemGenericAllocationHandle h;
+	int fd = -1;
+	if (rank == 0) {
+		check(cuMemCreate(&h, size, &prop, 0), rank, "cuMemCreate");
+		check(cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0), rank,
+		      "cuMemExportToShareableHandle");
+	} else {
+		fd = recv_fd(sock[1]);
+		check(cuMemImportFromShareableHandle(&h, (void *)(intptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
+		      rank, "cuMemImportFromShareableHandle");
+	}
+	check(cuMemAddressReserve(va, size, 0, 0, 0), rank, "cuMemAddressReserve");
+	check(cuMemMap(*va, size, 0, h, 0), rank, "cuMemMap");
+	CUmemAccessDesc acc = { { CU_MEM_LOCATION_TYPE_DEVICE, dev }, CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
+	check(cuMemSetAccess(*va, size, &acc, 1), rank, "cuMemSetAccess");
+	check(cuMemRelease(h), rank, "cuMemRelease"); /* the mapping keeps it */
+	if (rank == 0) {
+		check(cuMemsetD8(*va, 0, size), rank, "cuMemsetD8");
+		check(cuCtxSynchronize(), rank, "cuCtxSynchronize");
+		send_fd(sock[0], fd);
+	}
+	close(fd);
+}
+
 static void run(int rank, const char *cubin)
 {
 	CUdevice dev;
@@ -107,9 +179,13 @@ static void run(int rank, const char *cubin)
 	check(cuModuleGetFunction(&meet, mod, "meet"), rank, "cuModuleGetFunction");
 	check(cuStreamCreate(&s, CU_STREAM_DEFAULT), rank, "cuStreamCreate");
 	check(cuMemAlloc(&out, 4096), rank, "cuMemAlloc");
-	check(cuMemHostRegister(sh, 4096, CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP), rank,
-	      "cuMemHostRegister");
-	volatile unsigned *slots = sh->slots, *vals = sh->vals;
+	CUdeviceptr va;
+	share(rank, dev, &va);
+	const char *ring = getenv("PAIR_RING");
+	struct io_uring_params up = { 0 };
+	if (rank == 0 && ring && !strcmp(ring, "1") && syscall(SYS_io_uring_setup, 4, &up) < 0)
+		printf("rank 0: no io_uring ring: %s\n", strerror(errno));
+	CUdeviceptr slots = va, vals = va + 64;
 	unsigned r = (unsigned)rank;
 	void *comm = NULL;
 	if (nccl_init && nccl_init(&comm, 2, id, rank))
@@ -155,7 +231,7 @@ int main(int argc, char **argv)
 		nccl_init = NULL;
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	sh = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-	if (sh == MAP_FAILED)
+	if (sh == MAP_FAILED || socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sock))
 		return 1;
 	signal(SIGUSR1, on_usr1);
 	signal(SIGUSR2, on_usr2);

@@ -1,0 +1,192 @@
+/*
+ * Device memory the members of a tree share (shared.h).
+ */
+#include <errno.h>
+#include <linux/kcmp.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "shared.h"
+
+/* Whether fds a and b (of this process) are one open file. */
+static bool same_file(int a, int b)
+{
+	pid_t me = getpid();
+	return syscall(SYS_kcmp, me, me, KCMP_FILE, a, b) == 0;
+}
+
+/* The index in rest of the object whose fd, or one of whose aliases
+ * (their owners' indexes in at), is fd's open file; or -1. */
+static int owner_of(const engine_parked *rest, const engine_parked *alias, const int *at, int fd)
+{
+	for (int k = 0; k < rest->n; k++)
+		if ((rest->objs[k].flags & WIRE_OBJ_APP) && same_file(rest->fds[k], fd))
+			return k;
+	for (int k = 0; k < alias->n; k++)
+		if (at[k] >= 0 && same_file(alias->fds[k], fd))
+			return at[k];
+	return -1;
+}
+
+/* Splits parked into rest, imports and aliases (their fds moved, not
+ * duplicated); -ENOMEM leaves parked whole and the three to be freed
+ * without their fds. */
+static int split(const engine_parked *parked, engine_parked *rest, engine_parked *imp, engine_parked *alias)
+{
+	for (int k = 0; k < parked->n; k++) {
+		uint32_t f = parked->objs[k].flags;
+		engine_parked *to = f & WIRE_OBJ_ALIAS ? alias : f & WIRE_OBJ_IMPORTED ? imp : rest;
+		if (engine_parked_add(to, &parked->objs[k], &parked->fds[k], parked->pids[k], 1))
+			return -ENOMEM;
+	}
+	return 0;
+}
+
+/* The index in rest of the application's object `key` of process pid,
+ * or -1. */
+static int object_of(const engine_parked *rest, pid_t pid, uint64_t key)
+{
+	for (int k = 0; k < rest->n; k++)
+		if (rest->pids[k] == pid && rest->objs[k].key == key && (rest->objs[k].flags & WIRE_OBJ_APP))
+			return k;
+	return -1;
+}
+
+/* Frees the arrays of p, not its fds. */
+static void drop_arrays(engine_parked *p)
+{
+	free(p->objs);
+	free(p->fds);
+	free(p->pids);
+	memset(p, 0, sizeof(*p));
+}
+
+int engine_shares_take(engine_parked *parked, engine_shares *out, perr *er)
+{
+	memset(out, 0, sizeof(*out));
+	int nmove = 0;
+	for (int k = 0; k < parked->n; k++)
+		nmove += (parked->objs[k].flags & (WIRE_OBJ_IMPORTED | WIRE_OBJ_ALIAS)) != 0;
+	if (!nmove)
+		return 0;
+	engine_parked rest = { 0 }, imp = { 0 }, alias = { 0 };
+	int *owner = NULL, *at = NULL;
+	int e = split(parked, &rest, &imp, &alias);
+	if (!e) {
+		owner = calloc(imp.n ? (size_t)imp.n : 1, sizeof(*owner));
+		at = calloc(alias.n ? (size_t)alias.n : 1, sizeof(*at));
+		e = owner && at ? 0 : -ENOMEM;
+	}
+	if (e) {
+		pr_err(er, e, "out of memory");
+		goto fail;
+	}
+	for (int k = 0; k < alias.n; k++)
+		at[k] = object_of(&rest, alias.pids[k], alias.objs[k].key);
+	for (int i = 0; i < imp.n && !e; i++) {
+		int k = owner_of(&rest, &alias, at, imp.fds[i]);
+		if (k < 0)
+			e = pr_err(er, -EOPNOTSUPP,
+				   "process %d maps device memory (at 0x%llx) that another process exported, and that "
+				   "process is not a traced member of the checkpoint",
+				   (int)imp.pids[i], (unsigned long long)imp.objs[i].va);
+		else
+			owner[i] = k;
+	}
+	if (e)
+		goto fail;
+	for (int i = 0; i < imp.n; i++) {
+		rest.objs[owner[i]].flags |= WIRE_OBJ_SHARED;
+		imp.objs[i].size = rest.objs[owner[i]].size;
+		imp.objs[i].device = rest.objs[owner[i]].device;
+	}
+	free(at);
+	rest.ndev = parked->ndev;
+	memcpy(rest.dev_uuid, parked->dev_uuid, sizeof(rest.dev_uuid));
+	drop_arrays(parked);
+	*parked = rest;
+	out->imported = imp;
+	out->owner = owner;
+	out->aliases = alias;
+	return 0;
+fail:
+	free(at);
+	free(owner);
+	drop_arrays(&rest);
+	drop_arrays(&imp);
+	drop_arrays(&alias);
+	return e;
+}
+
+void engine_shares_free(engine_shares *s)
+{
+	engine_parked_free(&s->imported);
+	engine_parked_free(&s->aliases);
+	free(s->owner);
+	memset(s, 0, sizeof(*s));
+}
+
+int engine_shares_view(const engine_parked *all, const engine_shares *s, pid_t pid, engine_parked *out)
+{
+	memset(out, 0, sizeof(*out));
+	engine_parked mine = engine_parked_of(all, pid), theirs = engine_parked_of(&s->imported, pid),
+		      names = engine_parked_of(&s->aliases, pid);
+	if ((mine.n && engine_parked_add(out, mine.objs, mine.fds, pid, mine.n)) ||
+	    (theirs.n && engine_parked_add(out, theirs.objs, theirs.fds, pid, theirs.n)) ||
+	    (names.n && engine_parked_add(out, names.objs, names.fds, pid, names.n))) {
+		drop_arrays(out);
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+void engine_shares_view_free(engine_parked *v)
+{
+	drop_arrays(v);
+}
+
+int engine_shares_restored(const phosimg_info *in, const engine_parked *filled, const bool *sel, pid_t pid,
+			   engine_parked *out)
+{
+	memset(out, 0, sizeof(*out));
+	engine_parked mine = engine_parked_of(filled, pid);
+	if (mine.n && engine_parked_add(out, mine.objs, mine.fds, pid, mine.n))
+		goto oom;
+	for (uint32_t i = 0; i < in->share_count; i++) {
+		const phosimg_share *sh = &in->shares[i];
+		if (sh->pid != pid)
+			continue;
+		int at = 0; /* its place among the filled objects */
+		for (uint32_t k = 0; k < sh->object; k++)
+			at += !sel || sel[k];
+		if ((sel && !sel[sh->object]) || at >= filled->n) {
+			drop_arrays(out);
+			return -EBADMSG;
+		}
+		const phosimg_object *o = &in->objects[sh->object];
+		wire_object rec = { .key = sh->key, .size = o->size, .device = o->device,
+				    .flags = WIRE_OBJ_APP | WIRE_OBJ_IMPORTED };
+		if (engine_parked_add(out, &rec, &filled->fds[at], pid, 1))
+			goto oom;
+	}
+	return 0;
+oom:
+	drop_arrays(out);
+	return -ENOMEM;
+}
+
+int engine_shares_record(const engine_shares *s, const engine_copy *c, phosimg_writer *w, perr *er)
+{
+	for (int i = 0; i < s->imported.n; i++) {
+		phosimg_share sh = { .pid = s->imported.pids[i],
+				     .key = (uint32_t)s->imported.objs[i].key,
+				     .object = engine_copy_object_id(c, s->owner[i]) };
+		int e = phosimg_writer_add_share(w, &sh);
+		if (e)
+			return pr_perror(er, e, "recording process %d's import of another member's memory",
+					 (int)sh.pid);
+	}
+	return 0;
+}
