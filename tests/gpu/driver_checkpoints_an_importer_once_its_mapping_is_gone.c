@@ -10,9 +10,11 @@
  *      unlocks the child.
  *   3. The child imports the kept fd again, maps it at the same VA, and
  *      reads what the parent wrote meanwhile: the same memory.
- *   4. Two exports of one handle, and the fd the child got: whether they
- *      are one file (st_dev, st_ino), reported; the fd the child got is
- *      the parent's, whatever the answer.
+ *   4. What names the memory: every exported fd is an open of the same
+ *      device file (one st_dev:st_ino for two allocations), and two
+ *      exports of one handle are two open files; only the open file the
+ *      child got is the parent's (kcmp KCMP_FILE), which is how phosfs
+ *      matches an import to its owner.
  *   5. While the child maps it, the driver's cycle fails (its README: no
  *      IPC memory); the step that fails is reported. Last: the child may
  *      be left unusable, and is killed.
@@ -24,7 +26,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/kcmp.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -125,10 +129,7 @@ static int child(int sock)
 			sscanf(strchr(m, ' ') + 1, "%u", &v);
 			r = map_fd(fd, va, &h);
 			bad = r ? err_name(r) : check(va, v);
-			struct stat st;
-			fstat(fd, &st);
-			snprintf(out, sizeof(out), "%s %lu:%lu", bad ? bad : "ok", (unsigned long)st.st_dev,
-				 (unsigned long)st.st_ino);
+			snprintf(out, sizeof(out), "%s %d", bad ? bad : "ok", fd);
 		} else if (!strcmp(m, "unmap")) {
 			r = cuMemUnmap(va, BYTES);
 			if (!r)
@@ -201,22 +202,25 @@ int main(int argc, char **argv)
 				  .requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
 				  .location = { CU_MEM_LOCATION_TYPE_DEVICE, 0 } };
 	CUmemAccessDesc a = { .location = { CU_MEM_LOCATION_TYPE_DEVICE, 0 }, .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
-	int fd1 = -1, fd2 = -1;
+	int fd1 = -1, fd2 = -1, fd3 = -1;
+	CUmemGenericAllocationHandle other;
 	if (cuInit(0) || cuDeviceGet(&d, 0) || cuDevicePrimaryCtxRetain(&c, d) || cuCtxSetCurrent(c) ||
 	    cuMemCreate(&h, BYTES, &p, 0) || cuMemAddressReserve(&va, BYTES, 0, 0, 0) || cuMemMap(va, BYTES, 0, h, 0) ||
 	    cuMemSetAccess(va, BYTES, &a, 1) || stamp(va, 1000) ||
 	    cuMemExportToShareableHandle(&fd1, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0) ||
-	    cuMemExportToShareableHandle(&fd2, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0))
+	    cuMemExportToShareableHandle(&fd2, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0) ||
+	    cuMemCreate(&other, BYTES, &p, 0) ||
+	    cuMemExportToShareableHandle(&fd3, other, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0))
 		bail("the parent's CUDA set-up failed");
-	struct stat s1, s2;
+	struct stat s1, s3;
 	fstat(fd1, &s1);
-	fstat(fd2, &s2);
+	fstat(fd3, &s3);
 	char rep[160], why[96];
 	send_fd(sv[0], fd1, "map 1000");
 	recv_msg(sv[0], rep, sizeof(rep), NULL);
 	ok(!strncmp(rep, "ok", 2), "the child imports the parent's memory and reads its pattern (%s)", rep);
-	unsigned long cdev = 0, cino = 0;
-	sscanf(rep, "%*s %lu:%lu", &cdev, &cino);
+	int cfd = -1;
+	sscanf(rep, "%*s %d", &cfd);
 
 	send_fd(sv[0], -1, "unmap");
 	recv_msg(sv[0], rep, sizeof(rep), NULL);
@@ -230,11 +234,15 @@ int main(int argc, char **argv)
 	ok(!strncmp(rep, "ok", 2), "mapped again from the kept fd at the same VA, it reads what the parent wrote since (%s)",
 	   rep);
 
-	diag("two exports of one handle: %lu:%lu and %lu:%lu; the child's fd: %lu:%lu", (unsigned long)s1.st_dev,
-	     (unsigned long)s1.st_ino, (unsigned long)s2.st_dev, (unsigned long)s2.st_ino, cdev, cino);
-	ok(cdev == (unsigned long)s1.st_dev && cino == (unsigned long)s1.st_ino,
-	   "the fd the child got is the parent's first export (two exports are %s)",
-	   s1.st_dev == s2.st_dev && s1.st_ino == s2.st_ino ? "one file" : "two files");
+	pid_t me = getpid();
+	long two = syscall(SYS_kcmp, me, me, KCMP_FILE, fd1, fd2), got = syscall(SYS_kcmp, me, pid, KCMP_FILE, fd1, cfd);
+	diag("two allocations' exports: %lu:%lu and %lu:%lu; two exports of one handle are %s open files",
+	     (unsigned long)s1.st_dev, (unsigned long)s1.st_ino, (unsigned long)s3.st_dev, (unsigned long)s3.st_ino,
+	     two ? "two" : "one");
+	ok(got == 0 && two != 0,
+	   "only the open file names the memory: the child's fd is the parent's first export (kcmp), a second export "
+	   "is another open file, and two allocations' fds are %s device file",
+	   s1.st_dev == s3.st_dev && s1.st_ino == s3.st_ino ? "one" : "not one");
 	e = cycle(pid, why, sizeof(why));
 	diag("the driver's cycle of the child while it maps the memory: %s", e ? e : "it worked");
 	ok(e != NULL, "mapped, the driver will not checkpoint and restore the child (%s)", e ? e : "it did");

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # A two-rank DDP job (torchrun, NCCL, examples/pytorch/train_ddp.py: a
 # small transformer), with default NCCL settings but for the multicast
-# variables, under a real phosfs mount. phos does not checkpoint NCCL jobs
-# yet; what it must do already is never hang or kill one:
+# variables, under a real phosfs mount, checkpointed while it trains with
+# a short deadline. Done or failed, no checkpoint may hang or kill it:
 #   1. an uninterrupted run, untraced (PHOS_TRACE=0), gives the reference
 #      losses and parameters;
 #   2. the same job is checkpointed six times while it trains, with stop
@@ -21,12 +21,10 @@ src=${PHOS_SRCDIR:-$b/..}
 steps=${PHOS_DDP_STEPS:-80}
 echo "1..6"
 skip() { for i in 1 2 3 4 5 6; do echo "ok $i # skip $1"; done; exit 0; }
-[ "$(id -u)" = 0 ] && [ -e /dev/fuse ] || skip "needs root and FUSE"
-ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
-[ "$ngpu" -ge 2 ] || skip "needs two GPUs (this machine has ${ngpu:-0})"
-python3 -c 'import torch.distributed' 2>/dev/null || skip "needs PyTorch"
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 . "$b/share/gpu-rig.sh"
+why=$(ddp_missing)
+[ -z "$why" ] || skip "$why"
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 rig_mount ddp --criu-plugins "$b/criu-plugins" ||
 	{ for i in 1 2 3 4 5 6; do echo "not ok $i - phosfs did not mount (bundle $b)"; done; exit 1; }
 train=(python3 -m torch.distributed.run --standalone --nproc_per_node 2 "$src/examples/pytorch/train_ddp.py"
@@ -66,9 +64,9 @@ for i in 1 2 3 4 5 6; do
 	t1=$(now)
 	secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.2f", b - a}')
 	echo "# $proto try$i: rc $rc in $secs s: $(cat "$work/ck.out" "$work/ck.err" | tr '\n' ' ')"
-	# The deadline, the job process's start and end, and CRIU's dump when
-	# it gets that far.
-	awk -v s="$secs" 'BEGIN {exit !(s < 2 + 8)}' || in_time=0
+	# The deadline, the job process's start and end, and, when it gets
+	# that far, the driver's checkpoint and CRIU's dump (about 4 s).
+	awk -v s="$secs" 'BEGIN {exit !(s < 2 + 10)}' || in_time=0
 	worst=$(awk -v s="$secs" -v w="$worst" 'BEGIN {print (s > w ? s : w)}')
 	alive "$pid" || all_alive=0
 	if [ $rc != 0 ]; then
@@ -78,8 +76,8 @@ for i in 1 2 3 4 5 6; do
 	grep -q '^params' "$out" && break
 	sleep 1
 done
-[ $in_time = 1 ] && echo "ok 1 - each checkpoint of the DDP job ended within its 2 s deadline and 8 s (slowest $worst s)" ||
-	echo "not ok 1 - a checkpoint of the DDP job took longer than its deadline and 8 s (slowest $worst s)"
+[ $in_time = 1 ] && echo "ok 1 - each checkpoint of the DDP job ended within its 2 s deadline and 10 s (slowest $worst s)" ||
+	echo "not ok 1 - a checkpoint of the DDP job took longer than its deadline and 10 s (slowest $worst s)"
 [ $all_alive = 1 ] && echo "ok 2 - the job runs on after each" || echo "not ok 2 - the job died"
 wait_line "$out" "^params" 600
 grep -E '^(step|params)' "$out" >"$work/got"

@@ -9,7 +9,9 @@
 #       the jobs whose pids are in $work/pids (each with its pid namespace,
 #       or its session), stops phosfs, shows the end of its log (kept as
 #       $PHOS_KEEP_LOGS/NAME-phosfs.log when that is set) and removes the
-#       folder. Returns 1 when phosfs did not mount.
+#       folder. Returns 1 when phosfs did not mount. With PHOS_KEEP_LOGS,
+#       the jobs' stderr (the tracers' messages) and CRIU's logs are kept
+#       there too.
 #   start FILE CMD...    runs CMD under `phos run $PHOS_RUN_FLAGS` (with
 #                        --pid-ns: pid 2 of a pid namespace of its own,
 #                        under phos-init); prints its host pid
@@ -36,6 +38,9 @@
 #                        after its process runs: the next checkpoint waits);
 #                        prints its status lines, with '# restore: '
 #   now                  seconds since the epoch, with nanoseconds
+#   ddp_missing          prints what this machine lacks for a two-rank
+#                        DDP job (root and FUSE, two GPUs, PyTorch), or
+#                        nothing
 
 rig_mount() {
 	local name=$1
@@ -68,7 +73,12 @@ rig_cleanup() {
 	kill "$rig_fs" 2>/dev/null
 	wait "$rig_fs" 2>/dev/null
 	sed 's/^/# phosfs: /' "$work/phosfs.log" | tail -20
-	[ -d "${PHOS_KEEP_LOGS:-}" ] && cp "$work/phosfs.log" "$PHOS_KEEP_LOGS/$rig_name-phosfs.log"
+	if [ -d "${PHOS_KEEP_LOGS:-}" ]; then
+		cp "$work/phosfs.log" "$PHOS_KEEP_LOGS/$rig_name-phosfs.log"
+		for p in "$store"/run/*.err "$store"/*/.logs/*.log; do
+			[ -s "$p" ] && cp "$p" "$PHOS_KEEP_LOGS/$rig_name-${p##*/}"
+		done
+	fi
 	rm -rf "$work"
 }
 
@@ -139,4 +149,15 @@ settled() {
 		tr '\n' ';' | sed 's/^/# restore: /'
 	echo
 	grep -q '^job: none' "$mnt/status"
+}
+
+ddp_missing() {
+	local ngpu
+	if [ "$(id -u)" != 0 ] || [ ! -e /dev/fuse ]; then
+		echo "needs root and FUSE"
+		return
+	fi
+	ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
+	[ "$ngpu" -ge 2 ] || { echo "needs two GPUs (this machine has ${ngpu:-0})"; return; }
+	python3 -c 'import torch.distributed' 2>/dev/null || echo "needs PyTorch"
 }
