@@ -132,14 +132,21 @@ typedef struct wire_object {
  * open file of its fd (the file the owner passed, which the owner's
  * WIRE_OBJ_ALIAS or main record holds too). */
 #define WIRE_OBJ_IMPORTED 0x2u
-/* phosfs's own mark, which tracers ignore: another member imports this
- * object (engine/shared.h). */
+/* phosfs's own mark, which tracers ignore: the object is written where
+ * no CoW table sees it (another member imports it, or it is host memory
+ * the CPU writes), so it is copied in the stall (engine/shared.h). */
 #define WIRE_OBJ_SHARED 0x4u
 /* With WIRE_OBJ_APP: no object, but an fd the application exported of
  * object `key` (the open file it passed to an importer), given back at
  * unpark. The driver's fds are all one device file: such files are what
  * matches an import to its owner. */
 #define WIRE_OBJ_ALIAS 0x8u
+/* With WIRE_OBJ_APP: host memory the application made with cuMemCreate
+ * (a HOST or HOST_NUMA location, as NCCL makes its host buffers), which
+ * a restore must make on the host again; its NUMA node is in bits 16-23
+ * (WIRE_OBJ_NUMA), and device is a GPU to copy it with. */
+#define WIRE_OBJ_HOST 0x10u
+#define WIRE_OBJ_NUMA(flags) (((flags) >> 16) & 0xffu)
 
 /* A GPU as the traced process sees it (its ordinal, and the UUID of the
  * GPU behind it, which a restore onto another GPU changes). The tracer

@@ -504,6 +504,8 @@ static int add_objects(outjob *j, uint32_t *ids, perr *er)
 			io.flags = PHOSIMG_OBJ_APP_VMM;
 			io.key = (uint32_t)ob->key;
 		}
+		if (ob->flags & WIRE_OBJ_HOST)
+			io.flags |= PHOSIMG_OBJ_HOST | WIRE_OBJ_NUMA(ob->flags) << 16;
 		int e = phosimg_writer_add_object(j->w, &io, &ids[k]);
 		if (e)
 			return pr_perror(er, e, "adding an object to the image");

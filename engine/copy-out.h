@@ -51,8 +51,8 @@ int engine_copy_begin(const engine_parked *objs, phosimg_writer *w, const engine
 		      engine_copy **out, perr *er);
 int engine_copy_wait_off(engine_copy *c);
 /* Waits until the objects marked WIRE_OBJ_SHARED (copied first) are off
- * the GPU: another member writes them where no CoW table sees it. Errors
- * as engine_copy_wait_off. */
+ * the GPU: they are written where no CoW table sees it (by another
+ * member, or by the CPU). Errors as engine_copy_wait_off. */
 int engine_copy_wait_shared(engine_copy *c);
 /* The image's id of object k of the objects the copy was begun with. */
 uint32_t engine_copy_object_id(const engine_copy *c, int k);

@@ -417,12 +417,17 @@ static int run_passes(engine_filler *f, const mapping *maps, const uint32_t *ids
 	return e;
 }
 
-/* Makes one allocation of at least size bytes on dev, exportable as an fd. */
-static int create(mapping *m, uint64_t size, int dev, perr *er)
+/* Makes one allocation of at least size bytes for image object o on dev
+ * (host memory: on its NUMA node, reached from dev), exportable as an
+ * fd. */
+static int create(mapping *m, const phosimg_object *o, uint64_t size, int dev, perr *er)
 {
+	CUmemLocation at = { CU_MEM_LOCATION_TYPE_DEVICE, dev };
+	if (o->flags & PHOSIMG_OBJ_HOST)
+		at = (CUmemLocation){ CU_MEM_LOCATION_TYPE_HOST_NUMA, (int)PHOSIMG_OBJ_NUMA(o->flags) };
 	CUmemAllocationProp prop = { .type = CU_MEM_ALLOCATION_TYPE_PINNED,
 				     .requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
-				     .location = { CU_MEM_LOCATION_TYPE_DEVICE, dev } };
+				     .location = at };
 	size_t gran = 0;
 	CUresult r = cu.cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
 	if (r || !gran)
@@ -431,7 +436,7 @@ static int create(mapping *m, uint64_t size, int dev, perr *er)
 	CUmemGenericAllocationHandle h;
 	r = cu.cuMemCreate(&h, bytes, &prop, 0);
 	if (r)
-		return driver_fail(r, er, "allocating device memory");
+		return driver_fail(r, er, o->flags & PHOSIMG_OBJ_HOST ? "allocating host memory" : "allocating device memory");
 	return mapping_map(m, h, bytes, dev, er);
 }
 
@@ -439,8 +444,9 @@ static int create(mapping *m, uint64_t size, int dev, perr *er)
 static wire_object record_of(const phosimg_object *o)
 {
 	bool app = o->flags & PHOSIMG_OBJ_APP_VMM;
+	uint32_t host = o->flags & PHOSIMG_OBJ_HOST ? WIRE_OBJ_HOST | PHOSIMG_OBJ_NUMA(o->flags) << 16 : 0;
 	return (wire_object){ .key = app ? o->key : o->va, .va = o->va, .size = o->size, .device = o->device,
-			      .flags = app ? WIRE_OBJ_APP : 0 };
+			      .flags = (app ? WIRE_OBJ_APP : 0) | host };
 }
 
 /* Exports m's memory as an fd (its device's context current). */
@@ -477,7 +483,7 @@ int engine_copy_in(phosimg *img, const engine_devmap *map, const bool *sel, int 
 		int dev = engine_devmap_to(map, o->device);
 		e = driver_use(dev, er);
 		if (!e)
-			e = create(&maps[i], o->size, dev, er);
+			e = create(&maps[i], o, o->size, dev, er);
 		/* The object's bytes, not the rounded-up allocation's. */
 		maps[i++].len = o->size;
 	}
@@ -518,7 +524,7 @@ int engine_fill_object(engine_filler *f, uint32_t k, int dev, wire_object *rec, 
 	mapping m = { 0 };
 	int e = driver_use(dev, er);
 	if (!e)
-		e = create(&m, o->size, dev, er);
+		e = create(&m, o, o->size, dev, er);
 	m.len = o->size;
 	int idx = 0;
 	uint64_t first[2] = { 0, chunks_of(o->size, f->cs) };

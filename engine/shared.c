@@ -67,8 +67,13 @@ int engine_shares_take(engine_parked *parked, engine_shares *out, perr *er)
 {
 	memset(out, 0, sizeof(*out));
 	int nmove = 0;
-	for (int k = 0; k < parked->n; k++)
+	for (int k = 0; k < parked->n; k++) {
 		nmove += (parked->objs[k].flags & (WIRE_OBJ_IMPORTED | WIRE_OBJ_ALIAS)) != 0;
+		if (parked->objs[k].flags & WIRE_OBJ_HOST) { /* the CPU writes it */
+			parked->objs[k].flags |= WIRE_OBJ_SHARED;
+			out->unseen++;
+		}
+	}
 	if (!nmove)
 		return 0;
 	engine_parked rest = { 0 }, imp = { 0 }, alias = { 0 };
@@ -98,6 +103,7 @@ int engine_shares_take(engine_parked *parked, engine_shares *out, perr *er)
 	if (e)
 		goto fail;
 	for (int i = 0; i < imp.n; i++) {
+		out->unseen += !(rest.objs[owner[i]].flags & WIRE_OBJ_SHARED);
 		rest.objs[owner[i]].flags |= WIRE_OBJ_SHARED;
 		imp.objs[i].size = rest.objs[owner[i]].size;
 		imp.objs[i].device = rest.objs[owner[i]].device;
@@ -117,6 +123,7 @@ fail:
 	drop_arrays(&rest);
 	drop_arrays(&imp);
 	drop_arrays(&alias);
+	out->unseen = 0;
 	return e;
 }
 

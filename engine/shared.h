@@ -20,13 +20,15 @@ typedef struct engine_shares {
 	engine_parked imported; /* the importers' records, with their fds */
 	int *owner;             /* per import: its object's index in the tree's parked objects */
 	engine_parked aliases;  /* the owners' WIRE_OBJ_ALIAS records, given back at unpark */
+	int unseen;             /* objects marked WIRE_OBJ_SHARED */
 } engine_shares;
 
 /* Moves the records marked WIRE_OBJ_IMPORTED or WIRE_OBJ_ALIAS out of
  * parked into out, finds each import's owner among the rest (a process
- * may import its own memory) and marks that WIRE_OBJ_SHARED; an import's
- * size becomes its owner's. On failure parked is as it was and out
- * empty. Errors: -EOPNOTSUPP (memory whose owner is not among the parked
+ * may import its own memory) and marks that WIRE_OBJ_SHARED, as it marks
+ * host memory (WIRE_OBJ_HOST: the CPU writes it); an import's size
+ * becomes its owner's. On failure out is empty and parked as it was, but
+ * for the marks on host memory. Errors: -EOPNOTSUPP (memory whose owner is not among the parked
  * objects: er names the process), -ENOMEM. */
 int engine_shares_take(engine_parked *parked, engine_shares *out, perr *er);
 

@@ -62,6 +62,10 @@ enum phosimg_protocol {
 #define PHOSIMG_OBJ_APP_VMM 0x1u /* the application made it with cuMemCreate */
 #define PHOSIMG_OBJ_ASYNC 0x2u   /* a stream-ordered allocation */
 #define PHOSIMG_OBJ_SLAB 0x4u    /* a slab holding small allocations */
+/* (format 1.5) host memory made with cuMemCreate at a host location; its
+ * NUMA node is in bits 16-23, and device is a GPU to fill it with */
+#define PHOSIMG_OBJ_HOST 0x8u
+#define PHOSIMG_OBJ_NUMA(flags) (((flags) >> 16) & 0xffu)
 
 typedef struct phosimg_device {
 	uint32_t ordinal;

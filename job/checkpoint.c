@@ -18,8 +18,9 @@
  *
  * The cut of an NCCL job belongs to the stall: a step in stall_enter
  * before its members park, undone in stall_leave. Memory one member
- * imported of another's is off the GPU before they run again, in every
- * protocol: the CoW tables see only each process's own writes.
+ * imported of another's, and host memory the CPU writes, are copied
+ * before they run again, in every protocol: the CoW tables see only each
+ * process's own calls.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -58,10 +59,11 @@ static int copy_start(ckpt *k, perr *er)
 	return e;
 }
 
-/* cow and recopy: waits until the memory members share is off the GPU. */
+/* cow and recopy: waits until what is written where no CoW table sees it
+ * (memory members share, host memory) is off the GPU. */
 static int copy_shared_off(ckpt *k, perr *er)
 {
-	if (!k->copy || !k->shares.imported.n)
+	if (!k->copy || !k->shares.unseen)
 		return 0;
 	int e = engine_copy_wait_shared(k->copy);
 	if (!e)
@@ -124,12 +126,13 @@ static int run_stop(ckpt *k, perr *er)
 
 /* cow (t1): the processes run again right after the dump, with a CoW
  * table and shadow pool each, and their memory is copied while they
- * run. When members share memory, the copy starts in the stall, as
- * recopy's, and what they share is off the GPU before they run. */
+ * run. When members share memory (or have host memory), the copy starts
+ * in the stall, as recopy's, and that memory is off the GPU before they
+ * run. */
 static int run_cow(ckpt *k, perr *er)
 {
 	int e = stall_enter(k, er);
-	bool early = !e && k->shares.imported.n;
+	bool early = !e && k->shares.unseen;
 	if (early) {
 		k->protect = true;
 		e = engine_cow_prepare(&k->tables, &k->parked, k->chunk, k->a->shadow_pool, COW_MODE_COW, er);

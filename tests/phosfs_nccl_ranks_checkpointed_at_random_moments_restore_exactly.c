@@ -6,7 +6,10 @@
  * the other's. Without a cut, quiescing both at once catches one rank
  * launched and the other not, and neither finishes. They meet in device
  * memory rank 0 made and rank 1 imported from its fd, as NCCL's ranks
- * share their buffers.
+ * share their buffers. Rank 0 also keeps host memory it made with
+ * cuMemCreate (PAIR_HOST_MEM=1, as NCCL makes its host buffers), which
+ * its CPU writes and checks each step, and which must come back as host
+ * memory.
  *
  * Checkpointed at 100 random moments, with stop, cow and recopy in turn: the cut
  * runs each rank up to the other's count first, so every checkpoint
@@ -32,6 +35,7 @@ int main(void)
 	plan(8);
 	if (rig_mount(&r, NULL))
 		bail("phosfs did not mount");
+	setenv("PAIR_HOST_MEM", "1", 1);
 	char *const cmd[] = { app, cubin, stub, NULL };
 	pid_t pid = rig_phos_run(&r, cmd);
 	char out[PATH_MAX], ctl[160], status[160];

@@ -133,7 +133,7 @@ TR_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t size, con
 	GATE();
 	CUresult r = real_cuMemCreate(h, size, &p, flags);
 	if (r == CUDA_SUCCESS) {
-		vmm_created(*h, size, prop->location.id);
+		vmm_created(*h, size, prop->location);
 	} else if (r == CUDA_ERROR_NOT_SUPPORTED || r == CUDA_ERROR_INVALID_VALUE) {
 		r = real_cuMemCreate(h, size, prop, flags); /* that type is refused here */
 		if (r == CUDA_SUCCESS)

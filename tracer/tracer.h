@@ -168,7 +168,7 @@ void alloc_stats(uint64_t *buffers, uint64_t *objects, uint64_t *bytes);
 
 /* vmm.c: the application's own VMM allocations. The wrappers of the VMM
  * calls go through these, which translate the application's handles. */
-void vmm_created(CUmemGenericAllocationHandle h, uint64_t size, CUdevice dev);
+void vmm_created(CUmemGenericAllocationHandle h, uint64_t size, CUmemLocation where);
 CUmemGenericAllocationHandle vmm_current(CUmemGenericAllocationHandle app);
 CUresult vmm_release(CUmemGenericAllocationHandle app);
 CUresult vmm_map(CUdeviceptr va, size_t size, size_t offset, CUmemGenericAllocationHandle app,

@@ -45,6 +45,7 @@ typedef struct handle_rec {
 	bool counted_here; /* after an unpark: the driver holds 1, refs is ours */
 	int kept;          /* the fd it came back with, plus 1: see alloc.c */
 	bool imported;     /* another process's memory, from a POSIX fd */
+	bool host;         /* made at a host location: dev is its NUMA node */
 	int *exp;          /* dups of the fds the application exported of it */
 	uint32_t nexp, expcap;
 	bool live;
@@ -209,9 +210,10 @@ static void maybe_forget(uint32_t h)
 	}
 }
 
-void vmm_created(CUmemGenericAllocationHandle h, uint64_t size, CUdevice dev)
+void vmm_created(CUmemGenericAllocationHandle h, uint64_t size, CUmemLocation where)
 {
-	handle_rec r = { .app = h, .cur = h, .size = size, .dev = dev, .refs = 1, .live = true };
+	handle_rec r = { .app = h, .cur = h, .size = size, .dev = where.id, .refs = 1, .live = true,
+			 .host = where.type != CU_MEM_LOCATION_TYPE_DEVICE };
 	pthread_mutex_lock(&lock);
 	add_handle(&r);
 	pthread_mutex_unlock(&lock);
@@ -286,7 +288,7 @@ CUresult vmm_map(CUdeviceptr va, size_t size, size_t offset, CUmemGenericAllocat
 			ms[nm++] = (mapping){ .va = va, .size = size, .offset = offset, .h = (uint32_t)i, .live = true };
 			if (hs[i].imported && offset + size > hs[i].size)
 				hs[i].size = offset + size; /* at least: its owner knows */
-			alloc_add_mapping(va, size, (uint32_t)hs[i].dev);
+			alloc_add_mapping(va, size, hs[i].host ? 0 : (uint32_t)hs[i].dev);
 		} else
 			alloc_mark_stop_only("out of memory for the table of its VMM mappings");
 	}
@@ -403,6 +405,10 @@ int vmm_export(alloc_emit_fn emit, void *arg)
 		}
 		wire_object rec = { .key = i, .va = va, .size = hs[i].size, .device = (uint32_t)hs[i].dev,
 				    .flags = WIRE_OBJ_APP | (hs[i].imported ? WIRE_OBJ_IMPORTED : 0) };
+		if (hs[i].host) { /* any GPU copies it; the node is kept */
+			rec.device = 0;
+			rec.flags |= WIRE_OBJ_HOST | ((uint32_t)hs[i].dev & 0xffu) << 16;
+		}
 		batch_add(&batch, &rec, fd);
 		rec.flags = WIRE_OBJ_APP | WIRE_OBJ_ALIAS;
 		for (uint32_t k = 0; k < hs[i].nexp && !batch.err; k++) {

@@ -25,6 +25,11 @@
  * make a communicator of 2 from a unique id made before the fork, and
  * each step also all-reduces on it.
  *
+ * With PAIR_HOST_MEM=1, rank 0 also makes host memory with cuMemCreate
+ * (a HOST_NUMA location, as NCCL makes its host buffers), which the CPU
+ * writes each step and checks, and which must stay host memory: it says
+ * "WRONG" when it is not (after a restore, say).
+ *
  * With PAIR_RING=1 in its environment, rank 0 also sets up an io_uring
  * ring (which CRIU cannot dump: under the tracer, only with
  * PHOS_ALLOW_IO_URING=1) and keeps it.
@@ -163,6 +168,47 @@ static void share(int rank, CUdevice dev, CUdeviceptr *va)
 	close(fd);
 }
 
+static volatile unsigned *hostmem; /* PAIR_HOST_MEM: rank 0's host memory */
+
+/* Makes hostmem: host memory on NUMA node 0, mapped for the CPU and dev. */
+static void host_memory(CUdevice dev)
+{
+	CUmemAllocationProp prop = { .type = CU_MEM_ALLOCATION_TYPE_PINNED,
+				     .requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+				     .location = { CU_MEM_LOCATION_TYPE_HOST_NUMA, 0 } };
+	size_t size;
+	check(cuMemGetAllocationGranularity(&size, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM), 0,
+	      "cuMemGetAllocationGranularity (host)");
+	CUmemGenericAllocationHandle h;
+	CUdeviceptr va;
+	check(cuMemCreate(&h, size, &prop, 0), 0, "cuMemCreate (host)");
+	check(cuMemAddressReserve(&va, size, 0, 0, 0), 0, "cuMemAddressReserve (host)");
+	check(cuMemMap(va, size, 0, h, 0), 0, "cuMemMap (host)");
+	CUmemAccessDesc acc[2] = { { { CU_MEM_LOCATION_TYPE_DEVICE, dev }, CU_MEM_ACCESS_FLAGS_PROT_READWRITE },
+				   { { CU_MEM_LOCATION_TYPE_HOST, 0 }, CU_MEM_ACCESS_FLAGS_PROT_READWRITE } };
+	check(cuMemSetAccess(va, size, acc, 2), 0, "cuMemSetAccess (host)");
+	hostmem = (volatile unsigned *)(uintptr_t)va;
+}
+
+/* Rank 0's check of its host memory at step: what it wrote last step is
+ * there, and the memory is still host memory. */
+static void check_host_memory(unsigned step)
+{
+	if (*hostmem != step - 1) {
+		printf("WRONG: rank 0 step %u: host memory holds %u, not %u\n", step, *hostmem, step - 1);
+		exit(1);
+	}
+	*hostmem = step;
+	CUmemGenericAllocationHandle h;
+	CUmemAllocationProp prop;
+	if (step % 20 == 0 && (cuMemRetainAllocationHandle(&h, (void *)hostmem) != CUDA_SUCCESS ||
+			       cuMemGetAllocationPropertiesFromHandle(&prop, h) != CUDA_SUCCESS ||
+			       cuMemRelease(h) != CUDA_SUCCESS || prop.location.type == CU_MEM_LOCATION_TYPE_DEVICE)) {
+		printf("WRONG: rank 0 step %u: its host memory is not host memory any more\n", step);
+		exit(1);
+	}
+}
+
 static void run(int rank, const char *cubin)
 {
 	CUdevice dev;
@@ -181,6 +227,9 @@ static void run(int rank, const char *cubin)
 	check(cuMemAlloc(&out, 4096), rank, "cuMemAlloc");
 	CUdeviceptr va;
 	share(rank, dev, &va);
+	const char *hm = getenv("PAIR_HOST_MEM");
+	if (rank == 0 && hm && !strcmp(hm, "1"))
+		host_memory(dev);
 	const char *ring = getenv("PAIR_RING");
 	struct io_uring_params up = { 0 };
 	if (rank == 0 && ring && !strcmp(ring, "1") && syscall(SYS_io_uring_setup, 4, &up) < 0)
@@ -202,6 +251,8 @@ static void run(int rank, const char *cubin)
 		check(cuLaunchKernel(meet, 1, 1, 1, 1, 1, 1, 0, s, args, NULL), rank, "cuLaunchKernel");
 		if (atomic_load(&sh->stream_sync))
 			check(cuStreamSynchronize(s), rank, "cuStreamSynchronize");
+		if (hostmem)
+			check_host_memory(step);
 		unsigned sum = 0;
 		check(cuMemcpyDtoH(&sum, out, sizeof(sum)), rank, "cuMemcpyDtoH");
 		if (sum != step * 6 + 7) {

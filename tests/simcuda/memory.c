@@ -219,15 +219,29 @@ static size_t round_up(size_t v, size_t to)
 
 /* ---- VMM ---------------------------------------------------------------- */
 
+/* A place memory may be made: a device, or host memory (as NCCL makes its
+ * host buffers, CU_MEM_LOCATION_TYPE_HOST_NUMA). */
+static bool location_ok(const CUmemLocation *l)
+{
+	return l->type == CU_MEM_LOCATION_TYPE_DEVICE || l->type == CU_MEM_LOCATION_TYPE_HOST ||
+	       (l->type == CU_MEM_LOCATION_TYPE_HOST_NUMA && l->id >= 0);
+}
+
+/* The access bit of location l: a device's, or the CPU's (bit 31). */
+static unsigned access_bit(const CUmemLocation *l)
+{
+	return l->type == CU_MEM_LOCATION_TYPE_DEVICE ? 1u << l->id : 1u << 31;
+}
+
 SC_EXPORT CUresult cuMemGetAllocationGranularity(size_t *gran, const CUmemAllocationProp *prop,
 						  CUmemAllocationGranularity_flags option)
 {
 	(void)option;
 	if (!gran || !prop)
 		return CUDA_ERROR_INVALID_VALUE;
-	if (prop->type != CU_MEM_ALLOCATION_TYPE_PINNED || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+	if (prop->type != CU_MEM_ALLOCATION_TYPE_PINNED || !location_ok(&prop->location))
 		return CUDA_ERROR_INVALID_VALUE;
-	CUresult r = sc_check_device(prop->location.id);
+	CUresult r = prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE ? sc_check_device(prop->location.id) : 0;
 	if (r)
 		return r;
 	*gran = SC_GRANULARITY;
@@ -328,15 +342,23 @@ SC_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size
 	SC_API();
 	if (!handle || !prop || flags || size == 0 || size % SC_GRANULARITY)
 		return CUDA_ERROR_INVALID_VALUE;
-	if (prop->type != CU_MEM_ALLOCATION_TYPE_PINNED || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+	if (prop->type != CU_MEM_ALLOCATION_TYPE_PINNED || !location_ok(&prop->location))
 		return CUDA_ERROR_INVALID_VALUE;
-	CUresult r = sc_check_device(prop->location.id);
+	CUresult r = prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE ? sc_check_device(prop->location.id) : 0;
 	if (r)
 		return r;
 	if (prop->requestedHandleTypes & ~(CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR | CU_MEM_HANDLE_TYPE_NONE))
 		return CUDA_ERROR_NOT_SUPPORTED;
 
-	int fd = memfd_create(MEMFD_NAME, MFD_CLOEXEC);
+	/* The name keeps where it is, for an importer to say (as the
+	 * driver's properties of an imported handle do). */
+	char name[64];
+	snprintf(name, sizeof(name), MEMFD_NAME "-%c%d",
+		 prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE      ? 'd'
+		 : prop->location.type == CU_MEM_LOCATION_TYPE_HOST_NUMA ? 'n'
+									 : 'h',
+		 prop->location.id);
+	int fd = memfd_create(name, MFD_CLOEXEC);
 	if (fd < 0)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	if (ftruncate(fd, (off_t)size) != 0) {
@@ -450,7 +472,10 @@ SC_EXPORT CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAcces
 	if (!desc || count == 0 || size == 0)
 		return CUDA_ERROR_INVALID_VALUE;
 	for (size_t i = 0; i < count; i++) {
-		if (desc[i].location.type != CU_MEM_LOCATION_TYPE_DEVICE || sc_check_device(desc[i].location.id))
+		const CUmemLocation *l = &desc[i].location;
+		if (l->type == CU_MEM_LOCATION_TYPE_DEVICE ? sc_check_device(l->id) != CUDA_SUCCESS
+							   : l->type != CU_MEM_LOCATION_TYPE_HOST &&
+								     l->type != CU_MEM_LOCATION_TYPE_HOST_NUMA)
 			return CUDA_ERROR_INVALID_DEVICE;
 		if (desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_NONE && desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_READ &&
 		    desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
@@ -470,7 +495,7 @@ SC_EXPORT CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAcces
 	for (p = ptr; r == CUDA_SUCCESS && p < end;) {
 		range *m = containing(&mapped, p);
 		for (size_t i = 0; i < count; i++) {
-			unsigned bit = 1u << desc[i].location.id;
+			unsigned bit = access_bit(&desc[i].location);
 			m->readers = desc[i].flags == CU_MEM_ACCESS_FLAGS_PROT_NONE ? m->readers & ~bit : m->readers | bit;
 			m->writers = desc[i].flags == CU_MEM_ACCESS_FLAGS_PROT_READWRITE ? m->writers | bit
 											  : m->writers & ~bit;
@@ -532,7 +557,9 @@ SC_EXPORT CUresult cuMemExportToShareableHandle(void *shareable, CUmemGenericAll
 	return CUDA_SUCCESS;
 }
 
-static bool is_simcuda_memfd(int fd)
+/* Whether fd is the memfd of an allocation of simcuda's; where it was
+ * made into *where (from its name). */
+static bool is_simcuda_memfd(int fd, CUmemLocation *where)
 {
 	char link[64], target[128];
 	snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
@@ -540,7 +567,15 @@ static bool is_simcuda_memfd(int fd)
 	if (n < 0)
 		return false;
 	target[n] = 0;
-	return strncmp(target, "/memfd:" MEMFD_NAME, strlen("/memfd:" MEMFD_NAME)) == 0;
+	const char *pre = "/memfd:" MEMFD_NAME "-";
+	if (strncmp(target, pre, strlen(pre)) != 0)
+		return false;
+	char kind = target[strlen(pre)];
+	where->type = kind == 'd'   ? CU_MEM_LOCATION_TYPE_DEVICE
+		      : kind == 'n' ? CU_MEM_LOCATION_TYPE_HOST_NUMA
+				    : CU_MEM_LOCATION_TYPE_HOST;
+	where->id = atoi(target + strlen(pre) + 1);
+	return true;
 }
 
 SC_EXPORT CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle, void *os_handle,
@@ -556,7 +591,8 @@ SC_EXPORT CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *
 		return r;
 	int src = (int)(intptr_t)os_handle;
 	struct stat st;
-	if (src < 0 || fstat(src, &st) != 0 || !is_simcuda_memfd(src) || st.st_size <= 0 ||
+	CUmemLocation where;
+	if (src < 0 || fstat(src, &st) != 0 || !is_simcuda_memfd(src, &where) || st.st_size <= 0 ||
 	    (uint64_t)st.st_size % SC_GRANULARITY)
 		return CUDA_ERROR_INVALID_VALUE;
 	int fd = fcntl(src, F_DUPFD_CLOEXEC, 0);
@@ -565,7 +601,7 @@ SC_EXPORT CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *
 	CUmemAllocationProp prop = {
 		.type = CU_MEM_ALLOCATION_TYPE_PINNED,
 		.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
-		.location = { .type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0 },
+		.location = where,
 	};
 	phys *ph = NULL;
 	pthread_mutex_lock(&mem_lock);
