@@ -36,7 +36,9 @@ class Model(nn.Module):
         return self.head(self.body(self.embed(x)))
 
 
-def main():
+def setup():
+    """Joins the process group; each rank's GPU, with deterministic math.
+    Returns the step count and sleep asked, the rank and its device."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=100)
     ap.add_argument("--sleep", type=float, default=0.0)
@@ -51,8 +53,12 @@ def main():
     torch.use_deterministic_algorithms(True)
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
+    return args, rank, dev
 
-    model = DistributedDataParallel(Model().to(dev), device_ids=[local])
+
+def train(model, args, rank, dev):
+    """Trains model args.steps steps; rank 0 prints each step's loss,
+    averaged over the ranks."""
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     gen = torch.Generator(device=dev).manual_seed(1000 + rank)
     for step in range(args.steps):
@@ -68,11 +74,22 @@ def main():
             print(f"step {step} loss {(mean.item() / dist.get_world_size())!r}", flush=True)
         if args.sleep:
             time.sleep(args.sleep)
-    with torch.no_grad():
-        total = sum(p.double().sum() for p in model.parameters())
+
+
+def finish(total, rank):
+    """Rank 0 prints the parameters' checksum; the group ends."""
     if rank == 0:
         print(f"params {total.item()!r}", flush=True)
     dist.destroy_process_group()
+
+
+def main():
+    args, rank, dev = setup()
+    model = DistributedDataParallel(Model().to(dev), device_ids=[dev.index])
+    train(model, args, rank, dev)
+    with torch.no_grad():
+        total = sum(p.double().sum() for p in model.parameters())
+    finish(total, rank)
 
 
 if __name__ == "__main__":

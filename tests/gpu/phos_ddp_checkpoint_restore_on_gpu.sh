@@ -37,19 +37,8 @@ train=(python3 -m torch.distributed.run --standalone --nproc_per_node 2 "$src/ex
 	--steps "$steps" --sleep 0.05)
 
 # 1. The reference.
-ref=$(PHOS_TRACE=0 start "$work/pid0" "${train[@]}")
-if ! wait_line "$store/run/$ref.out" "^params" 900; then
-	echo "# reference run: $(tail -5 "$store/run/$ref.out" "$store/run/$ref.err" 2>/dev/null | tr '\n' ' ')"
-	fail_all "the reference run did not finish"
-fi
-grep -E '^(step|params)' "$store/run/$ref.out" >"$work/ref"
+reference "${train[@]}" || fail_all "the reference run did not finish"
 
-# What the job printed, each line once: a step it ran again after a
-# restore must print the same line, or the two show up here.
-lines() {
-	grep '^step' "$1" | sort -s -n -k2,2 | uniq
-	grep '^params' "$1" | uniq
-}
 
 # 2. cow every few seconds while it trains.
 pid=$(start "$work/pid1" "${train[@]}")
@@ -62,7 +51,7 @@ while [ "$(printf '%.0f' "$(now)")" -lt "$t_end" ] && ! grep -q '^params' "$out"
 	"$phos" checkpoint "$pid" cow --name "c$tries" --wait >"$work/ck.out" 2>"$work/ck.err"
 	rc=$?
 	cut=$(grep -o 'nccl cut: .*' "$mnt/$pid/status" | head -1)
-	echo "# cow c$tries: rc $rc, stall $(stall "$pid") ms, at $(grep -c '^step' "$out") steps; $cut $(grep -o 'steps ms: .*' "$mnt/$pid/status") $(cat "$work/ck.err" | tr '\n' ' ')"
+	echo "# cow c$tries: rc $rc, stall $(stall "$pid") ms, at $(grep -c '^step' "$out") steps; $cut $(grep -o 'steps ms: .*' "$mnt/$pid/status") $(tr '\n' ' ' <"$work/ck.err")"
 	[ $rc = 0 ] && good=$((good + 1)) last=c$tries
 	sleep "$every"
 done
@@ -79,28 +68,13 @@ fi
 # minute: the restore needs them (phos says so if they are not free).
 # torchrun starts its workers in sessions of their own: every member of
 # the image is killed by pid.
-members() { "$b/bin/phos-image" info "$1" 2>/dev/null | awk '/^member / {sub(":", "", $2); print $2}'; }
-ranks=$([ -n "$last" ] && members "$store/$pid/$last")
+ranks=$([ -n "$last" ] && image_members "$store/$pid/$last")
 kill_job "$pid"
+# shellcheck disable=SC2086 # one pid each
 [ -n "$ranks" ] && kill -9 $ranks 2>/dev/null
-t0=$(now)
-ended() { # a process with GPU memory may take many seconds to end
-	local r
-	for _ in $(seq 120); do
-		for r in "$@"; do alive "$r" && break; done
-		alive "$r" || return 0
-		sleep 0.5
-	done
-	return 1
-}
-ended $ranks || echo "# still running 60 s after the kill:$(for r in $ranks; do alive "$r" && echo " $r ($(awk '{print $3}' /proc/$r/stat))"; done)"
-echo "# the members ended in $(awk -v a="$t0" -v b="$(now)" 'BEGIN {printf "%.1f", b - a}') s"
-t0=$(now)
-for _ in $(seq 150); do
-	[ "$(ss -Htan state time-wait 2>/dev/null | wc -l)" = 0 ] && break
-	sleep 0.5
-done
-echo "# waited $(awk -v a="$t0" -v b="$(now)" 'BEGIN {printf "%.0f", b - a}') s for the closed connections' TIME_WAIT"
+# shellcheck disable=SC2086
+ended $ranks
+tcp_settled
 back=
 if [ -n "$last" ]; then
 	back=$("$phos" restore "$store/$pid/$last" lazy --wait 2>"$work/rs.err")
@@ -116,8 +90,9 @@ fi
 ranks=
 "$phos" checkpoint "$back" recopy --kill --name moved --wait >"$work/ck.out" 2>"$work/ck.err"
 rc=$?
-echo "# recopy --kill: rc $rc, stall $(stall "$back") ms; $(cat "$work/ck.err" | tr '\n' ' ')"
-[ $rc = 0 ] && ranks=$(members "$store/$back/moved")
+echo "# recopy --kill: rc $rc, stall $(stall "$back") ms; $(tr '\n' ' ' <"$work/ck.err")"
+[ $rc = 0 ] && ranks=$(image_members "$store/$back/moved")
+# shellcheck disable=SC2086 # one pid each
 ended $back $ranks
 again=
 [ $rc = 0 ] && again=$("$phos" restore "$store/$back/moved" eager --device 0=1,1=0 --wait 2>"$work/rs.err")
@@ -129,13 +104,7 @@ else
 fi
 
 # 5. Every line as the reference's.
-lines "$out" >"$work/got"
-if cmp -s "$work/ref" "$work/got"; then
-	echo "ok 4 - its $(grep -c '^step' "$work/got") losses and parameter checksum equal the uninterrupted run's"
-else
-	echo "not ok 4 - its losses differ from the uninterrupted run's"
-	diff "$work/ref" "$work/got" | head -5 | sed 's/^/# /'
-fi
+same_as_reference 4 "$out"
 bad=0
 for d in "$store"/*/c* "$store"/*/moved; do
 	[ -d "$d" ] || continue

@@ -31,13 +31,10 @@ train=(python3 -m torch.distributed.run --standalone --nproc_per_node 2 "$src/ex
 	--steps "$steps" --sleep 0.1)
 
 # 1. The reference.
-ref=$(PHOS_TRACE=0 start "$work/pid0" "${train[@]}")
-if ! wait_line "$store/run/$ref.out" "^params" 600; then
-	echo "# reference run: $(tail -5 "$store/run/$ref.out" "$store/run/$ref.err" 2>/dev/null | tr '\n' ' ')"
+if ! reference "${train[@]}"; then
 	for i in 1 2 3 4 5 6; do echo "not ok $i - the reference run did not finish"; done
 	exit 1
 fi
-grep -E '^(step|params)' "$store/run/$ref.out" >"$work/ref"
 
 # 2-3. Checkpoints while it trains.
 pid=$(start "$work/pid1" "${train[@]}")
@@ -80,7 +77,7 @@ done
 	echo "not ok 1 - a checkpoint of the DDP job took longer than its deadline and 10 s (slowest $worst s)"
 [ $all_alive = 1 ] && echo "ok 2 - the job runs on after each" || echo "not ok 2 - the job died"
 wait_line "$out" "^params" 600
-grep -E '^(step|params)' "$out" >"$work/got"
+train_lines "$out" >"$work/got"
 if [ -s "$work/got" ] && cmp -s "$work/ref" "$work/got"; then
 	echo "ok 3 - its $(grep -c '^step' "$work/got") losses and parameter checksum equal the uninterrupted run's"
 else

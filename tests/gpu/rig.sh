@@ -41,6 +41,24 @@
 #   ddp_missing          prints what this machine lacks for a two-rank
 #                        DDP job (root and FUSE, two GPUs, PyTorch), or
 #                        nothing
+#   reference CMD...     runs CMD untraced (PHOS_TRACE=0) to its end (15
+#                        minutes at most) and keeps its train_lines in
+#                        $work/ref; 1 when it did not finish (it says why)
+#   same_as_reference N FILE
+#                        TAP line N: whether FILE's train_lines equal
+#                        $work/ref (the first differences follow)
+#   train_lines FILE     the "step" and "params" lines a training example
+#                        printed, each once, in step order: a step run
+#                        again after a restore must print the same line,
+#                        or both show
+#   image_members DIR    the pids of the members of the image at DIR
+#   ended PID...         waits (60 s at most) until each PID has ended: a
+#                        process with GPU memory may take seconds; says
+#                        how long it took, or which still run
+#   tcp_settled          waits (75 s at most) until no TCP connection of
+#                        this machine is in TIME_WAIT: a job killed and
+#                        restored beside itself needs its addresses back;
+#                        prints how long it waited
 
 rig_mount() {
 	local name=$1
@@ -160,4 +178,56 @@ ddp_missing() {
 	ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
 	[ "$ngpu" -ge 2 ] || { echo "needs two GPUs (this machine has ${ngpu:-0})"; return; }
 	python3 -c 'import torch.distributed' 2>/dev/null || echo "needs PyTorch"
+}
+
+train_lines() {
+	grep '^step' "$1" | sort -s -n -k2,2 | uniq
+	grep '^params' "$1" | uniq
+}
+
+tcp_settled() {
+	local t0
+	t0=$(now)
+	for _ in $(seq 150); do
+		[ "$(ss -Htan state time-wait 2>/dev/null | wc -l)" = 0 ] && break
+		sleep 0.5
+	done
+	echo "# waited $(awk -v a="$t0" -v b="$(now)" 'BEGIN {printf "%.0f", b - a}') s for closed connections' TIME_WAIT"
+}
+
+image_members() { "$b/bin/phos-image" info "$1" 2>/dev/null | awk '/^member / {sub(":", "", $2); print $2}'; }
+
+ended() {
+	local r t0
+	t0=$(now)
+	for _ in $(seq 120); do
+		for r in "$@"; do alive "$r" && break; done
+		if [ $# = 0 ] || ! alive "$r"; then
+			echo "# ended in $(awk -v a="$t0" -v b="$(now)" 'BEGIN {printf "%.1f", b - a}') s: $*"
+			return 0
+		fi
+		sleep 0.5
+	done
+	echo "# still running 60 s on:$(for r in "$@"; do alive "$r" && echo " $r"; done)"
+	return 1
+}
+
+reference() {
+	local ref
+	ref=$(PHOS_TRACE=0 start "$work/pid0" "$@")
+	if ! wait_line "$store/run/$ref.out" "^params" 900; then
+		echo "# reference run: $(tail -5 "$store/run/$ref.out" "$store/run/$ref.err" 2>/dev/null | tr '\n' ' ')"
+		return 1
+	fi
+	train_lines "$store/run/$ref.out" >"$work/ref"
+}
+
+same_as_reference() {
+	train_lines "$2" >"$work/got"
+	if cmp -s "$work/ref" "$work/got"; then
+		echo "ok $1 - its $(grep -c '^step' "$work/got") losses and parameter checksum equal the uninterrupted run's"
+	else
+		echo "not ok $1 - its losses differ from the uninterrupted run's"
+		diff "$work/ref" "$work/got" | head -5 | sed 's/^/# /'
+	fi
 }
