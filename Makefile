@@ -241,6 +241,10 @@ $(BUILD)/tests/apps/%: tests/apps/%.c tests/simcuda/simcuda.h $(SIMCUDA_LIB) $(B
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) $(XCFLAGS) $(CFLAGS) -o $@ $< $(XLDFLAGS) $(LDFLAGS) -rdynamic -L$(BUILD)/simcuda -lcuda
 
+# Without the sanitizers, even in SANITIZE builds (tests/apps/pair_app.c says why).
+$(BUILD)/tests/apps/pair_app: private XCFLAGS := -std=c11 -Wall -Wextra -Werror
+$(BUILD)/tests/apps/pair_app: private XLDFLAGS :=
+
 # Without the sanitizers, even in SANITIZE builds (tests/apps/tcp_app.c says why).
 $(BUILD)/tests/apps/tcp_app: tests/apps/tcp_app.c
 	@mkdir -p $(@D)

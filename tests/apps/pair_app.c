@@ -34,7 +34,11 @@
  * ring (which CRIU cannot dump: under the tracer, only with
  * PHOS_ALLOW_IO_URING=1) and keeps it.
  *
- * simcuda runs meet as simcuda_kernel_meet below.
+ * simcuda runs meet as simcuda_kernel_meet below. It is built without
+ * the sanitizers even in a SANITIZE build: CRIU's restore of an ASan
+ * process that was itself restored crashed it (SIGSEGV while CRIU reads
+ * its pages back), and what the tests check is phosfs, the tracer and
+ * CRIU, not this program.
  */
 #include <cuda.h>
 #include <dlfcn.h>
