@@ -132,6 +132,23 @@ bool engine_alive(pid_t pid)
 	return kill(pid, 0) == 0 || errno == EPERM;
 }
 
+pid_t engine_zombie_parent(pid_t pid)
+{
+	char path[64], buf[512];
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	FILE *f = fopen(path, "re");
+	size_t n = f ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
+	if (f)
+		fclose(f);
+	buf[n] = 0;
+	const char *end = strrchr(buf, ')'); /* the name may hold anything */
+	char state = 0;
+	int ppid = 0;
+	if (!end || sscanf(end + 1, " %c %d", &state, &ppid) != 2 || state != 'Z')
+		return 0;
+	return (pid_t)ppid;
+}
+
 bool engine_maps_library(pid_t pid, const char *name)
 {
 	char path[64], line[1024];

@@ -35,6 +35,9 @@ int engine_tcp_outside(const phosimg_member *m, uint32_t n, char *what, size_t l
 /* Whether pid exists (a zombie included). */
 bool engine_alive(pid_t pid);
 
+/* When pid is a zombie, the parent that has not reaped it; else 0. */
+pid_t engine_zombie_parent(pid_t pid);
+
 /* Whether pid maps a file whose name starts with `name` ("libnccl"),
  * from /proc/PID/maps; false when it cannot be read. */
 bool engine_maps_library(pid_t pid, const char *name);

@@ -96,6 +96,12 @@ static int place(const restore_args *a, restore_ctx *c, perr *er)
 			engine_step(a->prog, STEP_PIDWAIT);
 		for (int t = 0; t < 500 && engine_alive(c->m[i].pid); t++)
 			usleep(10000);
+		pid_t zp = engine_alive(c->m[i].pid) ? engine_zombie_parent(c->m[i].pid) : 0;
+		if (zp)
+			return pr_err(er, -EBUSY,
+				      "process %d has ended, but its parent %d has not reaped it, and a restore "
+				      "needs its pid free (a job run with phos run --pid-ns has an init that reaps)",
+				      (int)c->m[i].pid, (int)zp);
 		if (engine_alive(c->m[i].pid))
 			return pr_err(er, -EBUSY,
 				      "process %d is running: restoring needs its pid free (end it first)",

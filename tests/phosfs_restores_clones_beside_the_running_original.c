@@ -14,7 +14,9 @@
  *   4. /phos lists all three, and a clone is checkpointed in turn, its
  *      image under its own pid;
  *   5. an image of a job with host pids (phos run --host-pids) cannot be
- *      restored while its process runs: EBUSY, with the reason in status.
+ *      restored while its process runs: EBUSY, with the reason in status;
+ *      nor while it is a zombie its parent has not reaped, which status
+ *      says, naming the parent.
  */
 #include <dirent.h>
 
@@ -58,7 +60,7 @@ int main(void)
 {
 	rig r;
 	rig_require(&r);
-	plan(10);
+	plan(11);
 	char out[PATH_MAX], ctl[160], status[160], st[4096], last[256] = "", image[PATH_MAX];
 	pid_t pid = rig_cow_start(&r, out, ctl, status);
 	pid_t root = rig_job_root(pid);
@@ -147,7 +149,27 @@ int main(void)
 	   "its image is not restored while it runs: EBUSY, and status says why; the image stays good");
 	if (e != EBUSY)
 		diag("%s", st);
+
+	/* Its parent (phos run) stopped, the killed process stays a zombie. */
+	pid_t parent = 0;
+	char path[64], line[256];
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)h);
+	FILE *f = fopen(path, "r");
+	while (f && fgets(line, sizeof(line), f))
+		sscanf(line, "PPid: %d", &parent);
+	if (f)
+		fclose(f);
+	if (parent > 1)
+		kill(parent, SIGSTOP);
 	kill(h, SIGKILL);
+	usleep(200000);
+	e = parent > 1 ? rig_restore(&r, image, &got, st, sizeof(st)) : -1;
+	snprintf(want, sizeof(want), "process %d has ended, but its parent %d has not reaped it", (int)h, (int)parent);
+	ok(e == EBUSY && strstr(st, want), "nor while it is a zombie its parent has not reaped: status names the parent");
+	if (e != EBUSY || !strstr(st, want))
+		diag("%s", st);
+	if (parent > 1)
+		kill(parent, SIGCONT);
 	rig_reap();
 	rig_cleanup(&r);
 	return done();
