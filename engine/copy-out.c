@@ -604,24 +604,26 @@ int engine_copy_begin(const engine_parked *objs, phosimg_writer *w, const engine
 	return 0;
 }
 
-int engine_copy_wait_off(engine_copy *j)
+/* Waits until the count of chunks *left is 0, the copy fails or its
+ * copiers are gone. */
+static int wait_none_left(engine_copy *j, _Atomic uint64_t *left)
 {
 	pthread_mutex_lock(&j->lock);
-	while (atomic_load(&j->left) && !atomic_load(&j->error) && j->copiers > 0)
+	while (atomic_load(left) && !atomic_load(&j->error) && j->copiers > 0)
 		pthread_cond_wait(&j->moved, &j->lock);
 	pthread_mutex_unlock(&j->lock);
 	int e = atomic_load(&j->error);
-	return e ? e : atomic_load(&j->left) ? -EIO : 0;
+	return e ? e : atomic_load(left) ? -EIO : 0;
+}
+
+int engine_copy_wait_off(engine_copy *j)
+{
+	return wait_none_left(j, &j->left);
 }
 
 int engine_copy_wait_shared(engine_copy *j)
 {
-	pthread_mutex_lock(&j->lock);
-	while (atomic_load(&j->shared_left) && !atomic_load(&j->error) && j->copiers > 0)
-		pthread_cond_wait(&j->moved, &j->lock);
-	pthread_mutex_unlock(&j->lock);
-	int e = atomic_load(&j->error);
-	return e ? e : atomic_load(&j->shared_left) ? -EIO : 0;
+	return wait_none_left(j, &j->shared_left);
 }
 
 uint32_t engine_copy_object_id(const engine_copy *j, int k)

@@ -19,15 +19,20 @@
 #define PARK_TIMEOUT_MS 60000   /* each message of a hand-over under way */
 #define RESUME_TIMEOUT_MS 30000 /* a woken tracer connects again */
 
+void engine_parked_drop(engine_parked *p)
+{
+	free(p->objs);
+	free(p->fds);
+	free(p->pids);
+	memset(p, 0, sizeof(*p));
+}
+
 void engine_parked_free(engine_parked *p)
 {
 	for (int i = 0; i < p->n; i++)
 		if (p->fds[i] >= 0)
 			close(p->fds[i]);
-	free(p->objs);
-	free(p->fds);
-	free(p->pids);
-	memset(p, 0, sizeof(*p));
+	engine_parked_drop(p);
 }
 
 int engine_parked_add(engine_parked *p, const wire_object *objs, const int *fds, pid_t pid, int n)
@@ -69,10 +74,7 @@ int engine_parked_move(engine_parked *to, engine_parked *from)
 		}
 		at = k;
 	}
-	free(from->objs);
-	free(from->fds);
-	free(from->pids);
-	memset(from, 0, sizeof(*from));
+	engine_parked_drop(from);
 	return 0;
 }
 

@@ -34,6 +34,9 @@ typedef struct engine_parked {
 /* Closes the fds and frees the arrays. */
 void engine_parked_free(engine_parked *p);
 
+/* Frees the arrays, not the fds (which are another's). */
+void engine_parked_drop(engine_parked *p);
+
 /* Appends n objects of process pid; the fds are then p's. Errors:
  * -ENOMEM (nothing appended, the fds still the caller's). */
 int engine_parked_add(engine_parked *p, const wire_object *objs, const int *fds, pid_t pid, int n);

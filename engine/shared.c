@@ -54,15 +54,6 @@ static int object_of(const engine_parked *rest, pid_t pid, uint64_t key)
 	return -1;
 }
 
-/* Frees the arrays of p, not its fds. */
-static void drop_arrays(engine_parked *p)
-{
-	free(p->objs);
-	free(p->fds);
-	free(p->pids);
-	memset(p, 0, sizeof(*p));
-}
-
 int engine_shares_take(engine_parked *parked, engine_shares *out, perr *er)
 {
 	memset(out, 0, sizeof(*out));
@@ -111,7 +102,7 @@ int engine_shares_take(engine_parked *parked, engine_shares *out, perr *er)
 	free(at);
 	rest.ndev = parked->ndev;
 	memcpy(rest.dev_uuid, parked->dev_uuid, sizeof(rest.dev_uuid));
-	drop_arrays(parked);
+	engine_parked_drop(parked);
 	*parked = rest;
 	out->imported = imp;
 	out->owner = owner;
@@ -120,9 +111,9 @@ int engine_shares_take(engine_parked *parked, engine_shares *out, perr *er)
 fail:
 	free(at);
 	free(owner);
-	drop_arrays(&rest);
-	drop_arrays(&imp);
-	drop_arrays(&alias);
+	engine_parked_drop(&rest);
+	engine_parked_drop(&imp);
+	engine_parked_drop(&alias);
 	out->unseen = 0;
 	return e;
 }
@@ -143,15 +134,10 @@ int engine_shares_view(const engine_parked *all, const engine_shares *s, pid_t p
 	if ((mine.n && engine_parked_add(out, mine.objs, mine.fds, pid, mine.n)) ||
 	    (theirs.n && engine_parked_add(out, theirs.objs, theirs.fds, pid, theirs.n)) ||
 	    (names.n && engine_parked_add(out, names.objs, names.fds, pid, names.n))) {
-		drop_arrays(out);
+		engine_parked_drop(out);
 		return -ENOMEM;
 	}
 	return 0;
-}
-
-void engine_shares_view_free(engine_parked *v)
-{
-	drop_arrays(v);
 }
 
 int engine_shares_restored(const phosimg_info *in, const engine_parked *filled, const bool *sel, pid_t pid,
@@ -169,7 +155,7 @@ int engine_shares_restored(const phosimg_info *in, const engine_parked *filled, 
 		for (uint32_t k = 0; k < sh->object; k++)
 			at += !sel || sel[k];
 		if ((sel && !sel[sh->object]) || at >= filled->n) {
-			drop_arrays(out);
+			engine_parked_drop(out);
 			return -EBADMSG;
 		}
 		const phosimg_object *o = &in->objects[sh->object];
@@ -180,7 +166,7 @@ int engine_shares_restored(const phosimg_info *in, const engine_parked *filled, 
 	}
 	return 0;
 oom:
-	drop_arrays(out);
+	engine_parked_drop(out);
 	return -ENOMEM;
 }
 

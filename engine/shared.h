@@ -37,9 +37,8 @@ void engine_shares_free(engine_shares *s);
 
 /* pid's objects of all, then its imports and aliases of s (the records
  * the tracer unparks), into out: its arrays are out's, to free with
- * engine_shares_view_free; the fds stay all's and s's. Errors: -ENOMEM. */
+ * engine_parked_drop; the fds stay all's and s's. Errors: -ENOMEM. */
 int engine_shares_view(const engine_parked *all, const engine_shares *s, pid_t pid, engine_parked *out);
-void engine_shares_view_free(engine_parked *v);
 
 /* After a restore's fill: pid's objects of filled (the objects of in
  * that sel selects, NULL: all, in image order), then its shares of in,

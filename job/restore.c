@@ -332,7 +332,7 @@ static int restore_wake(const restore_args *a, restore_ctx *c, const engine_park
 		} else {
 			e = tid < 0 ? tid : 0;
 		}
-		engine_shares_view_free(&mine);
+		engine_parked_drop(&mine);
 	}
 	return e;
 }

@@ -107,7 +107,7 @@ static int bring_back(const checkpoint_args *a, const phosimg_member *m, member_
 			pr_err(&msg, e, "out of memory");
 		else
 			e = engine_unpark(m[i].pid, ms[i].tid, a->tracer, &mine, engine_cow_of(cow, m[i].pid), &msg);
-		engine_shares_view_free(&mine);
+		engine_parked_drop(&mine);
 		if (e && !first) {
 			first = e;
 			if (!*er->msg)

@@ -20,6 +20,22 @@ static inline void pair_paths(char *app, char *cubin, char *stub)
 		skip_all("tests/kernels/pair.cubin or tests/apps/libnccl.so.2 is not built");
 }
 
+/* Mounts phosfs for r (set up by rig_require) and runs pair_app with the
+ * stub NCCL under phos run, its output in out (PATH_MAX); plans tests
+ * (after the skips). Its environment is this process's. The pid. */
+static inline pid_t pair_start(rig *r, int tests, char *out)
+{
+	char app[PATH_MAX], cubin[PATH_MAX], stub[PATH_MAX];
+	pair_paths(app, cubin, stub);
+	plan(tests);
+	if (rig_mount(r, NULL))
+		bail("phosfs did not mount");
+	char *const cmd[] = { app, cubin, stub, NULL };
+	pid_t pid = rig_phos_run(r, cmd);
+	rig_out(r, pid, out, PATH_MAX);
+	return pid;
+}
+
 /* The highest N of the lines "rank R step N" of out. */
 static inline unsigned last_step(const char *out, int rank)
 {

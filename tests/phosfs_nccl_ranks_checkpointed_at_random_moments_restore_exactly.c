@@ -30,16 +30,9 @@ int main(void)
 {
 	rig r;
 	rig_require(&r);
-	char app[PATH_MAX], cubin[PATH_MAX], stub[PATH_MAX];
-	pair_paths(app, cubin, stub);
-	plan(8);
-	if (rig_mount(&r, NULL))
-		bail("phosfs did not mount");
 	setenv("PAIR_HOST_MEM", "1", 1);
-	char *const cmd[] = { app, cubin, stub, NULL };
-	pid_t pid = rig_phos_run(&r, cmd);
 	char out[PATH_MAX], ctl[160], status[160];
-	rig_out(&r, pid, out, sizeof(out));
+	pid_t pid = pair_start(&r, 8, out);
 	rig_files(&r, pid, ctl, status);
 	ok(pid > 0 && both_past(out, 40, 20000) && rig_traced(&r, pid, 10000),
 	   "two ranks all-reduce and meet step after step under the tracer (pid %d)", (int)pid);

@@ -151,14 +151,7 @@ int main(void)
 		diag("%s", st);
 
 	/* Its parent (phos run) stopped, the killed process stays a zombie. */
-	pid_t parent = 0;
-	char path[64], line[256];
-	snprintf(path, sizeof(path), "/proc/%d/status", (int)h);
-	FILE *f = fopen(path, "r");
-	while (f && fgets(line, sizeof(line), f))
-		sscanf(line, "PPid: %d", &parent);
-	if (f)
-		fclose(f);
+	pid_t parent = rig_parent(h);
 	if (parent > 1)
 		kill(parent, SIGSTOP);
 	kill(h, SIGKILL);

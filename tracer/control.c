@@ -192,14 +192,13 @@ static int unpark(void)
 			}
 		} else if (h.type == WIRE_UNPARK) {
 			/* A lazy restore sends the tracer's objects later, and
-			 * perhaps none now: the application's must all be back. */
-			/* What sent no objects (it had none) is back too. */
+			 * perhaps none now: the application's must all be back.
+			 * What had no objects to send is back as it is. */
 			if (!lazy_active())
 				alloc_unpark(NULL, NULL, 0);
 			vmm_unpark(NULL, NULL, 0);
-			char what[160] = "";
 			if ((alloc_parked() && !lazy_active()) || vmm_parked()) {
-				char msg[256];
+				char what[160] = "", msg[256];
 				if (!vmm_missing(what, sizeof(what)))
 					alloc_missing(what, sizeof(what));
 				snprintf(msg, sizeof(msg), "unpark: some device memory did not come back: %s", what);

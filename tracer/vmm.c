@@ -187,18 +187,27 @@ static void close_exports(handle_rec *h)
 	h->nexp = 0;
 }
 
-static bool mapped(uint32_t h)
+/* Where handle h is mapped first; 0 if nowhere. */
+static uint64_t va_of(uint32_t h)
 {
 	for (uint32_t i = 0; i < nm; i++)
 		if (ms[i].live && ms[i].h == h)
-			return true;
-	return false;
+			return ms[i].va;
+	return 0;
+}
+
+/* Keeps a dup of fd, an open file the application exported of h. */
+static void keep_export(handle_rec *h, int fd)
+{
+	int d = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+	if (d >= 0 && !push(&h->exp, &h->nexp, &h->expcap, &d, sizeof(d)))
+		close(d);
 }
 
 /* Forgets a handle that is released and mapped nowhere. */
 static void maybe_forget(uint32_t h)
 {
-	if (hs[h].refs <= 0 && !mapped(h)) {
+	if (hs[h].refs <= 0 && !va_of(h)) {
 		if (hs[h].kept)
 			close(hs[h].kept - 1);
 		hs[h].kept = 0;
@@ -221,13 +230,10 @@ void vmm_created(CUmemGenericAllocationHandle h, uint64_t size, CUmemLocation wh
 
 void vmm_exported(CUmemGenericAllocationHandle app, int fd)
 {
-	int d = fcntl(fd, F_DUPFD_CLOEXEC, 3);
-	if (d < 0)
-		return;
 	pthread_mutex_lock(&lock);
 	int i = find_handle(app);
-	if (i < 0 || !push(&hs[i].exp, &hs[i].nexp, &hs[i].expcap, &d, sizeof(d)))
-		close(d); /* not the application's own: its importer is refused */
+	if (i >= 0) /* else not the application's own: its importer is refused */
+		keep_export(&hs[i], fd);
 	pthread_mutex_unlock(&lock);
 }
 
@@ -380,10 +386,7 @@ int vmm_export(alloc_emit_fn emit, void *arg)
 	for (uint32_t i = 0; i < nh && !e && !batch.err; i++) {
 		if (!hs[i].live)
 			continue;
-		uint64_t va = 0;
-		for (uint32_t k = 0; k < nm && !va; k++)
-			if (ms[k].live && ms[k].h == i)
-				va = ms[k].va;
+		uint64_t va = va_of(i);
 		int fd = -1;
 		if (hs[i].kept) {
 			fd = fcntl(hs[i].kept - 1, F_DUPFD_CLOEXEC, 3);
@@ -462,9 +465,7 @@ int vmm_unpark(const wire_object *recs, const int *fds, int n)
 			continue;
 		uint64_t i = recs[k].key;
 		if ((recs[k].flags & WIRE_OBJ_ALIAS) && i < nh && hs[i].live) {
-			int d = fcntl(fds[k], F_DUPFD_CLOEXEC, 3);
-			if (d >= 0 && !push(&hs[i].exp, &hs[i].nexp, &hs[i].expcap, &d, sizeof(d)))
-				close(d);
+			keep_export(&hs[i], fds[k]);
 			continue;
 		}
 		if (i >= nh || !hs[i].live || hs[i].cur || !(recs[k].flags & WIRE_OBJ_IMPORTED) != !hs[i].imported ||
@@ -505,14 +506,9 @@ bool vmm_missing(char *what, size_t n)
 	uint32_t i = 0;
 	while (i < nh && !(hs[i].live && !hs[i].cur))
 		i++;
-	if (i < nh) {
-		uint64_t va = 0;
-		for (uint32_t k = 0; k < nm && !va; k++)
-			if (ms[k].live && ms[k].h == i)
-				va = ms[k].va;
+	if (i < nh)
 		snprintf(what, n, "its VMM %s %u (%llu bytes at 0x%llx)", hs[i].imported ? "import" : "allocation", i,
-			 (unsigned long long)hs[i].size, (unsigned long long)va);
-	}
+			 (unsigned long long)hs[i].size, (unsigned long long)va_of(i));
 	pthread_mutex_unlock(&lock);
 	return i < nh;
 }

@@ -21,11 +21,7 @@ echo "1..$n"
 skip() { for i in $(seq $n); do echo "ok $i # skip $1"; done; exit 0; }
 fail_all() { for i in $(seq $n); do echo "not ok $i - $1"; done; exit 1; }
 . "$b/share/gpu-rig.sh"
-why=$(ddp_missing)
-[ -z "$why" ] || skip "$why"
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-export PHOS_RUN_FLAGS=--pid-ns
-rig_mount fsdp --criu-plugins "$b/criu-plugins" || fail_all "phosfs did not mount (bundle $b)"
+ddp_rig fsdp
 train=(python3 -m torch.distributed.run --standalone --nproc_per_node 2 "$src/examples/pytorch/train_fsdp.py"
 	--steps "$steps" --sleep 0.05)
 

@@ -41,6 +41,13 @@
 #   ddp_missing          prints what this machine lacks for a two-rank
 #                        DDP job (root and FUSE, two GPUs, PyTorch), or
 #                        nothing
+#   ddp_rig NAME         for a test of a multi-rank job: skips (the
+#                        test's skip) for what ddp_missing says, keeps
+#                        NVLink multicast off, runs jobs in pid namespaces
+#                        of their own (an init reaps what an agent leaves;
+#                        a restore needs none of this machine's pids) and
+#                        mounts phosfs as NAME with phos's CRIU plugins
+#                        (the test's fail_all when it does not mount)
 #   reference CMD...     runs CMD untraced (PHOS_TRACE=0) to its end (15
 #                        minutes at most) and keeps its train_lines in
 #                        $work/ref; 1 when it did not finish (it says why)
@@ -230,4 +237,13 @@ same_as_reference() {
 		echo "not ok $1 - its losses differ from the uninterrupted run's"
 		diff "$work/ref" "$work/got" | head -5 | sed 's/^/# /'
 	fi
+}
+
+ddp_rig() {
+	local why
+	why=$(ddp_missing)
+	[ -z "$why" ] || skip "$why"
+	export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+	export PHOS_RUN_FLAGS=--pid-ns
+	rig_mount "$1" --criu-plugins "$b/criu-plugins" || fail_all "phosfs did not mount (bundle $b)"
 }
