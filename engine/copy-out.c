@@ -592,7 +592,11 @@ int engine_copy_begin(const engine_parked *objs, phosimg_writer *w, const engine
 		atomic_store(&prog->recopy_clean, pre_bytes);
 	}
 	pthread_mutex_init(&j->lock, NULL);
-	pthread_cond_init(&j->moved, NULL);
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* wait_none_left's deadline */
+	pthread_cond_init(&j->moved, &ca);
+	pthread_condattr_destroy(&ca);
 	if (!atomic_load(&j->left)) {
 		if (j->cow)
 			engine_cow_end(j->cow);
@@ -605,25 +609,48 @@ int engine_copy_begin(const engine_parked *objs, phosimg_writer *w, const engine
 }
 
 /* Waits until the count of chunks *left is 0, the copy fails or its
- * copiers are gone. */
-static int wait_none_left(engine_copy *j, _Atomic uint64_t *left)
+ * copiers are gone; with idle_s > 0, -ETIMEDOUT once the count has not
+ * moved for that long. */
+static int wait_none_left(engine_copy *j, _Atomic uint64_t *left, int idle_s)
 {
+	uint64_t seen = atomic_load(left), since = engine_now_ns();
+	uint64_t idle = idle_s > 0 ? (uint64_t)idle_s * 1000000000ull : 0;
+	bool late = false;
 	pthread_mutex_lock(&j->lock);
-	while (atomic_load(left) && !atomic_load(&j->error) && j->copiers > 0)
-		pthread_cond_wait(&j->moved, &j->lock);
+	while (atomic_load(left) && !atomic_load(&j->error) && j->copiers > 0 && !late) {
+		if (!idle) {
+			pthread_cond_wait(&j->moved, &j->lock);
+			continue;
+		}
+		struct timespec ts;
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		ts.tv_nsec += 100 * 1000000L; /* a look at the clock every 100 ms */
+		if (ts.tv_nsec >= 1000000000L) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000L;
+		}
+		pthread_cond_timedwait(&j->moved, &j->lock, &ts);
+		uint64_t now = engine_now_ns(), n = atomic_load(left);
+		if (n != seen) {
+			seen = n;
+			since = now;
+		} else if (now - since >= idle) {
+			late = true;
+		}
+	}
 	pthread_mutex_unlock(&j->lock);
 	int e = atomic_load(&j->error);
-	return e ? e : atomic_load(left) ? -EIO : 0;
+	return e ? e : !atomic_load(left) ? 0 : late ? -ETIMEDOUT : -EIO;
 }
 
-int engine_copy_wait_off(engine_copy *j)
+int engine_copy_wait_off(engine_copy *j, int idle_s)
 {
-	return wait_none_left(j, &j->left);
+	return wait_none_left(j, &j->left, idle_s);
 }
 
-int engine_copy_wait_shared(engine_copy *j)
+int engine_copy_wait_shared(engine_copy *j, int idle_s)
 {
-	return wait_none_left(j, &j->shared_left);
+	return wait_none_left(j, &j->shared_left, idle_s);
 }
 
 uint32_t engine_copy_object_id(const engine_copy *j, int k)

@@ -44,16 +44,17 @@ int engine_copy_out(const engine_parked *objs, phosimg_writer *w, const engine_c
  * again once its memory is off the GPU: begin starts the threads (*out is
  * the copy; objs, w, the staging and the CoW tables must outlive it);
  * wait_off returns once every chunk is off the GPU (or the copy failed:
- * its error); end waits for the writers, frees the copy and returns its
- * error (er says what it was). */
+ * its error; with idle_s > 0, -ETIMEDOUT once no chunk came off for that
+ * long: the copy is stuck, and the caller cancels it); end waits for the
+ * writers, frees the copy and returns its error (er says what it was). */
 typedef struct engine_copy engine_copy;
 int engine_copy_begin(const engine_parked *objs, phosimg_writer *w, const engine_copy_opts *o, engine_progress *prog,
 		      engine_copy **out, perr *er);
-int engine_copy_wait_off(engine_copy *c);
+int engine_copy_wait_off(engine_copy *c, int idle_s);
 /* Waits until the objects marked WIRE_OBJ_SHARED (copied first) are off
  * the GPU: they are written where no CoW table sees it (by another
- * member, or by the CPU). Errors as engine_copy_wait_off. */
-int engine_copy_wait_shared(engine_copy *c);
+ * member, or by the CPU). Errors and idle_s as engine_copy_wait_off. */
+int engine_copy_wait_shared(engine_copy *c, int idle_s);
 /* The image's id of object k of the objects the copy was begun with. */
 uint32_t engine_copy_object_id(const engine_copy *c, int k);
 int engine_copy_end(engine_copy *c, perr *er);

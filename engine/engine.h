@@ -15,6 +15,9 @@
  *   fill.h      an image back into device memory
  *   recopy.h    tracking writes while memory is copied (recopy)
  *   sockets.h   socket names a restore finds taken
+ *   timewait.h  closed connections that hold a restore's TCP ports
+ *   criu-files.h  reading CRIU's list of files (files.img)
+ *   at-once.h   one step taken by several processes at once
  *
  * The engine talks to a traced process over the wire (common/wire.h), to
  * the CUDA driver through its own context, to CRIU by running it, and
@@ -29,6 +32,7 @@
 #ifndef PHOS_ENGINE_H
 #define PHOS_ENGINE_H
 
+#include "at-once.h"
 #include "copy-out.h"
 #include "cow.h"
 #include "criu.h"
@@ -41,6 +45,7 @@
 #include "recopy.h"
 #include "shared.h"
 #include "sockets.h"
+#include "timewait.h"
 #include "tree.h"
 
 #endif

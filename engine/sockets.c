@@ -34,58 +34,14 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "criu-files.h"
 #include "progress.h"
 #include "sockets.h"
 
-#define CRIU_COMMON_MAGIC 0x54564319u
-#define CRIU_FILES_MAGIC 0x56303138u
-#define FILE_ENTRY_USK 16
 #define USK_TYPE 3
 #define USK_STATE 4
 #define USK_NAME 11
 #define TCP_LISTEN 10
-
-/* A protobuf varint at *p (below end); false if it runs past end. */
-static bool varint(const uint8_t **p, const uint8_t *end, uint64_t *v)
-{
-	*v = 0;
-	for (int shift = 0; *p < end && shift < 64; shift += 7) {
-		uint8_t b = *(*p)++;
-		*v |= (uint64_t)(b & 0x7f) << shift;
-		if (!(b & 0x80))
-			return true;
-	}
-	return false;
-}
-
-/* Steps over one field of wire type `wt` at *p; for a length-delimited
- * one, its bytes are *body and *len. False if malformed. */
-static bool field(const uint8_t **p, const uint8_t *end, unsigned wt, const uint8_t **body, size_t *len)
-{
-	uint64_t v;
-	switch (wt) {
-	case 0:
-		return varint(p, end, &v);
-	case 1:
-		if (end - *p < 8)
-			return false;
-		*p += 8;
-		return true;
-	case 5:
-		if (end - *p < 4)
-			return false;
-		*p += 4;
-		return true;
-	case 2:
-		if (!varint(p, end, &v) || v > (uint64_t)(end - *p))
-			return false;
-		*body = *p;
-		*len = (size_t)v;
-		*p += v;
-		return true;
-	}
-	return false;
-}
 
 /* Whether an abstract name (len bytes, the first 0) is bound here to a
  * socket of `type`: a bind to it says. */
@@ -162,95 +118,54 @@ static bool rename_free(int type, uint8_t *name, size_t len, chosen *c)
 	return false;
 }
 
+/* What rename_one works on: the names given so far, and how many. */
+typedef struct renaming {
+	chosen c;
+	int n;
+} renaming;
+
+/* Renames one unix socket (body, len: its unix_sk_entry) if it listens
+ * on an abstract name that is taken; -EBADMSG if malformed, -EADDRINUSE
+ * if no free name was found. */
+static int rename_one(uint8_t *body, size_t blen, void *arg)
+{
+	renaming *r = arg;
+	uint64_t state = 0, type = 0;
+	uint8_t *name = NULL;
+	size_t nlen = 0;
+	for (const uint8_t *q = body, *qend = body + blen; q < qend;) {
+		uint64_t k, v;
+		const uint8_t *b = NULL;
+		size_t bl = 0;
+		if (!pb_varint(&q, qend, &k))
+			return -EBADMSG;
+		if ((k >> 3 == USK_STATE || k >> 3 == USK_TYPE) && (k & 7) == 0) {
+			if (!pb_varint(&q, qend, &v))
+				return -EBADMSG;
+			*(k >> 3 == USK_STATE ? &state : &type) = v;
+		} else if (!pb_field(&q, qend, k & 7, &b, &bl)) {
+			return -EBADMSG;
+		} else if (k >> 3 == USK_NAME && (k & 7) == 2) {
+			name = (uint8_t *)b;
+			nlen = bl;
+		}
+	}
+	if (state != TCP_LISTEN || nlen < 2 || name[0] || type > 16 || !taken((int)type, name, nlen))
+		return 0;
+	if (!rename_free((int)type, name, nlen, &r->c))
+		return -EADDRINUSE;
+	r->n++;
+	return 0;
+}
+
 /* Renames, in buf (files.img, size bytes), every listening abstract
  * socket whose name is taken. *n counts them. -EBADMSG if buf is not a
  * files.img; -EADDRINUSE if no free name was found. */
 static int rename_in(uint8_t *buf, size_t size, int *n)
 {
-	chosen c = { .n = 0 };
-	if (size < 8)
-		return -EBADMSG;
-	uint32_t m0, m1;
-	memcpy(&m0, buf, 4);
-	memcpy(&m1, buf + 4, 4);
-	if (m0 != CRIU_COMMON_MAGIC || m1 != CRIU_FILES_MAGIC)
-		return -EBADMSG;
-	for (size_t off = 8; off < size;) {
-		uint32_t len;
-		if (size - off < 4)
-			return -EBADMSG;
-		memcpy(&len, buf + off, 4);
-		off += 4;
-		if (len > size - off)
-			return -EBADMSG;
-		const uint8_t *p = buf + off, *end = p + len;
-		off += len;
-		while (p < end) {
-			uint64_t key;
-			const uint8_t *body = NULL;
-			size_t blen = 0;
-			if (!varint(&p, end, &key) || !field(&p, end, key & 7, &body, &blen))
-				return -EBADMSG;
-			if (key >> 3 != FILE_ENTRY_USK || (key & 7) != 2)
-				continue;
-			uint64_t state = 0, type = 0;
-			uint8_t *name = NULL;
-			size_t nlen = 0;
-			for (const uint8_t *q = body, *qend = body + blen; q < qend;) {
-				uint64_t k, v;
-				const uint8_t *b = NULL;
-				size_t bl = 0;
-				if (!varint(&q, qend, &k))
-					return -EBADMSG;
-				if ((k >> 3 == USK_STATE || k >> 3 == USK_TYPE) && (k & 7) == 0) {
-					if (!varint(&q, qend, &v))
-						return -EBADMSG;
-					*(k >> 3 == USK_STATE ? &state : &type) = v;
-				} else if (!field(&q, qend, k & 7, &b, &bl)) {
-					return -EBADMSG;
-				} else if (k >> 3 == USK_NAME && (k & 7) == 2) {
-					name = (uint8_t *)b;
-					nlen = bl;
-				}
-			}
-			if (state != TCP_LISTEN || nlen < 2 || name[0] || type > 16 || !taken((int)type, name, nlen))
-				continue;
-			if (!rename_free((int)type, name, nlen, &c))
-				return -EADDRINUSE;
-			(*n)++;
-		}
-	}
-	return 0;
-}
-
-/* Reads dir/files.img whole. */
-static int slurp(const char *dir, uint8_t **buf, size_t *size)
-{
-	char path[PATH_MAX];
-	snprintf(path, sizeof(path), "%s/files.img", dir);
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	struct stat st;
-	if (fd < 0 || fstat(fd, &st) != 0) {
-		int e = -errno;
-		if (fd >= 0)
-			close(fd);
-		return e;
-	}
-	*size = (size_t)st.st_size;
-	*buf = malloc(*size ? *size : 1);
-	int e = *buf ? 0 : -ENOMEM;
-	for (size_t got = 0; !e && got < *size;) {
-		ssize_t r = pread(fd, *buf + got, *size - got, (off_t)got);
-		if (r <= 0)
-			e = r < 0 ? -errno : -EBADMSG;
-		else
-			got += (size_t)r;
-	}
-	close(fd);
-	if (e) {
-		free(*buf);
-		*buf = NULL;
-	}
+	renaming r = { .c = { .n = 0 }, .n = 0 };
+	int e = criu_files_each(buf, size, CRIU_FILE_UNIX, rename_one, &r);
+	*n = r.n;
 	return e;
 }
 
@@ -338,7 +253,7 @@ int engine_sockets(const char *dir, const char *work, char *out, size_t outlen, 
 	*renamed = 0;
 	uint8_t *buf = NULL;
 	size_t size = 0;
-	int e = slurp(dir, &buf, &size);
+	int e = criu_files_read(dir, &buf, &size);
 	if (e == -ENOENT)
 		return 0; /* no files: nothing to rename */
 	if (e)

@@ -59,15 +59,30 @@ static int copy_start(ckpt *k, perr *er)
 	return e;
 }
 
+/* A copy that made no progress for the dump's deadline is stuck (a device
+ * copy or the store hangs): it is cancelled, and ended only once the
+ * processes run again (copy_drain), since its threads may take a while
+ * to let go. */
+static int copy_stuck(ckpt *k, perr *er)
+{
+	engine_copy_cancel(k->copy);
+	return pr_err(er, -ETIMEDOUT,
+		      "the copy of device memory off the GPU made no progress for %d s while the processes waited "
+		      "for it (a device copy or the store hangs; phosfs --dump-timeout): the checkpoint is abandoned",
+		      k->dump_timeout_s);
+}
+
 /* cow and recopy: waits until what is written where no CoW table sees it
  * (memory members share, host memory) is off the GPU. */
 static int copy_shared_off(ckpt *k, perr *er)
 {
 	if (!k->copy || !k->shares.unseen)
 		return 0;
-	int e = engine_copy_wait_shared(k->copy);
+	int e = engine_copy_wait_shared(k->copy, k->dump_timeout_s);
 	if (!e)
 		return 0;
+	if (e == -ETIMEDOUT)
+		return copy_stuck(k, er);
 	e = engine_copy_end(k->copy, er);
 	k->copy = NULL;
 	return e ? e : pr_err(er, -EIO, "the memory the processes share was not copied");
@@ -80,9 +95,12 @@ static int copy_off(ckpt *k, perr *er)
 	if (!k->copy)
 		return 0;
 	engine_step(k->prog, STEP_COPY);
-	if (!engine_copy_wait_off(k->copy))
+	int e = engine_copy_wait_off(k->copy, k->dump_timeout_s);
+	if (!e)
 		return 0;
-	int e = engine_copy_end(k->copy, er);
+	if (e == -ETIMEDOUT)
+		return copy_stuck(k, er);
+	e = engine_copy_end(k->copy, er);
 	k->copy = NULL;
 	return e;
 }

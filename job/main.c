@@ -252,6 +252,7 @@ static int run_checkpoint(const job_request *req, job_shared *sh, perr *er)
 			       .staging_fd = cr->staging_fd,
 			       .chunk = cr->chunk,
 			       .timeout_ms = (int)cr->timeout_ms,
+			       .dump_timeout_s = (int)cr->dump_timeout_s,
 			       .shadow_pool = cr->shadow_pool };
 	int e = checkpoint_run(&a, er);
 	if (!e)

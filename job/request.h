@@ -38,6 +38,7 @@ typedef struct job_checkpoint_req {
 	int32_t staging_fd;   /* phosfs's staging memfd, or -1 */
 	uint32_t chunk;       /* bytes, a power of two */
 	uint32_t timeout_ms;  /* each member's quiesce; 0: the default */
+	uint32_t dump_timeout_s; /* CRIU's dump, and a copy waited for without progress; 0: the default */
 	uint64_t shadow_pool; /* bytes per process, 0 for none */
 	uint32_t nmembers;
 	job_member members[JOB_MEMBERS_MAX];

@@ -34,7 +34,9 @@
 
 #include "../common/pidns.h"
 #include "../engine/driver.h"
+#include "../engine/at-once.h"
 #include "../engine/sockets.h"
+#include "../engine/timewait.h"
 #include "lazy.h"
 #include "restore-ctx.h"
 
@@ -145,6 +147,46 @@ static int restore_begin(const restore_args *a, restore_ctx *c, perr *er)
 	return e;
 }
 
+/* One member's driver restore and unlock, beside the others'. */
+typedef struct resume {
+	pid_t pid;
+	const engine_devmap *map;
+	perr er;
+	int e;
+} resume;
+
+static void *resume_one(void *arg)
+{
+	resume *r = arg;
+	r->e = driver_restore(r->pid, r->map, &r->er);
+	if (!r->e)
+		r->e = driver_unlock(r->pid, &r->er);
+	return NULL;
+}
+
+/* The driver restores and unlocks every member it holds checkpointed,
+ * all at once. Errors: the first member's that failed. */
+static int resume_all(const restore_args *a, restore_ctx *c, perr *er)
+{
+	resume *v = calloc(c->n ? c->n : 1, sizeof(*v));
+	if (!v)
+		return pr_err(er, -ENOMEM, "out of memory");
+	int n = 0, e = 0;
+	for (uint32_t i = 0; i < c->n; i++) {
+		int state = 0;
+		if (driver_process_state(c->host[i], &state) == 0 && state == DRIVER_CHECKPOINTED)
+			v[n++] = (resume){ .pid = c->host[i], .map = &c->map };
+	}
+	if (n)
+		engine_step(a->prog, STEP_UNLOCK);
+	engine_at_once(v, sizeof(*v), n, resume_one);
+	for (int j = 0; j < n && !e; j++)
+		if (v[j].e)
+			e = pr_copy(er, &v[j].er);
+	free(v);
+	return e;
+}
+
 /* Restores the tree with CRIU, finds each member's pid on this machine
  * (c->host), then restores and unlocks each CUDA process in the driver;
  * *a->pid is the pid of member c->job. Errors: -EIO (er says which
@@ -172,6 +214,21 @@ static int restore_tree(const restore_args *a, restore_ctx *c, perr *er)
 	if (!e && renamed)
 		fprintf(stderr, "phosfs: restore %s: %d listening socket%s renamed, whose names are taken here\n",
 			a->image, renamed, renamed == 1 ? "" : "s");
+	/* The job's own closed connections (it was killed here) would hold
+	 * its ports for a minute. Where they cannot be ended, CRIU tries
+	 * anyway, and says which address is taken if it fails. */
+	if (!e) {
+		perr tw = { 0 };
+		int ended = 0;
+		int e2 = engine_timewait_end(phosimg_criu_dir(c->img), &ended, &tw);
+		if (e2)
+			fprintf(stderr, "phosfs: restore %s: %s\n", a->image, tw.msg);
+		if (ended)
+			fprintf(stderr,
+				"phosfs: restore %s: ended %d closed connection%s (TIME_WAIT) that held the job's TCP "
+				"addresses\n",
+				a->image, ended, ended == 1 ? "" : "s");
+	}
 	if (!e)
 		e = criu_restore(a->criu, *folder ? folder : phosimg_criu_dir(c->img),
 				 a->lazy_pages ? c->pages_dir : NULL, a->log, &root, er);
@@ -188,15 +245,8 @@ static int restore_tree(const restore_args *a, restore_ctx *c, perr *er)
 	}
 	if (!e && a->pid)
 		*a->pid = c->host[c->job];
-	for (uint32_t i = 0; !e && i < c->n; i++) {
-		int state = 0;
-		if (driver_process_state(c->host[i], &state) == 0 && state == DRIVER_CHECKPOINTED) {
-			engine_step(a->prog, STEP_UNLOCK);
-			e = driver_restore(c->host[i], &c->map, er);
-			if (!e)
-				e = driver_unlock(c->host[i], er);
-		}
-	}
+	if (!e)
+		e = resume_all(a, c, er);
 	return e;
 }
 

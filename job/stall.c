@@ -75,46 +75,90 @@ static int describe(pid_t pid, phosimg_meta *m, char **cmdline)
 	return 0;
 }
 
-/* Brings every live member back to running: driver restore and unlock,
- * then unpark. The first error goes to err (if it is still empty). */
-static int bring_back(const checkpoint_args *a, const phosimg_member *m, member_state *ms, uint32_t n,
-		      const engine_parked *parked, const engine_shares *shares, const engine_cow *cow, bool dumped,
-		      perr *er)
+/* Which members a step is for. */
+static bool is_cuda(const ckpt *k, uint32_t i)
 {
-	engine_progress *prog = a->prog;
-	int first = 0;
+	return k->m[i].flags & PHOSIMG_MEMBER_CUDA;
+}
+
+static bool is_locked(const ckpt *k, uint32_t i)
+{
+	return k->ms[i].locked;
+}
+
+/* Those to bring back live, and the checkpoint did not end them. */
+static bool to_unlock(const ckpt *k, uint32_t i)
+{
+	return k->ms[i].locked && engine_alive(k->m[i].pid) && !(k->dumped && k->a->kill);
+}
+
+static bool to_unpark(const ckpt *k, uint32_t i)
+{
+	return k->ms[i].parked && engine_alive(k->m[i].pid) && !(k->dumped && k->a->kill);
+}
+
+/* Runs fn on every member that want names, at once or (!together) one
+ * after another (step: the step it is, or -1); its first failure into
+ * er, if er is still empty. */
+static int on_members(ckpt *k, bool (*want)(const ckpt *, uint32_t), int step, const engine_cow *cow, bool together,
+		      void *(*fn)(void *), perr *er)
+{
+	part *v = calloc(k->n ? k->n : 1, sizeof(*v));
+	if (!v)
+		return *er->msg ? -ENOMEM : pr_err(er, -ENOMEM, "out of memory");
+	int n = 0;
+	for (uint32_t i = 0; i < k->n; i++)
+		if (want(k, i))
+			v[n++] = (part){ .k = k, .i = (int)i, .cow = cow };
+	if (n && step >= 0)
+		engine_step(k->prog, step);
+	if (together)
+		stall_at_once(v, n, fn);
+	else
+		for (int j = 0; j < n; j++)
+			fn(&v[j]);
 	perr msg = { 0 };
-	for (uint32_t i = 0; i < n; i++) {
-		if (!ms[i].locked || !engine_alive(m[i].pid) || (dumped && a->kill))
-			continue;
-		engine_step(prog, STEP_UNLOCK);
-		int e = ms[i].checkpointed ? driver_restore(m[i].pid, NULL, &msg) : 0;
-		if (!e)
-			e = driver_unlock(m[i].pid, &msg);
-		if (e && !first) {
-			first = e;
-			if (!*er->msg)
-				pr_copy(er, &msg);
-		}
-	}
-	for (uint32_t i = 0; i < n; i++) {
-		if (!ms[i].parked || !engine_alive(m[i].pid) || (dumped && a->kill))
-			continue;
-		engine_step(prog, STEP_UNPARK);
-		engine_parked mine;
-		int e = engine_shares_view(parked, shares, m[i].pid, &mine);
-		if (e)
-			pr_err(&msg, e, "out of memory");
-		else
-			e = engine_unpark(m[i].pid, ms[i].tid, a->tracer, &mine, engine_cow_of(cow, m[i].pid), &msg);
-		engine_parked_drop(&mine);
-		if (e && !first) {
-			first = e;
-			if (!*er->msg)
-				pr_copy(er, &msg);
-		}
-	}
-	return first;
+	int e = stall_first_failure(v, n, &msg);
+	if (e && !*er->msg)
+		pr_copy(er, &msg);
+	free(v);
+	return e;
+}
+
+static void *resume_one(void *arg)
+{
+	part *p = arg;
+	pid_t pid = p->k->m[p->i].pid;
+	p->e = p->k->ms[p->i].checkpointed ? driver_restore(pid, NULL, &p->er) : 0;
+	if (!p->e)
+		p->e = driver_unlock(pid, &p->er);
+	return NULL;
+}
+
+static void *unpark_one(void *arg)
+{
+	part *p = arg;
+	ckpt *k = p->k;
+	pid_t pid = k->m[p->i].pid;
+	engine_parked mine;
+	p->e = engine_shares_view(&k->parked, &k->shares, pid, &mine);
+	if (p->e)
+		pr_err(&p->er, p->e, "out of memory");
+	else
+		p->e = engine_unpark(pid, k->ms[p->i].tid, k->a->tracer, &mine, engine_cow_of(p->cow, pid), &p->er);
+	engine_parked_drop(&mine);
+	return NULL;
+}
+
+/* Brings every live member back to running: driver restore and unlock,
+ * all at once, then unpark, one after another (the job waits for one
+ * tracer to come back at a time: job/main.c's rendezvous). The first
+ * error goes to er (if it is still empty). */
+static int bring_back(ckpt *k, const engine_cow *cow, perr *er)
+{
+	int e = on_members(k, to_unlock, STEP_UNLOCK, NULL, true, resume_one, er);
+	int e2 = on_members(k, to_unpark, STEP_UNPARK, cow, false, unpark_one, er);
+	return e ? e : e2;
 }
 
 /* An untraced CUDA process with NCCL loaded may map memory of another
@@ -256,16 +300,7 @@ int stall_retree(ckpt *k, perr *er)
 
 void stall_at_once(part *v, int n, void *(*fn)(void *))
 {
-	pthread_t *th = calloc(n ? (size_t)n : 1, sizeof(*th));
-	bool *on = calloc(n ? (size_t)n : 1, sizeof(*on));
-	for (int j = 0; j < n; j++)
-		if (!th || !on || !(on[j] = pthread_create(&th[j], NULL, fn, &v[j]) == 0))
-			fn(&v[j]);
-	for (int j = 0; j < n; j++)
-		if (on && on[j])
-			pthread_join(th[j], NULL);
-	free(on);
-	free(th);
+	engine_at_once(v, sizeof(*v), n, fn);
 }
 
 int stall_first_failure(const part *v, int n, perr *er)
@@ -382,33 +417,24 @@ static void *lock_one(void *arg)
 	return NULL;
 }
 
-/* Locks every CUDA member at once, each within the checkpoint's timeout:
- * one that waits for a locked peer would wait for ever. */
-static int lock(ckpt *k, perr *er)
+static void *checkpoint_one(void *arg)
 {
-	part *v = calloc(k->n ? k->n : 1, sizeof(*v));
-	if (!v)
-		return pr_err(er, -ENOMEM, "out of memory");
-	int n = 0;
-	for (uint32_t i = 0; i < k->n; i++)
-		if (k->m[i].flags & PHOSIMG_MEMBER_CUDA)
-			v[n++] = (part){ .k = k, .i = (int)i };
-	stall_at_once(v, n, lock_one);
-	int e = stall_first_failure(v, n, er);
-	free(v);
-	return e;
+	part *p = arg;
+	p->e = driver_checkpoint(p->k->m[p->i].pid, &p->er);
+	p->k->ms[p->i].checkpointed = !p->e;
+	return NULL;
 }
 
 /* No member is checkpointed while another still runs on the device. */
 int stall_freeze(ckpt *k, perr *er)
 {
 	engine_step(k->prog, STEP_LOCK);
-	int e = lock(k, er);
-	for (uint32_t i = 0; !e && i < k->n; i++)
-		if (k->ms[i].locked) {
-			e = driver_checkpoint(k->m[i].pid, er);
-			k->ms[i].checkpointed = !e;
-		}
+	/* Every CUDA member is locked at once, each within the checkpoint's
+	 * timeout (one that waits for a locked peer would wait for ever);
+	 * then the driver checkpoints them at once. */
+	int e = on_members(k, is_cuda, -1, NULL, true, lock_one, er);
+	if (!e)
+		e = on_members(k, is_locked, -1, NULL, true, checkpoint_one, er);
 	if (!e) {
 		engine_step(k->prog, STEP_DUMP);
 		e = criu_dump(k->a->criu, k->a->pid, phosimg_writer_criu_dir(k->w), k->a->kill, k->dump_timeout_s,
@@ -426,7 +452,7 @@ int stall_leave(ckpt *k, int e, bool *back, perr *er)
 		engine_copy_cancel(k->copy);
 	perr err2 = { 0 };
 	const engine_cow *tables = !e && (k->cow || k->protect) ? &k->tables : NULL;
-	int e2 = bring_back(k->a, k->m, k->ms, k->n, &k->parked, &k->shares, tables, k->dumped, &err2);
+	int e2 = bring_back(k, tables, &err2);
 	cut_end(k);
 	atomic_store(&k->prog->stall_ns, engine_now_ns() - k->t0);
 	if (!e && e2) {

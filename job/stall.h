@@ -29,6 +29,7 @@ typedef struct part {
 	size_t ncomms;
 	wire_nccl_target *targets; /* cut: its targets */
 	size_t ntargets;
+	const engine_cow *cow; /* unpark: the CoW tables, or NULL */
 	perr er;
 	int e;
 } part;

@@ -442,6 +442,7 @@ static int checkpoint_request(job_request *req, const ctl_cmd *c, enum ctl_proto
 	cr->chunk = (uint32_t)phosfs_chunk;
 	cr->shadow_pool = phosfs_shadow_pool;
 	cr->timeout_ms = c->timeout_ms ? c->timeout_ms : phosfs_checkpoint_timeout_ms;
+	cr->dump_timeout_s = (uint32_t)phosfs_dump_timeout;
 	return 0;
 }
 

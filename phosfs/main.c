@@ -5,6 +5,7 @@
  *          [--staging SIZE] [--chunk SIZE] [--shadow-pool SIZE] [--fill-threads N]
  *          [--restores N] [--restore-queue N] [--restore-timeout SECONDS]
  *          [--checkpoint-wait SECONDS] [--checkpoint-timeout SECONDS]
+ *          [--dump-timeout SECONDS]
  *          [FUSE options] MOUNTPOINT
  *
  * Registers traced processes on the socket (default /run/phos/phosfs.sock)
@@ -49,6 +50,7 @@ int phosfs_restore_queue = 16;
 int phosfs_restore_timeout = 600;
 int phosfs_checkpoint_wait = 300;
 uint32_t phosfs_checkpoint_timeout_ms = CHECKPOINT_TIMEOUT_MS;
+int phosfs_dump_timeout = CHECKPOINT_DUMP_TIMEOUT_S;
 
 extern const struct fuse_operations phosfs_ops;
 
@@ -67,7 +69,7 @@ static int usage(FILE *f)
 	fprintf(f, "usage: phosfs [--socket PATH] [--store DIR] [--criu PATH] [--criu-plugins DIR] [--staging SIZE]\n"
 		   "              [--chunk SIZE] [--shadow-pool SIZE] [--fill-threads N] [--restores N]\n"
 		   "              [--restore-queue N] [--restore-timeout SECONDS] [--checkpoint-wait SECONDS]\n"
-		   "              [--checkpoint-timeout SECONDS]\n"
+		   "              [--checkpoint-timeout SECONDS] [--dump-timeout SECONDS]\n"
 		   "              [-f] [-d] [-o OPTIONS]\n"
 		   "              MOUNTPOINT\n"
 		   "SIZE is bytes, or a number with K, M, G or T (binary units).\n");
@@ -225,7 +227,7 @@ static int make_store(const char *dir, char *abs)
  * allocated, each taken as `--NAME VALUE` or `--NAME=VALUE`. */
 struct options {
 	char *sock, *store, *criu, *plugins, *staging, *chunk, *pool, *fill_threads, *restores, *queue,
-		*restore_timeout, *checkpoint_wait, *checkpoint_timeout;
+		*restore_timeout, *checkpoint_wait, *checkpoint_timeout, *dump_timeout;
 	int help;
 	int want;          /* the offset of the field the next argument is the value of, or -1 */
 	const char *wanted; /* its option's name */
@@ -255,6 +257,7 @@ static const struct fuse_opt phosfs_opts[] = {
 	OPT("--restore-timeout", restore_timeout),
 	OPT("--checkpoint-wait", checkpoint_wait),
 	OPT("--checkpoint-timeout", checkpoint_timeout),
+	OPT("--dump-timeout", dump_timeout),
 	{ "-h", offsetof(struct options, help), 1 },
 	{ "--help", offsetof(struct options, help), 1 },
 	FUSE_OPT_END
@@ -291,7 +294,7 @@ static void options_free(struct options *o)
 	char **all[] = { &o->sock,	   &o->store,	 &o->criu,	   &o->plugins,
 			 &o->staging,	   &o->chunk,	 &o->pool,	   &o->fill_threads,
 			 &o->restores,	   &o->queue,	 &o->restore_timeout, &o->checkpoint_wait,
-			 &o->checkpoint_timeout };
+			 &o->checkpoint_timeout, &o->dump_timeout };
 	for (size_t i = 0; i < sizeof(all) / sizeof(*all); i++) {
 		free(*all[i]);
 		*all[i] = NULL;
@@ -322,6 +325,8 @@ static void apply_options(const struct options *o)
 		phosfs_restore_timeout = count_option("--restore-timeout", o->restore_timeout, 1, 86400);
 	if (o->checkpoint_wait)
 		phosfs_checkpoint_wait = count_option("--checkpoint-wait", o->checkpoint_wait, 0, 86400);
+	if (o->dump_timeout)
+		phosfs_dump_timeout = count_option("--dump-timeout", o->dump_timeout, 1, 86400);
 	perr er = { 0 };
 	if (o->checkpoint_timeout && ctl_timeout(o->checkpoint_timeout, &phosfs_checkpoint_timeout_ms, &er)) {
 		fprintf(stderr, "phosfs: --checkpoint-timeout: %s\n", er.msg);

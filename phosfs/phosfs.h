@@ -33,6 +33,7 @@ extern int phosfs_restores;         /* --restores: restores that run side by sid
 extern int phosfs_restore_queue;    /* --restore-queue: restores that may wait beyond those */
 extern int phosfs_restore_timeout;  /* --restore-timeout: seconds a restore's longest step may take */
 extern uint32_t phosfs_checkpoint_timeout_ms; /* --checkpoint-timeout: each process's quiesce, ms */
+extern int phosfs_dump_timeout; /* --dump-timeout: CRIU's dump, and a copy waited for without progress, s */
 extern int phosfs_checkpoint_wait;  /* --checkpoint-wait: seconds a checkpoint waits for a restore of its tree */
 
 /* staging.c: the host staging pool, made once (a memfd jobs map and pin). */

@@ -75,7 +75,7 @@ int main(void)
 	if (access(phosfs, X_OK))
 		skip_all("phosfs is not built");
 	setenv("LD_LIBRARY_PATH", test_path("PHOS_SIMCUDA", "../simcuda"), 1);
-	plan(7);
+	plan(8);
 	int fd = memfd_create("phos-job-test", 0);
 	if (fd < 0 || ftruncate(fd, sizeof(job_shared)))
 		bail("memfd: %s", strerror(errno));
@@ -100,6 +100,13 @@ int main(void)
 	sh->req.checkpoint = (job_checkpoint_req){ .pid = getpid(), .staging_fd = -1, .chunk = 3u << 20 };
 	ok(refused(sh, fd, "chunk size 3145728 is not a power of two", "chunk"),
 	   "a checkpoint with a chunk size that is not a power of two is refused");
+
+	good_restore(sh);
+	sh->req.kind = JOB_CHECKPOINT;
+	sh->req.checkpoint = (job_checkpoint_req){ .pid = getpid(), .staging_fd = -1, .chunk = 4u << 20,
+						   .dump_timeout_s = 86401 };
+	ok(refused(sh, fd, "dump timeout of 86401 s is longer than a day", "dump timeout"),
+	   "a checkpoint with a dump timeout longer than a day is refused");
 
 	good_restore(sh);
 	sh->req.kind = JOB_CHECKPOINT;

@@ -16,9 +16,11 @@
  *      repair mode, so nothing is sent and no port lingers): restored,
  *      the job counts on over the same connection;
  *   2. checkpoint stop (the job runs on over its connection), then the
- *      job is killed and restored, and counts on; its server sets
- *      SO_REUSEADDR, as servers do, since the killed connection's port
- *      lingers in TIME_WAIT;
+ *      job is killed and restored at once, and counts on. Its server does
+ *      not set SO_REUSEADDR (as NCCL's bootstrap and torchrun's agent do
+ *      not), and the killed connection's closed ends linger in TIME_WAIT:
+ *      the restore ends those that hold the job's addresses, and says so
+ *      in phosfs's log;
  *   3. the image restored again beside the restored job fails, because
  *      its addresses are taken, and status says so;
  *   4. the same with a dual-stack server (on [::]) and an IPv4 client,
@@ -74,6 +76,23 @@ static void kill_job(pid_t pid)
 	for (int i = 0; i < 250 && (rig_alive(root) || rig_alive(pid)); i++)
 		usleep(20000);
 	rig_reap();
+}
+
+/* How many TCP sockets in TIME_WAIT have port (either end). */
+static int time_waits(int port)
+{
+	FILE *f = fopen("/proc/net/tcp", "r");
+	char line[512];
+	int n = 0;
+	while (f && fgets(line, sizeof(line), f)) {
+		unsigned la, lp, ra, rp, st;
+		if (sscanf(line, " %*d: %x:%x %x:%x %x", &la, &lp, &ra, &rp, &st) == 5 && st == 6 &&
+		    ((int)lp == port || (int)rp == port))
+			n++;
+	}
+	if (f)
+		fclose(f);
+	return n;
 }
 
 /* Starts the job, its server plain, with SO_REUSEADDR ("reuse") or
@@ -142,7 +161,7 @@ int main(void)
 	rig_require(&r);
 	char self[PATH_MAX];
 	rig_app_path("PHOS_TCP_APP", "apps/tcp_app", self);
-	plan(13);
+	plan(14);
 	if (rig_mount(&r, NULL))
 		bail("phosfs did not mount");
 	char out[PATH_MAX], image[PATH_MAX], st[4096];
@@ -155,16 +174,26 @@ int main(void)
 	stop_kill_restored(&r, a, "k", &a2, out, "restored after stop kill");
 
 	/* 2. checkpoint stop: the job runs on over its connection; killed
-	 * and restored, it counts on (its server sets SO_REUSEADDR, as
-	 * servers do: the killed connection's port lingers in TIME_WAIT). */
-	pid_t b = start(&r, self, "reuse", out);
+	 * and restored at once, it counts on. Its server has no
+	 * SO_REUSEADDR, and the killed connection's ends linger in TIME_WAIT
+	 * (unless unread data made the kernel reset it): the restore ends
+	 * them. */
+	pid_t b = start(&r, self, "plain", out);
+	int bport = 0;
+	char bl[64];
+	if (rig_line(out, "port ", 0, bl, sizeof(bl)))
+		bport = atoi(bl + 5);
 	int dumped = checkpoint(&r, b, "checkpoint stop name=s\n", "checkpoint stop");
 	long c0 = rig_count(out);
 	ok(dumped && rig_counts_past(out, c0 + 20, 10000) && !failed(out), "the job counts on over it after the dump");
 	snprintf(image, sizeof(image), "%s/%d/s", r.store, (int)b);
 	kill_job(b);
+	int lingering = time_waits(bport);
 	pid_t b2 = 0;
-	int back = dumped && restored_counts(&r, image, &b2, out, "killed and restored");
+	int back = dumped && restored_counts(&r, image, &b2, out, "killed and restored at once");
+	ok(back && (!lingering || (time_waits(bport) == 0 && rig_log_has(&r, "closed connection"))),
+	   "the %d closed end%s of its connection in TIME_WAIT (port %d) were ended by the restore", lingering,
+	   lingering == 1 ? "" : "s", bport);
 
 	/* 3. The same image beside the restored job: its addresses are
 	 * taken, and status says so. */

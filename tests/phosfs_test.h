@@ -33,6 +33,20 @@ typedef struct rig {
 	char *fs_env; /* "NAME=VALUE" in phosfs's environment alone, or NULL */
 } rig;
 
+/* Whether phosfs's log has a line holding s. */
+static inline int rig_log_has(rig *r, const char *s)
+{
+	char path[160], l[1024];
+	snprintf(path, sizeof(path), "%s/phosfs.log", r->dir);
+	FILE *f = fopen(path, "r");
+	int found = 0;
+	while (f && !found && fgets(l, sizeof(l), f))
+		found = strstr(l, s) != NULL;
+	if (f)
+		fclose(f);
+	return found;
+}
+
 static inline void rig_cleanup(rig *r);
 
 /* The rig a bail out takes down: it is in main's frame, which is still

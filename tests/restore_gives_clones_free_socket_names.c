@@ -30,54 +30,17 @@
 #include <unistd.h>
 
 #include "../engine/sockets.h"
-#include "tap.h"
+#include "criu_files_test.h"
 
 static const char NAME[] = "\0test-uvmfd-4026531836-2"; /* and a trailing NUL: 26 bytes */
 static const char NAME2[] = "\0test-uvmfd-4026531837-2"; /* the same length, other digits */
 #define NAME_LEN (sizeof(NAME))
 
-typedef struct buf {
-	uint8_t p[4096];
-	size_t n;
-} buf;
-
-static void put(buf *b, const void *p, size_t n)
-{
-	if (b->n + n > sizeof(b->p))
-		bail("test buffer too small");
-	memcpy(b->p + b->n, p, n);
-	b->n += n;
-}
-
-static void varint(buf *b, uint64_t v)
-{
-	do {
-		uint8_t c = (uint8_t)(v & 0x7f);
-		v >>= 7;
-		if (v)
-			c |= 0x80;
-		put(b, &c, 1);
-	} while (v);
-}
-
-static void field_varint(buf *b, unsigned f, uint64_t v)
-{
-	varint(b, (uint64_t)f << 3);
-	varint(b, v);
-}
-
-static void field_bytes(buf *b, unsigned f, const void *p, size_t n)
-{
-	varint(b, (uint64_t)f << 3 | 2);
-	varint(b, n);
-	put(b, p, n);
-}
-
 /* A file_entry holding a unix_sk_entry of `type` in `state`, named name
  * (NAME_LEN bytes). */
 static void unix_entry(buf *out, uint32_t id, int type, int state, const char *name)
 {
-	buf sk = { .n = 0 }, fe = { .n = 0 };
+	buf sk = { .n = 0 };
 	field_varint(&sk, 1, id);
 	field_varint(&sk, 2, 1000 + id);
 	field_varint(&sk, 3, (uint64_t)type);
@@ -86,49 +49,20 @@ static void unix_entry(buf *out, uint32_t id, int type, int state, const char *n
 	field_varint(&sk, 7, 8);
 	field_bytes(&sk, 9, "\x08\x00", 2);
 	field_bytes(&sk, 11, name, NAME_LEN);
-	field_varint(&fe, 1, 5);
-	field_varint(&fe, 2, id);
-	field_bytes(&fe, 16, sk.p, sk.n);
-	uint32_t len = (uint32_t)fe.n;
-	put(out, &len, 4);
-	put(out, fe.p, fe.n);
+	file_entry(out, 5, id, 16, &sk);
 }
 
 /* files.img: a regular file's entry, then a listening socket and one
  * that is not (TCP_CLOSE) under the same name. */
 static void files_img(buf *b)
 {
-	uint32_t magic[2] = { 0x54564319u, 0x56303138u };
-	b->n = 0;
-	put(b, magic, sizeof(magic));
-	buf reg = { .n = 0 }, fe = { .n = 0 };
+	files_magic(b);
+	buf reg = { .n = 0 };
 	field_varint(&reg, 1, 7);
 	field_bytes(&reg, 3, "/dev/null", 9);
-	field_varint(&fe, 1, 1);
-	field_varint(&fe, 2, 1);
-	field_bytes(&fe, 3, reg.p, reg.n);
-	uint32_t len = (uint32_t)fe.n;
-	put(b, &len, 4);
-	put(b, fe.p, fe.n);
+	file_entry(b, 1, 1, 3, &reg);
 	unix_entry(b, 2, SOCK_SEQPACKET, 10, NAME);
 	unix_entry(b, 3, SOCK_SEQPACKET, 7, NAME);
-}
-
-static void write_file(const char *path, const void *p, size_t n)
-{
-	FILE *f = fopen(path, "w");
-	if (!f || fwrite(p, 1, n, f) != n || fclose(f) != 0)
-		bail("cannot write %s", path);
-}
-
-static size_t read_file(const char *path, uint8_t *p, size_t cap)
-{
-	FILE *f = fopen(path, "r");
-	if (!f)
-		return 0;
-	size_t n = fread(p, 1, cap, f);
-	fclose(f);
-	return n;
 }
 
 /* A socket of `type` bound to `name` (len bytes), or -1. */
@@ -238,12 +172,7 @@ int main(void)
 	srand(42);
 	int bad = 0, fine = 0;
 	for (int i = 0; i < 2000; i++) {
-		buf c = img;
-		int flips = 1 + rand() % 4;
-		for (int k = 0; k < flips; k++)
-			c.p[rand() % c.n] = (uint8_t)rand();
-		if (rand() % 4 == 0)
-			c.n = (size_t)rand() % c.n;
+		buf c = corrupted(&img);
 		snprintf(path, sizeof(path), "%s/files.img", criu);
 		write_file(path, c.p, c.n);
 		e = engine_sockets(criu, work, out, sizeof(out), &renamed, &er);

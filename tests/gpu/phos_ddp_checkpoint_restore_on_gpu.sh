@@ -8,8 +8,9 @@
 #   2. the job is checkpointed with cow every PHOS_DDP_EVERY seconds (5)
 #      for PHOS_DDP_SECONDS (60): each checkpoint succeeds and the job
 #      trains on;
-#   3. killed, it is restored lazily from the last image and trains on
-#      (once its closed TCP connections have left TIME_WAIT: a minute);
+#   3. killed, it is restored lazily from the last image at once (the
+#      restore ends the closed connections, in TIME_WAIT, that hold the
+#      job's ports) and trains on;
 #   4. checkpointed with recopy --kill, it is restored eagerly with its
 #      GPUs swapped (--device 0=1,1=0) and trains to the end;
 #   5. every loss it printed, before and after each restore, and its
@@ -58,8 +59,8 @@ fi
 # 3. Killed, restored lazily from the last image (once every rank is
 # gone: a process with GPU memory takes a while to end).
 # The job's TCP connections (to torchrun's store, NCCL's bootstrap)
-# were closed by the kill, and their addresses stay in TIME_WAIT for a
-# minute: the restore needs them (phos says so if they are not free).
+# were closed by the kill, and their ends stay in TIME_WAIT for a
+# minute: the restore ends those that hold the job's addresses.
 # torchrun starts its workers in sessions of their own: every member of
 # the image is killed by pid.
 ranks=$([ -n "$last" ] && image_members "$store/$pid/$last")
@@ -68,7 +69,7 @@ kill_job "$pid"
 [ -n "$ranks" ] && kill -9 $ranks 2>/dev/null
 # shellcheck disable=SC2086
 ended $ranks
-tcp_settled
+time_waits
 back=
 if [ -n "$last" ]; then
 	back=$("$phos" restore "$store/$pid/$last" lazy --wait 2>"$work/rs.err")

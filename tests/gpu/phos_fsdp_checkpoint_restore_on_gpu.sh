@@ -7,8 +7,9 @@
 #      losses and parameter checksum;
 #   2. the job is checkpointed once with cow while it trains, and trains
 #      on;
-#   3. killed, it is restored eagerly from that image (once its closed TCP
-#      connections have left TIME_WAIT) and trains to its end;
+#   3. killed, it is restored eagerly from that image at once (the
+#      restore ends the closed connections, in TIME_WAIT, that hold the
+#      job's ports) and trains to its end;
 #   4. every loss it printed, before and after the restore, and its
 #      parameter checksum equal the reference's.
 # Needs root, FUSE, two GPUs (it skips on one) and PyTorch.
@@ -44,7 +45,7 @@ ranks=$([ $rc = 0 ] && image_members "$store/$pid/one")
 kill_job "$pid"
 # shellcheck disable=SC2086 # one pid each
 ended $ranks
-tcp_settled
+time_waits
 back=
 [ $rc = 0 ] && back=$("$phos" restore "$store/$pid/one" eager --wait 2>"$work/rs.err")
 settled

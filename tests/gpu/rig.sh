@@ -62,10 +62,9 @@
 #   ended PID...         waits (60 s at most) until each PID has ended: a
 #                        process with GPU memory may take seconds; says
 #                        how long it took, or which still run
-#   tcp_settled          waits (75 s at most) until no TCP connection of
-#                        this machine is in TIME_WAIT: a job killed and
-#                        restored beside itself needs its addresses back;
-#                        prints how long it waited
+#   time_waits           prints how many TCP sockets of this machine are in
+#                        TIME_WAIT (a job killed here leaves its closed
+#                        connections so; the restore ends those it needs)
 
 rig_mount() {
 	local name=$1
@@ -100,7 +99,7 @@ rig_cleanup() {
 	sed 's/^/# phosfs: /' "$work/phosfs.log" | tail -20
 	if [ -d "${PHOS_KEEP_LOGS:-}" ]; then
 		cp "$work/phosfs.log" "$PHOS_KEEP_LOGS/$rig_name-phosfs.log"
-		for p in "$store"/run/*.err "$store"/*/.logs/*.log; do
+		for p in "$store"/run/*.err "$store"/.logs/*.log "$store"/*/.logs/*.log; do
 			[ -s "$p" ] && cp "$p" "$PHOS_KEEP_LOGS/$rig_name-${p##*/}"
 		done
 	fi
@@ -192,14 +191,10 @@ train_lines() {
 	grep '^params' "$1" | uniq
 }
 
-tcp_settled() {
-	local t0
-	t0=$(now)
-	for _ in $(seq 150); do
-		[ "$(ss -Htan state time-wait 2>/dev/null | wc -l)" = 0 ] && break
-		sleep 0.5
-	done
-	echo "# waited $(awk -v a="$t0" -v b="$(now)" 'BEGIN {printf "%.0f", b - a}') s for closed connections' TIME_WAIT"
+time_waits() {
+	# /proc/net/tcp{,6}: the fourth field is the state, 06 TIME_WAIT
+	# (ss(8) is not on every machine).
+	echo "# $(cat /proc/net/tcp /proc/net/tcp6 2>/dev/null | awk '$4 == "06"' | wc -l) TCP sockets in TIME_WAIT at the restore"
 }
 
 image_members() { "$b/bin/phos-image" info "$1" 2>/dev/null | awk '/^member / {sub(":", "", $2); print $2}'; }
