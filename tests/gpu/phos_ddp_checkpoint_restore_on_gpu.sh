@@ -75,6 +75,10 @@ if [ -n "$last" ]; then
 	back=$("$phos" restore "$store/$pid/$last" lazy --wait 2>"$work/rs.err")
 	settled
 fi
+# CRIU restores a tree into a time namespace of its own where the kernel
+# has them, so that its monotonic clocks go on from the dump (PyTorch's
+# NCCL heartbeat and watchdog count on them): say whether it did.
+[ -n "$back" ] && echo "# time namespace: restored $(readlink "/proc/$back/ns/time" 2>/dev/null), this machine's $(readlink /proc/self/ns/time)"
 if follow "$back" && wait_line "$out" "^step $(($(grep -c '^step' "$out") + 20)) " 300; then
 	echo "ok 2 - killed and restored lazily from $last, the job trains on (pid $back)"
 else
