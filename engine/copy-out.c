@@ -609,8 +609,8 @@ int engine_copy_begin(const engine_parked *objs, phosimg_writer *w, const engine
 }
 
 /* Waits until the count of chunks *left is 0, the copy fails or its
- * copiers are gone; with idle_s > 0, -ETIMEDOUT once the count has not
- * moved for that long. */
+ * copiers are gone; with idle_s > 0, -ETIME once the count has not moved
+ * for that long (a copy's own error is never -ETIME). */
 static int wait_none_left(engine_copy *j, _Atomic uint64_t *left, int idle_s)
 {
 	uint64_t seen = atomic_load(left), since = engine_now_ns();
@@ -640,7 +640,7 @@ static int wait_none_left(engine_copy *j, _Atomic uint64_t *left, int idle_s)
 	}
 	pthread_mutex_unlock(&j->lock);
 	int e = atomic_load(&j->error);
-	return e ? e : !atomic_load(left) ? 0 : late ? -ETIMEDOUT : -EIO;
+	return e ? (e == -ETIME ? -EIO : e) : !atomic_load(left) ? 0 : late ? -ETIME : -EIO;
 }
 
 int engine_copy_wait_off(engine_copy *j, int idle_s)

@@ -44,7 +44,7 @@ int engine_copy_out(const engine_parked *objs, phosimg_writer *w, const engine_c
  * again once its memory is off the GPU: begin starts the threads (*out is
  * the copy; objs, w, the staging and the CoW tables must outlive it);
  * wait_off returns once every chunk is off the GPU (or the copy failed:
- * its error; with idle_s > 0, -ETIMEDOUT once no chunk came off for that
+ * its error; with idle_s > 0, -ETIME once no chunk came off for that
  * long: the copy is stuck, and the caller cancels it); end waits for the
  * writers, frees the copy and returns its error (er says what it was). */
 typedef struct engine_copy engine_copy;

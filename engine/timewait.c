@@ -21,9 +21,13 @@
  * 6 state, 7 and 8 the ports, 11 and 12 the addresses, each a list of
  * 32-bit words in memory order).
  *
- * Nothing else is touched: a socket in any other state (a live
- * listener, a connection of a running original) stays, and CRIU's bind
- * then fails and says so.
+ * A connection closed while its peer had not closed yet waits in
+ * FIN_WAIT2 instead, owned by nobody, and holds its port the same way:
+ * it is ended too. Nothing else is touched: a socket that a process owns
+ * (an inode: a live listener, a connection of a running original, one
+ * half closed with shutdown) stays, and CRIU's bind then fails and says
+ * so. Only the kernel's answers are read (sender 0, the request's
+ * sequence number).
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -156,7 +160,7 @@ static bool any(const uint8_t a[16])
 	return !memcmp(a, zero, 16);
 }
 
-/* Whether a TIME_WAIT socket (its addresses as IPv6 ones) holds an
+/* Whether a closed socket (its addresses as IPv6 ones) holds an
  * address that one of ns needs. */
 static bool needed(const needs *ns, const uint8_t local[16], unsigned lport, const uint8_t remote[16], unsigned rport)
 {
@@ -170,20 +174,23 @@ static bool needed(const needs *ns, const uint8_t local[16], unsigned lport, con
 	return false;
 }
 
+/* The states of the sockets ended: closed, and owned by nobody. */
+#define CLOSED_STATES ((1u << TCP_TIME_WAIT) | (1u << TCP_FIN_WAIT2))
+
 typedef struct diag_req {
 	struct nlmsghdr nlh;
 	struct inet_diag_req_v2 r;
 } diag_req;
 
 /* Sends one request of type `type` for TCP sockets of family fam in
- * TIME_WAIT (id: the one socket, for SOCK_DESTROY). */
+ * CLOSED_STATES (id: the one socket, for SOCK_DESTROY). */
 static int ask(int fd, int type, int fam, const struct inet_diag_sockid *id, unsigned seq)
 {
 	diag_req q = {
 		.nlh = { .nlmsg_len = sizeof(q), .nlmsg_type = (unsigned short)type, .nlmsg_seq = seq,
 			 .nlmsg_flags = NLM_F_REQUEST | (id ? NLM_F_ACK : NLM_F_DUMP) },
 		.r = { .sdiag_family = (unsigned char)fam, .sdiag_protocol = IPPROTO_TCP,
-		       .idiag_states = 1u << TCP_TIME_WAIT },
+		       .idiag_states = CLOSED_STATES },
 	};
 	if (id)
 		q.r.id = *id;
@@ -217,28 +224,55 @@ static int add_victim(victims *vs, const struct inet_diag_sockid *id, int fam)
 	return 0;
 }
 
-/* Lists the TIME_WAIT sockets of family fam that ns needs into vs. */
+/* Receives one datagram from the kernel (sender 0) into buf (cap bytes);
+ * its length, or -errno (-EMSGSIZE: cut short). */
+static ssize_t from_kernel(int fd, void *buf, size_t cap)
+{
+	for (;;) {
+		struct sockaddr_nl k;
+		socklen_t kl = sizeof(k);
+		ssize_t r = recvfrom(fd, buf, cap, MSG_TRUNC, (struct sockaddr *)&k, &kl);
+		if (r < 0)
+			return -errno;
+		if (kl == sizeof(k) && k.nl_family == AF_NETLINK && k.nl_pid == 0)
+			return (size_t)r > cap ? -EMSGSIZE : r;
+	}
+}
+
+/* The error an NLMSG_ERROR message h carries (0: an ack). */
+static int error_of(const struct nlmsghdr *h)
+{
+	if (h->nlmsg_len < NLMSG_LENGTH(sizeof(struct nlmsgerr)))
+		return -EPROTO;
+	const struct nlmsgerr *err = NLMSG_DATA(h);
+	return err->error;
+}
+
+/* Lists the closed sockets of family fam, owned by nobody, that ns needs
+ * into vs. */
 static int list(int fd, int fam, const needs *ns, victims *vs, unsigned seq)
 {
 	int e = ask(fd, SOCK_DIAG_BY_FAMILY, fam, NULL, seq);
-	_Alignas(struct nlmsghdr) char buf[16384];
+	_Alignas(struct nlmsghdr) char buf[32768];
 	for (bool done = false; !e && !done;) {
-		ssize_t r = recv(fd, buf, sizeof(buf), 0);
+		ssize_t r = from_kernel(fd, buf, sizeof(buf));
 		if (r < 0)
-			return -errno;
-		size_t left = (size_t)r;
+			return (int)r;
+		int left = (int)r;
 		for (struct nlmsghdr *h = (struct nlmsghdr *)buf; !e && !done && NLMSG_OK(h, left); h = NLMSG_NEXT(h, left)) {
+			if (h->nlmsg_seq != seq)
+				continue;
 			if (h->nlmsg_type == NLMSG_DONE) {
 				done = true;
 			} else if (h->nlmsg_type == NLMSG_ERROR) {
-				const struct nlmsgerr *err = NLMSG_DATA(h);
-				e = err->error ? err->error : -EPROTO;
+				e = error_of(h);
+				e = e ? e : -EPROTO;
 			} else if (h->nlmsg_len >= NLMSG_LENGTH(sizeof(struct inet_diag_msg))) {
 				const struct inet_diag_msg *m = NLMSG_DATA(h);
 				uint8_t local[16], remote[16];
 				as_v6(m->idiag_family, m->id.idiag_src, 4, local);
 				as_v6(m->idiag_family, m->id.idiag_dst, 4, remote);
-				if (m->idiag_state == TCP_TIME_WAIT &&
+				if ((CLOSED_STATES & (1u << m->idiag_state)) && m->idiag_inode == 0 &&
 				    needed(ns, local, ntohs(m->id.idiag_sport), remote, ntohs(m->id.idiag_dport)))
 					e = add_victim(vs, &m->id, m->idiag_family);
 			}
@@ -253,17 +287,17 @@ static int end_one(int fd, const struct inet_diag_sockid *id, int fam, unsigned 
 	int e = ask(fd, SOCK_DESTROY, fam, id, seq);
 	_Alignas(struct nlmsghdr) char buf[512];
 	while (!e) {
-		ssize_t r = recv(fd, buf, sizeof(buf), 0);
+		ssize_t r = from_kernel(fd, buf, sizeof(buf));
 		if (r < 0)
-			return -errno;
+			return (int)r;
 		const struct nlmsghdr *h = (const struct nlmsghdr *)buf;
-		if (!NLMSG_OK(h, (size_t)r))
+		if (!NLMSG_OK(h, (int)r))
 			return -EPROTO;
 		if (h->nlmsg_seq != seq)
 			continue;
 		if (h->nlmsg_type != NLMSG_ERROR)
 			return -EPROTO;
-		e = ((const struct nlmsgerr *)NLMSG_DATA(h))->error;
+		e = error_of(h);
 		return e == -ENOENT ? 0 : e;
 	}
 	return e;

@@ -7,8 +7,9 @@
 
 #include "error.h"
 
-/* Ends every TCP socket in TIME_WAIT on this machine whose local address
- * is one that a TCP socket of the CRIU images in dir needs: the port a
+/* Ends every closed TCP socket on this machine (TIME_WAIT, or FIN_WAIT2
+ * owned by no process) whose local address is one that a TCP socket of
+ * the CRIU images in dir needs: the port a
  * socket of the image listens on, or a connection's own two ends.
  * *ended counts them. A dir without files.img has none. Errors: -errno
  * of reading dir/files.img, -EBADMSG (it is not CRIU's), -ENOMEM, and

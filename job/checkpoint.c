@@ -81,7 +81,7 @@ static int copy_shared_off(ckpt *k, perr *er)
 	int e = engine_copy_wait_shared(k->copy, k->dump_timeout_s);
 	if (!e)
 		return 0;
-	if (e == -ETIMEDOUT)
+	if (e == -ETIME)
 		return copy_stuck(k, er);
 	e = engine_copy_end(k->copy, er);
 	k->copy = NULL;
@@ -98,7 +98,7 @@ static int copy_off(ckpt *k, perr *er)
 	int e = engine_copy_wait_off(k->copy, k->dump_timeout_s);
 	if (!e)
 		return 0;
-	if (e == -ETIMEDOUT)
+	if (e == -ETIME)
 		return copy_stuck(k, er);
 	e = engine_copy_end(k->copy, er);
 	k->copy = NULL;

@@ -17,7 +17,7 @@
 #include "../engine/error.h"
 
 #define JOB_REQUEST_MAGIC 0x4a524850u /* "PHRJ" in memory, little-endian */
-#define JOB_REQUEST_VERSION 1
+#define JOB_REQUEST_VERSION 2
 #define JOB_MEMBERS_MAX 256 /* traced processes of one checkpointed tree */
 #define JOB_DEVICES_MAX 4096 /* the longest list of GPU moves, with its NUL */
 #define JOB_TIMEOUT_MAX_MS 3600000u /* the longest quiesce a checkpoint may wait */

@@ -181,8 +181,10 @@ static int resume_all(const restore_args *a, restore_ctx *c, perr *er)
 		engine_step(a->prog, STEP_UNLOCK);
 	engine_at_once(v, sizeof(*v), n, resume_one);
 	for (int j = 0; j < n && !e; j++)
-		if (v[j].e)
-			e = pr_copy(er, &v[j].er);
+		if (v[j].e) {
+			e = v[j].e;
+			pr_copy(er, &v[j].er);
+		}
 	free(v);
 	return e;
 }

@@ -13,7 +13,8 @@
  *     127.0.0.1 too;
  *   - for a connection of the image, only the TIME_WAIT socket with both
  *     its ends is ended;
- *   - a live listener on a port of the image is left alone;
+ *   - a live listener on a port of the image is left alone, and so is a
+ *     connection a process still owns, half closed (FIN_WAIT2);
  *   - without files.img there is nothing to do; a corrupt one is refused
  *     with an error, never a crash (the tests also run under ASan).
  *
@@ -23,6 +24,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -202,7 +204,25 @@ int main(void)
 	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = loopback(), .sin_port = htons((uint16_t)lp) };
 	int c = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	bool still = c >= 0 && connect(c, (struct sockaddr *)&a, sizeof(a)) == 0;
-	ok(!e && ended == 0 && still, "a live listener on a port of the image is left alone (ended %d)", ended);
+	int s = still ? accept(live, NULL, NULL) : -1;
+	unsigned cp = c >= 0 ? port_of(c) : 0;
+	/* c half closed: FIN_WAIT2, still c's. */
+	if (c >= 0)
+		shutdown(c, SHUT_WR);
+	usleep(50000);
+	files_magic(&img);
+	inet_entry(&img, 1, LISTEN, loopback(), lp, 0, 0);
+	inet_entry(&img, 2, ESTABLISHED, loopback(), cp, loopback(), lp);
+	write_file(path, img.p, img.n);
+	int e2 = engine_timewait_end(dir, &ended, &er), ended2 = ended;
+	struct tcp_info ti = { 0 };
+	socklen_t tl = sizeof(ti);
+	bool owned = c >= 0 && getsockopt(c, IPPROTO_TCP, TCP_INFO, &ti, &tl) == 0 && ti.tcpi_state == TCP_FIN_WAIT2;
+	ok(!e && ended == 0 && still && !e2 && ended2 == 0 && owned,
+	   "a live listener on a port of the image is left alone, and a connection half closed that a process "
+	   "owns (FIN_WAIT2) too (ended %d, %d; state %u)", ended, ended2, ti.tcpi_state);
+	if (s >= 0)
+		close(s);
 	if (c >= 0)
 		close(c);
 	close(live);
