@@ -45,6 +45,24 @@ static void ns_of(pid_t pid, char *out, size_t len)
 	out[n > 0 ? n : 0] = 0;
 }
 
+/* Checkpoints pid with stop kill as image `name`, waits until it is gone
+ * and `later` seconds more, and restores it into *back; whether it then
+ * counts on in out (st: the restore's status, last: the checkpoint's). */
+static int dump_wait_restore(rig *r, pid_t pid, const char *name, int later, pid_t *back, const char *out, char *last,
+			     size_t lastlen, char *st, size_t stlen)
+{
+	char cmd[64], image[PATH_MAX];
+	snprintf(cmd, sizeof(cmd), "checkpoint stop kill name=%s\n", name);
+	int dumped = rig_checkpoint(r, pid, cmd, last, lastlen);
+	for (int i = 0; i < 250 && rig_alive(pid); i++)
+		usleep(20000);
+	rig_reap();
+	sleep((unsigned)later);
+	snprintf(image, sizeof(image), "%s/%d/%s", r->store, (int)pid, name);
+	long c0 = rig_count(out);
+	return dumped && rig_restore(r, image, back, st, stlen) == 0 && rig_counts_past(out, c0 + 3, 10000);
+}
+
 int main(void)
 {
 	rig r;
@@ -55,19 +73,12 @@ int main(void)
 	if (rig_mount(&r, NULL))
 		bail("phosfs did not mount");
 	pid_t p = rig_counter(&r, 8);
-	char out[160], last[256], st[4096], image[PATH_MAX];
+	char out[160], last[256], st[4096];
 	rig_out(&r, p, out, sizeof(out));
 	if (!rig_line(out, "count 3", 30000, NULL, 0))
 		bail("the counter did not start");
-	int dumped = rig_checkpoint(&r, p, "checkpoint stop kill name=k\n", last, sizeof(last));
-	for (int i = 0; i < 250 && rig_alive(p); i++)
-		usleep(20000);
-	rig_reap();
-	sleep(3);
-	snprintf(image, sizeof(image), "%s/%d/k", r.store, (int)p);
 	pid_t back = 0;
-	long c0 = rig_count(out);
-	int on = dumped && rig_restore(&r, image, &back, st, sizeof(st)) == 0 && rig_counts_past(out, c0 + 3, 10000);
+	int on = dump_wait_restore(&r, p, "k", 3, &back, out, last, sizeof(last), st, sizeof(st));
 	ok(on, "checkpointed with stop kill and restored 3 s later, the job counts on (%s)", last);
 	if (!on)
 		diag("%s", st);
@@ -81,15 +92,8 @@ int main(void)
 	   "its monotonic clock goes on from the dump: offset %.2f s, about minus the time the image lay", off);
 
 	/* Again, from the restored job. */
-	int again = on && rig_checkpoint(&r, back, "checkpoint stop kill name=k2\n", last, sizeof(last));
-	for (int i = 0; i < 250 && rig_alive(back); i++)
-		usleep(20000);
-	rig_reap();
-	sleep(2);
-	snprintf(image, sizeof(image), "%s/%d/k2", r.store, (int)back);
 	pid_t back2 = 0;
-	c0 = rig_count(out);
-	again = again && rig_restore(&r, image, &back2, st, sizeof(st)) == 0 && rig_counts_past(out, c0 + 3, 10000);
+	int again = on && dump_wait_restore(&r, back, "k2", 2, &back2, out, last, sizeof(last), st, sizeof(st));
 	double off2 = back2 > 0 ? monotonic_offset(back2) : 0;
 	ok(again && off2 <= off - 2.0 && off2 > off - 20.0,
 	   "checkpointed again and restored 2 s later, it counts on, its offset %.2f s (was %.2f s)", off2, off);
