@@ -54,7 +54,18 @@ int main(void)
 	snprintf(bind, sizeof(bind), "%s/bound", r.dir);
 	mkdir(tmp, 0700);
 	mkdir(bind, 0700);
-	int mounted = mount("phos-test", tmp, "tmpfs", 0, "size=256m") == 0;
+	/* Room for the copy: twice the image (under ASan its CRIU pages are
+	 * larger), and 64 MiB more. */
+	unsigned long long bytes = 0;
+	snprintf(cmd, sizeof(cmd), "du -sb '%s'", image);
+	FILE *du = popen(cmd, "r");
+	if (!du || fscanf(du, "%llu", &bytes) != 1)
+		bytes = 256ull << 20;
+	if (du)
+		pclose(du);
+	char size[64];
+	snprintf(size, sizeof(size), "size=%llum", (2 * bytes >> 20) + 64);
+	int mounted = mount("phos-test", tmp, "tmpfs", 0, size) == 0;
 	snprintf(cmd, sizeof(cmd), "cp -a '%s' '%s'", image, copy);
 	pid_t c3 = mounted && system(cmd) == 0 ? clone_of(&r, copy, out, &nverify, pid) : 0;
 	ok(c3, "a copy on a tmpfs mounted after the job started restores (clone %d)", (int)c3);
