@@ -108,6 +108,21 @@ static bool words_of(const uint8_t **q, const uint8_t *end, unsigned wt, uint32_
 	return true;
 }
 
+/* Makes room for one more element of `size` bytes in *v (n of them, cap
+ * allocated). */
+static int grow(void **v, size_t n, size_t *cap, size_t size)
+{
+	if (n < *cap)
+		return 0;
+	size_t c = *cap ? 2 * *cap : 16;
+	void *p = realloc(*v, c * size);
+	if (!p)
+		return -ENOMEM;
+	*v = p;
+	*cap = c;
+	return 0;
+}
+
 /* Takes one inet socket of files.img (body, len: its inet_sk_entry). */
 static int take_inet(uint8_t *body, size_t len, void *arg)
 {
@@ -139,14 +154,8 @@ static int take_inet(uint8_t *body, size_t len, void *arg)
 	}
 	if (proto != IPPROTO_TCP || !sport || sport > 65535 || (fam != AF_INET && fam != AF_INET6))
 		return 0;
-	if (ns->n == ns->cap) {
-		size_t cap = ns->cap ? 2 * ns->cap : 16;
-		need *v = realloc(ns->v, cap * sizeof(*v));
-		if (!v)
-			return -ENOMEM;
-		ns->v = v;
-		ns->cap = cap;
-	}
+	if (grow((void **)&ns->v, ns->n, &ns->cap, sizeof(*ns->v)))
+		return -ENOMEM;
 	need *d = &ns->v[ns->n++];
 	*d = (need){ .lport = (unsigned)sport, .rport = (unsigned)dport, .listens = state == STATE_LISTEN };
 	as_v6((int)fam, src, nsrc, d->local);
@@ -199,30 +208,17 @@ static int ask(int fd, int type, int fam, const struct inet_diag_sockid *id, uns
 }
 
 /* The sockets of a dump to end (ids, family each). */
+/* A socket of a dump to end. */
+typedef struct victim {
+	struct inet_diag_sockid id;
+	int fam;
+} victim;
+
 typedef struct victims {
-	struct inet_diag_sockid *id;
-	int *fam;
+	victim *v;
 	size_t n, cap;
 } victims;
 
-static int add_victim(victims *vs, const struct inet_diag_sockid *id, int fam)
-{
-	if (vs->n == vs->cap) {
-		size_t cap = vs->cap ? 2 * vs->cap : 16;
-		struct inet_diag_sockid *i = realloc(vs->id, cap * sizeof(*i));
-		if (i)
-			vs->id = i;
-		int *f = i ? realloc(vs->fam, cap * sizeof(*f)) : NULL;
-		if (f)
-			vs->fam = f;
-		if (!i || !f)
-			return -ENOMEM;
-		vs->cap = cap;
-	}
-	vs->id[vs->n] = *id;
-	vs->fam[vs->n++] = fam;
-	return 0;
-}
 
 /* Receives one datagram from the kernel (sender 0) into buf (cap bytes);
  * its length, or -errno (-EMSGSIZE: cut short). */
@@ -272,9 +268,10 @@ static int list(int fd, int fam, const needs *ns, victims *vs, unsigned seq)
 				uint8_t local[16], remote[16];
 				as_v6(m->idiag_family, m->id.idiag_src, 4, local);
 				as_v6(m->idiag_family, m->id.idiag_dst, 4, remote);
-				if ((CLOSED_STATES & (1u << m->idiag_state)) && m->idiag_inode == 0 &&
-				    needed(ns, local, ntohs(m->id.idiag_sport), remote, ntohs(m->id.idiag_dport)))
-					e = add_victim(vs, &m->id, m->idiag_family);
+				bool want = (CLOSED_STATES & (1u << m->idiag_state)) && m->idiag_inode == 0 &&
+					    needed(ns, local, ntohs(m->id.idiag_sport), remote, ntohs(m->id.idiag_dport));
+				if (want && !(e = grow((void **)&vs->v, vs->n, &vs->cap, sizeof(*vs->v))))
+					vs->v[vs->n++] = (victim){ m->id, m->idiag_family };
 			}
 		}
 	}
@@ -338,20 +335,19 @@ int engine_timewait_end(const char *dir, int *ended, perr *er)
 		pr_err(er, e, "cannot list this machine's closed TCP connections (socket diagnostics): %s",
 		       strerror(-e));
 	for (size_t i = 0; !e && i < vs.n; i++) {
-		e = end_one(fd, &vs.id[i], vs.fam[i], seq++);
+		e = end_one(fd, &vs.v[i].id, vs.v[i].fam, seq++);
 		if (!e)
 			(*ended)++;
 		else
-			pr_err(er, e, "cannot end a closed connection (TIME_WAIT) on port %u that the image needs: %s%s",
-			       ntohs(vs.id[i].idiag_sport), strerror(-e),
+			pr_err(er, e, "cannot end a closed connection on port %u that the image needs: %s%s",
+			       ntohs(vs.v[i].id.idiag_sport), strerror(-e),
 			       e == -EPERM ? " (it takes CAP_NET_ADMIN)"
 			       : e == -EOPNOTSUPP ? " (this kernel cannot end sockets: CONFIG_INET_DIAG_DESTROY)"
 						   : "");
 	}
 	if (fd >= 0)
 		close(fd);
-	free(vs.id);
-	free(vs.fam);
+	free(vs.v);
 	free(ns.v);
 	return e;
 }

@@ -64,7 +64,7 @@ static int check_checkpoint(const job_request *r, perr *er)
 	if (c->timeout_ms > JOB_TIMEOUT_MAX_MS)
 		return pr_err(er, -EINVAL, "the job request's timeout of %u ms is longer than %u ms", c->timeout_ms,
 			      JOB_TIMEOUT_MAX_MS);
-	if (c->dump_timeout_s > 86400)
+	if (c->dump_timeout_s > JOB_DUMP_TIMEOUT_MAX_S)
 		return pr_err(er, -EINVAL, "the job request's dump timeout of %u s is longer than a day",
 			      c->dump_timeout_s);
 	if (c->cow && c->recopy)

@@ -21,6 +21,7 @@
 #define JOB_MEMBERS_MAX 256 /* traced processes of one checkpointed tree */
 #define JOB_DEVICES_MAX 4096 /* the longest list of GPU moves, with its NUL */
 #define JOB_TIMEOUT_MAX_MS 3600000u /* the longest quiesce a checkpoint may wait */
+#define JOB_DUMP_TIMEOUT_MAX_S 86400u /* the longest --dump-timeout: a day */
 
 enum job_kind { JOB_CHECKPOINT = 1, JOB_RESTORE };
 

@@ -227,8 +227,8 @@ static int restore_tree(const restore_args *a, restore_ctx *c, perr *er)
 			fprintf(stderr, "phosfs: restore %s: %s\n", a->image, tw.msg);
 		if (ended)
 			fprintf(stderr,
-				"phosfs: restore %s: ended %d closed connection%s (TIME_WAIT) that held the job's TCP "
-				"addresses\n",
+				"phosfs: restore %s: ended %d closed connection%s (TIME_WAIT, FIN_WAIT2) that held the "
+				"job's TCP addresses\n",
 				a->image, ended, ended == 1 ? "" : "s");
 	}
 	if (!e)

@@ -326,7 +326,7 @@ static void apply_options(const struct options *o)
 	if (o->checkpoint_wait)
 		phosfs_checkpoint_wait = count_option("--checkpoint-wait", o->checkpoint_wait, 0, 86400);
 	if (o->dump_timeout)
-		phosfs_dump_timeout = count_option("--dump-timeout", o->dump_timeout, 1, 86400);
+		phosfs_dump_timeout = count_option("--dump-timeout", o->dump_timeout, 1, JOB_DUMP_TIMEOUT_MAX_S);
 	perr er = { 0 };
 	if (o->checkpoint_timeout && ctl_timeout(o->checkpoint_timeout, &phosfs_checkpoint_timeout_ms, &er)) {
 		fprintf(stderr, "phosfs: --checkpoint-timeout: %s\n", er.msg);
