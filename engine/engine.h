@@ -16,7 +16,7 @@
  *   recopy.h    tracking writes while memory is copied (recopy)
  *   sockets.h   socket names a restore finds taken
  *   timewait.h  closed connections that hold a restore's TCP ports
- *   criu-files.h  reading CRIU's list of files (files.img)
+ *   criu-image.h  reading CRIU's images: files.img, stats-dump
  *   at-once.h   one step taken by several processes at once
  *
  * The engine talks to a traced process over the wire (common/wire.h), to

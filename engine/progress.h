@@ -97,6 +97,12 @@ typedef struct engine_progress {
 	 * image, queueing copies to the device, and waiting for a copy to end
 	 * before its buffer is read into again. */
 	_Atomic uint64_t fill_read_ns, fill_queue_ns, fill_wait_ns;
+	/* Checkpoint: what CRIU's dump measured (its stats-dump image), set
+	 * once the dump ended; microseconds freezing the tree, frozen,
+	 * collecting pages and writing them; pages written, private and
+	 * shared. All 0 where CRIU wrote none. */
+	_Atomic uint64_t criu_freezing_us, criu_frozen_us, criu_memdump_us, criu_memwrite_us;
+	_Atomic uint64_t criu_pages, criu_shpages;
 } engine_progress;
 
 /* Clock c now, in nanoseconds. */

@@ -34,7 +34,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "criu-files.h"
+#include "criu-image.h"
 #include "progress.h"
 #include "sockets.h"
 

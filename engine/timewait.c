@@ -42,7 +42,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
-#include "criu-files.h"
+#include "criu-image.h"
 #include "timewait.h"
 
 #define ISK_FAMILY 3

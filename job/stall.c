@@ -24,6 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../engine/criu-image.h"
 #include "stall.h"
 
 
@@ -425,6 +426,20 @@ static void *checkpoint_one(void *arg)
 	return NULL;
 }
 
+/* What CRIU's dump measured, for status; none if it wrote no stats. */
+static void dump_stats(ckpt *k)
+{
+	criu_dump_stats cs;
+	if (criu_dump_stats_read(phosimg_writer_criu_dir(k->w), &cs))
+		return;
+	atomic_store(&k->prog->criu_freezing_us, cs.freezing_us);
+	atomic_store(&k->prog->criu_frozen_us, cs.frozen_us);
+	atomic_store(&k->prog->criu_memdump_us, cs.memdump_us);
+	atomic_store(&k->prog->criu_memwrite_us, cs.memwrite_us);
+	atomic_store(&k->prog->criu_pages, cs.pages_written);
+	atomic_store(&k->prog->criu_shpages, cs.shpages_written);
+}
+
 /* No member is checkpointed while another still runs on the device. */
 int stall_freeze(ckpt *k, perr *er)
 {
@@ -440,6 +455,8 @@ int stall_freeze(ckpt *k, perr *er)
 		e = criu_dump(k->a->criu, k->a->pid, phosimg_writer_criu_dir(k->w), k->a->kill, k->dump_timeout_s,
 			      k->a->log, er);
 		k->dumped = !e;
+		if (!e)
+			dump_stats(k);
 	}
 	return e;
 }

@@ -528,6 +528,13 @@ static void copy_status(const engine_progress *p, text *out)
 	add(out, "protocol: %s\n", proto == PHOSIMG_PROTO_COW ? "cow" : proto == PHOSIMG_PROTO_RECOPY ? "recopy" : "stop");
 	if (p->cut[0])
 		add(out, "nccl cut: %.*s\n", (int)sizeof(p->cut), p->cut);
+	if (atomic_load(&p->criu_frozen_us))
+		add(out,
+		    "criu dump ms: freezing %.1f frozen %.1f memdump %.1f memwrite %.1f\n"
+		    "criu pages: %" PRIu64 " written, %" PRIu64 " shared\n",
+		    atomic_load(&p->criu_freezing_us) / 1e3, atomic_load(&p->criu_frozen_us) / 1e3,
+		    atomic_load(&p->criu_memdump_us) / 1e3, atomic_load(&p->criu_memwrite_us) / 1e3,
+		    atomic_load(&p->criu_pages), atomic_load(&p->criu_shpages));
 	add(out, "off gpu: %" PRIu64 "/%" PRIu64 " bytes\n", atomic_load(&p->off), total);
 	add(out, "in image: %" PRIu64 "/%" PRIu64 " bytes\n", atomic_load(&p->done), total);
 	add(out, "staging: %" PRIu64 " bytes (pinned in %.1f ms)\n", atomic_load(&p->staging_bytes),

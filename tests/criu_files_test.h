@@ -1,6 +1,6 @@
 /*
  * Writing CRIU's list of files (files.img) by hand, for the tests of
- * what phos reads in it (engine/criu-files.h): protobuf fields and
+ * what phos reads in it (engine/criu-image.h): protobuf fields and
  * file entries.
  */
 #ifndef PHOS_TESTS_CRIU_FILES_TEST_H

@@ -65,7 +65,7 @@ int main(void)
 {
 	rig r;
 	rig_require(&r);
-	plan(11);
+	plan(12);
 	if (rig_mount(&r, NULL))
 		bail("phosfs did not mount");
 	pid_t pid = rig_counter(&r, MIB);
@@ -100,6 +100,13 @@ int main(void)
 	   "status tells the time of each step of the checkpoint");
 	if (steps)
 		diag("%.*s", (int)strcspn(steps, "\n"), steps);
+	/* CRIU's own measure of its dump (its stats-dump image). */
+	double frozen = 0;
+	unsigned long long pages = 0;
+	const char *cs = strstr(st, "criu dump ms: "), *cpg = strstr(st, "criu pages: ");
+	bool measured = cs && sscanf(cs, "criu dump ms: freezing %*f frozen %lf", &frozen) == 1 && frozen > 0 && cpg &&
+			sscanf(cpg, "criu pages: %llu written", &pages) == 1 && pages > 0;
+	ok(measured, "status tells what CRIU's dump measured: frozen %.1f ms, %llu pages written", frozen, pages);
 	ok(rig_line(out, "count", 0, NULL, 0) && rig_count(out) > at_copy - 1 && rig_alive(pid) &&
 		   rig_line(out, "count", 0, NULL, 0),
 	   "the process keeps running after the checkpoint");

@@ -1,9 +1,10 @@
 /*
- * Reading CRIU's list of files (files.img, criu-files.c): its entries and
- * the protobuf fields inside them, without CRIU's own code.
+ * Reading CRIU's images (criu-image.c) without CRIU's own code: the list
+ * of files (files.img) entry by entry, the protobuf fields inside them,
+ * and the statistics of a dump (stats-dump).
  */
-#ifndef PHOS_ENGINE_CRIU_FILES_H
-#define PHOS_ENGINE_CRIU_FILES_H
+#ifndef PHOS_ENGINE_CRIU_IMAGE_H
+#define PHOS_ENGINE_CRIU_IMAGE_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -13,9 +14,18 @@
 #define CRIU_FILE_INET 4  /* inet_sk_entry */
 #define CRIU_FILE_UNIX 16 /* unix_sk_entry */
 
+/* What CRIU's dump measured (its stats-dump image, images/stats.proto):
+ * microseconds freezing the tree, frozen (until CRIU let it go),
+ * collecting memory pages and writing them; pages it scanned and wrote,
+ * private and shared. */
+typedef struct criu_dump_stats {
+	uint32_t freezing_us, frozen_us, memdump_us, memwrite_us;
+	uint64_t pages_scanned, pages_written, shpages_written;
+} criu_dump_stats;
+
 /* Reads dir/files.img whole into *buf (size bytes, the caller frees it).
  * Errors: -errno of opening or reading it (-ENOENT: there is none),
- * -EBADMSG (cut short), -ENOMEM. */
+ * -ENAMETOOLONG, -EBADMSG (cut short), -ENOMEM. */
 int criu_files_read(const char *dir, uint8_t **buf, size_t *size);
 
 /* Calls fn on the body (len bytes, inside buf) of every field `which` of
@@ -24,6 +34,12 @@ int criu_files_read(const char *dir, uint8_t **buf, size_t *size);
  * or an entry is malformed). */
 int criu_files_each(uint8_t *buf, size_t size, unsigned which, int (*fn)(uint8_t *body, size_t len, void *arg),
 		    void *arg);
+
+/* Reads the statistics CRIU wrote at the end of a dump into dir
+ * (dir/stats-dump) into *st. Errors: -errno of opening or reading it
+ * (-ENOENT: there is none), -ENAMETOOLONG, -EBADMSG (not a stats image,
+ * or malformed), -ENOMEM. */
+int criu_dump_stats_read(const char *dir, criu_dump_stats *st);
 
 /* A protobuf varint at *p (below end) into *v; false if it runs past end. */
 bool pb_varint(const uint8_t **p, const uint8_t *end, uint64_t *v);

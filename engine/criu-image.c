@@ -1,0 +1,191 @@
+/*
+ * Reading CRIU's images (criu-image.h).
+ *
+ * An image is two 32-bit magic numbers (the first is CRIU's common one,
+ * or its service one for images such as stats), then entries, each a
+ * 32-bit length and a protobuf message.
+ * - files.img: file_entry (CRIU's images/fdinfo.proto): field 1 its type,
+ *   2 its id, then one sub-message for its kind (inet socket 4, unix
+ *   socket 16, ...).
+ * - stats-dump: one stats_entry (images/stats.proto) whose field 1 is a
+ *   dump_stats_entry.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "criu-image.h"
+
+#define CRIU_COMMON_MAGIC 0x54564319u
+#define CRIU_SERVICE_MAGIC 0x55105940u
+#define CRIU_FILES_MAGIC 0x56303138u
+#define CRIU_STATS_MAGIC 0x57093306u
+
+bool pb_varint(const uint8_t **p, const uint8_t *end, uint64_t *v)
+{
+	*v = 0;
+	for (int shift = 0; *p < end && shift < 64; shift += 7) {
+		uint8_t b = *(*p)++;
+		*v |= (uint64_t)(b & 0x7f) << shift;
+		if (!(b & 0x80))
+			return true;
+	}
+	return false;
+}
+
+bool pb_field(const uint8_t **p, const uint8_t *end, unsigned wt, const uint8_t **body, size_t *len)
+{
+	uint64_t v;
+	switch (wt) {
+	case 0:
+		return pb_varint(p, end, &v);
+	case 1:
+		if (end - *p < 8)
+			return false;
+		*p += 8;
+		return true;
+	case 5:
+		if (end - *p < 4)
+			return false;
+		*p += 4;
+		return true;
+	case 2:
+		if (!pb_varint(p, end, &v) || v > (uint64_t)(end - *p))
+			return false;
+		*body = *p;
+		*len = (size_t)v;
+		*p += v;
+		return true;
+	}
+	return false;
+}
+
+/* Calls fn on every field `which` (length-delimited) of every entry of
+ * buf, an image whose magic numbers are m0 and m1, as criu_files_each. */
+static int image_each(uint8_t *buf, size_t size, uint32_t magic0, uint32_t magic1, unsigned which,
+		      int (*fn)(uint8_t *body, size_t len, void *arg), void *arg)
+{
+	if (size < 8)
+		return -EBADMSG;
+	uint32_t m0, m1;
+	memcpy(&m0, buf, 4);
+	memcpy(&m1, buf + 4, 4);
+	if (m0 != magic0 || m1 != magic1)
+		return -EBADMSG;
+	for (size_t off = 8; off < size;) {
+		uint32_t len;
+		if (size - off < 4)
+			return -EBADMSG;
+		memcpy(&len, buf + off, 4);
+		off += 4;
+		if (len > size - off)
+			return -EBADMSG;
+		const uint8_t *p = buf + off, *end = p + len;
+		off += len;
+		while (p < end) {
+			uint64_t key;
+			const uint8_t *body = NULL;
+			size_t blen = 0;
+			if (!pb_varint(&p, end, &key) || !pb_field(&p, end, key & 7, &body, &blen))
+				return -EBADMSG;
+			if (key >> 3 != which || (key & 7) != 2)
+				continue;
+			int r = fn((uint8_t *)body, blen, arg);
+			if (r)
+				return r;
+		}
+	}
+	return 0;
+}
+
+int criu_files_each(uint8_t *buf, size_t size, unsigned which, int (*fn)(uint8_t *body, size_t len, void *arg),
+		    void *arg)
+{
+	return image_each(buf, size, CRIU_COMMON_MAGIC, CRIU_FILES_MAGIC, which, fn, arg);
+}
+
+/* Reads dir/name whole into *buf (size bytes, the caller frees it). */
+static int image_read(const char *dir, const char *name, uint8_t **buf, size_t *size)
+{
+	char path[PATH_MAX];
+	if (snprintf(path, sizeof(path), "%s/%s", dir, name) >= (int)sizeof(path))
+		return -ENAMETOOLONG;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	struct stat st;
+	if (fd < 0 || fstat(fd, &st) != 0) {
+		int e = -errno;
+		if (fd >= 0)
+			close(fd);
+		return e;
+	}
+	*size = (size_t)st.st_size;
+	*buf = malloc(*size ? *size : 1);
+	int e = *buf ? 0 : -ENOMEM;
+	for (size_t got = 0; !e && got < *size;) {
+		ssize_t r = pread(fd, *buf + got, *size - got, (off_t)got);
+		if (r <= 0)
+			e = r < 0 ? -errno : -EBADMSG;
+		else
+			got += (size_t)r;
+	}
+	close(fd);
+	if (e) {
+		free(*buf);
+		*buf = NULL;
+	}
+	return e;
+}
+
+int criu_files_read(const char *dir, uint8_t **buf, size_t *size)
+{
+	return image_read(dir, "files.img", buf, size);
+}
+
+/* Takes stats_entry's dump_stats_entry (body, len) into the stats. */
+static int take_dump_stats(uint8_t *body, size_t len, void *arg)
+{
+	criu_dump_stats *st = arg;
+	const uint8_t *p = body, *end = body + len;
+	while (p < end) {
+		uint64_t key, v = 0;
+		const uint8_t *sub = NULL;
+		size_t slen = 0;
+		if (!pb_varint(&p, end, &key))
+			return -EBADMSG;
+		if ((key & 7) == 0) {
+			if (!pb_varint(&p, end, &v))
+				return -EBADMSG;
+		} else if (!pb_field(&p, end, key & 7, &sub, &slen)) {
+			return -EBADMSG;
+		}
+		switch (key >> 3) {
+		case 1: st->freezing_us = (uint32_t)v; break;
+		case 2: st->frozen_us = (uint32_t)v; break;
+		case 3: st->memdump_us = (uint32_t)v; break;
+		case 4: st->memwrite_us = (uint32_t)v; break;
+		case 5: st->pages_scanned = v; break;
+		case 7: st->pages_written = v; break;
+		case 14: st->shpages_written = v; break;
+		}
+	}
+	return 1;
+}
+
+int criu_dump_stats_read(const char *dir, criu_dump_stats *st)
+{
+	uint8_t *buf;
+	size_t size;
+	memset(st, 0, sizeof(*st));
+	int e = image_read(dir, "stats-dump", &buf, &size);
+	if (e)
+		return e;
+	e = image_each(buf, size, CRIU_SERVICE_MAGIC, CRIU_STATS_MAGIC, 1, take_dump_stats, st);
+	free(buf);
+	/* 1: the entry was read; 0: the image held none. */
+	return e == 1 ? 0 : e ? e : -EBADMSG;
+}
