@@ -20,7 +20,7 @@
  * and taken again later.
  *
  * The lock guards the slot free list, the queue of full slots, the
- * chunks put aside, `copiers` and the error text.
+ * chunks put aside, `copiers`, `writing` and the error text.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -75,7 +75,8 @@ struct engine_copy {
 	uint32_t qhead, qlen;
 	uint64_t *aside;
 	uint64_t naside;
-	int copiers;
+	int copiers, writing; /* threads of each kind still running */
+	_Atomic uint64_t moves; /* chunks off the GPU or into the image so far */
 	_Atomic int error;
 	perr err;          /* the first error; guarded by lock */
 	pthread_t th[COPIERS + WRITERS];
@@ -323,6 +324,7 @@ static void *copier(void *arg)
 		chunk_off(j, k, t, st, shadow, len);
 		pthread_mutex_lock(&j->lock);
 		j->queue[(j->qhead + j->qlen++) % j->nslots] = (item){ slot, j->ids[k], off, len };
+		atomic_fetch_add(&j->moves, 1);
 		pthread_cond_broadcast(&j->moved);
 		pthread_mutex_unlock(&j->lock);
 	}
@@ -344,6 +346,8 @@ static void *writer(void *arg)
 		while (!j->qlen && j->copiers > 0)
 			pthread_cond_wait(&j->moved, &j->lock);
 		if (!j->qlen) {
+			j->writing--;
+			pthread_cond_broadcast(&j->moved);
 			pthread_mutex_unlock(&j->lock);
 			return NULL;
 		}
@@ -364,6 +368,7 @@ static void *writer(void *arg)
 					;
 			}
 		}
+		atomic_fetch_add(&j->moves, 1);
 		give_slot(j, it.slot);
 	}
 }
@@ -529,9 +534,13 @@ static void start(outjob *j)
 	j->copiers -= COPIERS - j->nc; /* those that did not start */
 	pthread_cond_broadcast(&j->moved);
 	pthread_mutex_unlock(&j->lock);
+	j->writing = WRITERS;
 	for (; j->nw < (j->nchunks ? WRITERS : 0); j->nw++)
 		if (pthread_create(&j->th[COPIERS + j->nw], NULL, writer, j))
 			break;
+	pthread_mutex_lock(&j->lock);
+	j->writing -= WRITERS - j->nw;
+	pthread_mutex_unlock(&j->lock);
 	perr er;
 	if (j->nchunks && (!j->nc || !j->nw))
 		fail(j, pr_err(&er, -EAGAIN, "cannot start the copy threads"), &er);
@@ -594,7 +603,7 @@ int engine_copy_begin(const engine_parked *objs, phosimg_writer *w, const engine
 	pthread_mutex_init(&j->lock, NULL);
 	pthread_condattr_t ca;
 	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* wait_none_left's deadline */
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* soon() */
 	pthread_cond_init(&j->moved, &ca);
 	pthread_condattr_destroy(&ca);
 	if (!atomic_load(&j->left)) {
@@ -606,6 +615,20 @@ int engine_copy_begin(const engine_parked *objs, phosimg_writer *w, const engine
 	start(j);
 	*out = j;
 	return 0;
+}
+
+/* 100 ms from now on CLOCK_MONOTONIC, the clock `moved` waits on: the
+ * waits with a deadline look at the clock that often. */
+static struct timespec soon(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	ts.tv_nsec += 100 * 1000000L;
+	if (ts.tv_nsec >= 1000000000L) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000L;
+	}
+	return ts;
 }
 
 /* Waits until the count of chunks *left is 0, the copy fails or its
@@ -622,13 +645,7 @@ static int wait_none_left(engine_copy *j, _Atomic uint64_t *left, int idle_s)
 			pthread_cond_wait(&j->moved, &j->lock);
 			continue;
 		}
-		struct timespec ts;
-		clock_gettime(CLOCK_MONOTONIC, &ts);
-		ts.tv_nsec += 100 * 1000000L; /* a look at the clock every 100 ms */
-		if (ts.tv_nsec >= 1000000000L) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000L;
-		}
+		struct timespec ts = soon();
 		pthread_cond_timedwait(&j->moved, &j->lock, &ts);
 		uint64_t now = engine_now_ns(), n = atomic_load(left);
 		if (n != seen) {
@@ -669,8 +686,64 @@ int engine_copy_error(engine_copy *j)
 	return atomic_load(&j->error);
 }
 
-int engine_copy_end(engine_copy *j, perr *er)
+/* Copies whose threads engine_copy_end left running. */
+static _Atomic int abandoned;
+
+bool engine_copy_abandoned(void)
 {
+	return atomic_load(&abandoned) > 0;
+}
+
+/* Waits until every thread of the copy has ended. With idle_s > 0, a copy
+ * in which no chunk moved for idle_s is cancelled (-ETIMEDOUT), and one
+ * cancelled already gets ENGINE_COPY_GRACE_S for its threads to end:
+ * false if they did not. */
+static bool threads_end(outjob *j, int idle_s)
+{
+	bool cancelled = atomic_load(&j->error) != 0;
+	uint64_t seen = atomic_load(&j->moves), since = engine_now_ns();
+	uint64_t limit = (uint64_t)(cancelled ? ENGINE_COPY_GRACE_S : idle_s) * 1000000000ull;
+	bool ended = true;
+	pthread_mutex_lock(&j->lock);
+	while (j->copiers > 0 || (j->writing > 0 && j->nw)) {
+		if (!idle_s) {
+			pthread_cond_wait(&j->moved, &j->lock);
+			continue;
+		}
+		struct timespec ts = soon();
+		pthread_cond_timedwait(&j->moved, &j->lock, &ts);
+		uint64_t now = engine_now_ns(), m = atomic_load(&j->moves);
+		if (m != seen) {
+			seen = m;
+			since = now;
+		} else if (now - since >= limit && cancelled) {
+			ended = false;
+			break;
+		} else if (now - since >= limit) {
+			pthread_mutex_unlock(&j->lock);
+			perr er;
+			fail(j, pr_err(&er, -ETIMEDOUT, "the copy made no chunk of progress for %d s (a device copy or the store hangs)",
+				       idle_s), &er);
+			pthread_mutex_lock(&j->lock);
+			cancelled = true;
+			since = now;
+			limit = (uint64_t)ENGINE_COPY_GRACE_S * 1000000000ull;
+		}
+	}
+	pthread_mutex_unlock(&j->lock);
+	return ended;
+}
+
+int engine_copy_end(engine_copy *j, int idle_s, perr *er)
+{
+	if (!threads_end(j, idle_s)) {
+		/* What they use stays: they may still wake up. */
+		atomic_fetch_add(&abandoned, 1);
+		return pr_err(er, -ETIMEDOUT,
+			      "the copy's threads did not end within %d s of its cancel (a device copy or the store hangs); "
+			      "they are left to the job process's exit",
+			      ENGINE_COPY_GRACE_S);
+	}
 	for (int i = 0; i < j->nc; i++)
 		pthread_join(j->th[i], NULL);
 	if (!j->nw) { /* nobody frees the queued slots: drop them */
@@ -698,5 +771,5 @@ int engine_copy_out(const engine_parked *objs, phosimg_writer *w, const engine_c
 {
 	engine_copy *j;
 	int e = engine_copy_begin(objs, w, o, prog, &j, er);
-	return e ? e : engine_copy_end(j, er);
+	return e ? e : engine_copy_end(j, 0, er);
 }

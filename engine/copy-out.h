@@ -16,6 +16,7 @@
 #define ENGINE_CHUNK (4u << 20)          /* default staging, CoW and image chunk size */
 #define ENGINE_STAGING (4ull << 30)      /* default host staging pool */
 #define ENGINE_WRITERS 8                 /* threads, and data files, writing an image */
+#define ENGINE_COPY_GRACE_S 5            /* a cancelled copy's threads end within this, or are left */
 
 typedef struct phosimg_writer phosimg_writer;
 
@@ -45,8 +46,7 @@ int engine_copy_out(const engine_parked *objs, phosimg_writer *w, const engine_c
  * the copy; objs, w, the staging and the CoW tables must outlive it);
  * wait_off returns once every chunk is off the GPU (or the copy failed:
  * its error; with idle_s > 0, -ETIME once no chunk came off for that
- * long: the copy is stuck, and the caller cancels it); end waits for the
- * writers, frees the copy and returns its error (er says what it was). */
+ * long: the copy is stuck, and the caller cancels it); end, below. */
 typedef struct engine_copy engine_copy;
 int engine_copy_begin(const engine_parked *objs, phosimg_writer *w, const engine_copy_opts *o, engine_progress *prog,
 		      engine_copy **out, perr *er);
@@ -57,11 +57,21 @@ int engine_copy_wait_off(engine_copy *c, int idle_s);
 int engine_copy_wait_shared(engine_copy *c, int idle_s);
 /* The image's id of object k of the objects the copy was begun with. */
 uint32_t engine_copy_object_id(const engine_copy *c, int k);
-int engine_copy_end(engine_copy *c, perr *er);
+/* Ends a copy: waits for its threads, frees it and returns its error (er
+ * says what it was). With idle_s > 0 the wait has deadlines: a copy in
+ * which no chunk moved for idle_s is cancelled (-ETIMEDOUT), and the
+ * threads of a cancelled one have ENGINE_COPY_GRACE_S to end; if they do
+ * not, it returns -ETIMEDOUT and leaves them, and what they use, running
+ * (engine_copy_abandoned). */
+int engine_copy_end(engine_copy *c, int idle_s, perr *er);
+/* Whether engine_copy_end left a copy's threads running: the process
+ * should end without freeing what they use. */
+bool engine_copy_abandoned(void);
 /* Stops a copy that is no longer wanted (the checkpoint failed under
  * it): no more chunks are taken or written, and engine_copy_end returns
- * once each thread has finished the chunk it was on, with -ECANCELED
- * unless the copy had failed before. */
+ * once each thread has finished the chunk it was on (within
+ * ENGINE_COPY_GRACE_S, given an idle_s), with -ECANCELED unless the copy
+ * had failed before. */
 void engine_copy_cancel(engine_copy *c);
 /* The copy's error so far (0: none), without waiting. */
 int engine_copy_error(engine_copy *c);

@@ -83,7 +83,7 @@ static int copy_shared_off(ckpt *k, perr *er)
 		return 0;
 	if (e == -ETIME)
 		return copy_stuck(k, er);
-	e = engine_copy_end(k->copy, er);
+	e = engine_copy_end(k->copy, k->dump_timeout_s, er);
 	k->copy = NULL;
 	return e ? e : pr_err(er, -EIO, "the memory the processes share was not copied");
 }
@@ -100,7 +100,7 @@ static int copy_off(ckpt *k, perr *er)
 		return 0;
 	if (e == -ETIME)
 		return copy_stuck(k, er);
-	e = engine_copy_end(k->copy, er);
+	e = engine_copy_end(k->copy, k->dump_timeout_s, er);
 	k->copy = NULL;
 	return e;
 }
@@ -114,7 +114,7 @@ static int copy_drain(ckpt *k, int e, bool back, perr *er)
 		return e;
 	engine_step(k->prog, k->protect ? STEP_COPY : STEP_DRAIN);
 	perr cerr = { 0 };
-	int ce = engine_copy_end(k->copy, &cerr);
+	int ce = engine_copy_end(k->copy, k->dump_timeout_s, &cerr);
 	k->copy = NULL;
 	/* A full store fails CRIU's dump as well (its files go there too,
 	 * while the copy runs): then the copy says the cause, unless the
@@ -209,7 +209,7 @@ static int run_recopy(ckpt *k, perr *er)
 		e = copy_shared_off(k, er);
 	/* A copy that failed already is not protected. */
 	if (!e && k->copy && k->protect && engine_copy_error(k->copy)) {
-		e = engine_copy_end(k->copy, er);
+		e = engine_copy_end(k->copy, k->dump_timeout_s, er);
 		k->copy = NULL;
 	}
 	bool back = false;
@@ -226,6 +226,11 @@ int checkpoint_run(const checkpoint_args *a, perr *er)
 	int e = stall_begin(&k, a, er);
 	if (!e)
 		e = k.recopy ? run_recopy(&k, er) : k.cow ? run_cow(&k, er) : run_stop(&k, er);
+	/* A copy whose threads did not end leaves staging and the writer to
+	 * them: the job process ends at once (job/main.c), and phosfs clears
+	 * the half image. */
+	if (engine_copy_abandoned())
+		return e;
 	stall_release(&k);
 	if (!e)
 		e = stall_publish(&k, er);

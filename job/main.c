@@ -331,5 +331,11 @@ int job_main(int argc, char **argv)
 	snprintf(sh->err, sizeof(sh->err), "%s", e && !*er.msg ? strerror(-e) : er.msg);
 	atomic_store(&sh->finished, 1);
 	munmap(sh, sizeof(*sh));
+	/* Threads of a copy that hung are still inside the driver or a write:
+	 * nothing they use is freed, and nothing at exit waits for them. */
+	if (engine_copy_abandoned()) {
+		fflush(NULL);
+		_exit(1);
+	}
 	return e ? 1 : 0;
 }

@@ -263,8 +263,8 @@ static void finish_job(target *t, spawn *s)
 	job_shared *sh = s->sh;
 	bool finished = atomic_load(&sh->finished);
 	/* Before the job shows as ended: the next checkpoint's number must
-	 * not see the half image. */
-	if (!finished) {
+	 * not see the half image (a failed job whose copy hung leaves one). */
+	if (!finished || sh->result) {
 		char dir[PATH_MAX];
 		snprintf(dir, sizeof(dir), "%s/%d", phosfs_store, (int)t->pid);
 		phosimg_clear_stale(dir);

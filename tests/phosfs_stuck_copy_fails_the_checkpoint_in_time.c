@@ -8,6 +8,12 @@
  * phosfs runs with --dump-timeout 1, and its device-to-host copies at
  * 1 MB/s (simcuda's $SIMCUDA_D2H_MBPS): each 4 MiB chunk takes 4 s, so
  * no chunk comes off the GPU within the second.
+ *
+ * Then its copies never end (SIMCUDA_D2H_MBPS=hang, as on a GPU that
+ * hangs): the copy's threads, cancelled, are given ENGINE_COPY_GRACE_S
+ * and left behind; the job process reports and ends all the same, no
+ * half image stays in the store, and the next checkpoint is taken (and
+ * fails the same way) rather than refused as busy.
  */
 #include <time.h>
 
@@ -20,11 +26,72 @@ static double now_s(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+#define GRACE_S 5 /* engine/copy-out.h's ENGINE_COPY_GRACE_S */
+
+/* Entries of dir (the store's pid directory) that are image h0 or h1,
+ * whole or half (".h0.tmp-PID.N"). */
+static int images(const char *dir)
+{
+	DIR *d = opendir(dir);
+	int n = 0;
+	for (struct dirent *de; d && (de = readdir(d));)
+		if (strstr(de->d_name, "h0") || strstr(de->d_name, "h1")) {
+			diag("left in the store: %s", de->d_name);
+			n++;
+		}
+	if (d)
+		closedir(d);
+	return n;
+}
+
+/* Copies that never end: two checkpoints in a row each fail in time. */
+static void hung_copies(void)
+{
+	rig r;
+	rig_require(&r);
+	r.fs_env = "SIMCUDA_D2H_MBPS=hang";
+	r.opts[0] = "--dump-timeout";
+	r.opts[1] = "1";
+	if (rig_mount(&r, NULL))
+		bail("phosfs did not mount");
+	pid_t p = rig_counter(&r, 16);
+	char out[160], ctl[160], status[160], line[256], st[4096], dir[200];
+	rig_out(&r, p, out, sizeof(out));
+	rig_files(&r, p, ctl, status);
+	if (!rig_line(out, "count 3", 30000, NULL, 0))
+		bail("the counter did not start");
+	snprintf(dir, sizeof(dir), "%s/%d", r.store, (int)p);
+	int failed = 0, taken = 0;
+	double worst = 0;
+	for (int i = 0; i < 2; i++) {
+		char cmd[64];
+		int n = snprintf(cmd, sizeof(cmd), "checkpoint stop name=h%d\n", i);
+		double t0 = now_s();
+		taken += rig_ctl(ctl, cmd, (size_t)n) == 0;
+		failed += rig_job_done(&r, p, 60000, line, sizeof(line)) && strstr(line, "failed");
+		worst = now_s() - t0 > worst ? now_s() - t0 : worst;
+	}
+	rig_read(status, st, sizeof(st));
+	char *err = strstr(st, "error: ");
+	diag("%.*s", err ? (int)strcspn(err, "\n") : 0, err ? err : "");
+	ok(taken == 2 && failed == 2 && worst < 1 + GRACE_S + 8,
+	   "with copies that never end, two checkpoints in a row are taken and each fails in %.1f s at most", worst);
+	long c0 = rig_count(out);
+	int left = images(dir);
+	bool said = rig_log_has(&r, "left to the job process's exit");
+	diag("%d images in %s; the log %s the threads left", left, dir, said ? "tells of" : "does not tell of");
+	ok(left == 0 && said && rig_alive(p) && rig_counts_past(out, c0 + 3, 10000),
+	   "their threads are left behind, no half image stays, and the process counts on");
+	kill(p, SIGKILL);
+	rig_unmount(&r, SIGTERM);
+	rig_cleanup(&r);
+}
+
 int main(void)
 {
 	rig r;
 	rig_require(&r);
-	plan(3);
+	plan(5);
 	r.fs_env = "SIMCUDA_D2H_MBPS=1";
 	r.opts[0] = "--dump-timeout";
 	r.opts[1] = "1";
@@ -57,5 +124,6 @@ int main(void)
 	kill(p, SIGKILL);
 	rig_unmount(&r, SIGTERM);
 	rig_cleanup(&r);
+	hung_copies();
 	return done();
 }

@@ -840,12 +840,16 @@ typedef struct copy_args {
 	uint64_t ns; /* at least this long: the bus's time for it */
 } copy_args;
 
+#define COPY_HANGS UINT64_MAX /* copy_args.ns of a copy that never ends */
+
 static void copy_task(void *arg)
 {
 	copy_args *c = arg;
 	/* The bytes are read at the end of the bus's time: a write to the
 	 * source meanwhile, which a GPU's copy might or might not see, gets
 	 * into the copy, so that a test finds a write not held off. */
+	while (c->ns == COPY_HANGS)
+		pause();
 	if (c->ns) {
 		struct timespec ts = { (time_t)(c->ns / 1000000000u), (long)(c->ns % 1000000000u) };
 		while (nanosleep(&ts, &ts) && errno == EINTR)
@@ -857,10 +861,13 @@ static void copy_task(void *arg)
 /* $SIMCUDA_D2H_MBPS and $SIMCUDA_H2D_MBPS: a copy from device to host
  * memory, or from host to device memory, takes as long as it would over a
  * bus of that many MB/s (unset or 0: as long as memmove takes), so that a
- * test can see what happens while a copy runs. */
+ * test can see what happens while a copy runs; "hang": it never ends, as
+ * on a GPU that hangs. */
 static uint64_t bus_ns(const char *var, size_t n)
 {
 	const char *v = getenv(var);
+	if (v && !strcmp(v, "hang"))
+		return COPY_HANGS;
 	unsigned long mbps = v ? strtoul(v, NULL, 10) : 0;
 	return mbps ? (uint64_t)n * 1000u / mbps : 0;
 }
