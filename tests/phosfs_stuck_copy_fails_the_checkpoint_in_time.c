@@ -44,22 +44,31 @@ static int images(const char *dir)
 	return n;
 }
 
+/* phosfs with --dump-timeout 1 and simcuda's env (its copies' speed)
+ * mounted on r, and a counter with 16 MiB of device memory counting
+ * under it: its pid, output file, ctl and status. */
+static pid_t start(rig *r, char *env, char *out, char *ctl, char *status)
+{
+	r->fs_env = env;
+	r->opts[0] = "--dump-timeout";
+	r->opts[1] = "1";
+	if (rig_mount(r, NULL))
+		bail("phosfs did not mount");
+	pid_t p = rig_counter(r, 16);
+	rig_out(r, p, out, 160);
+	rig_files(r, p, ctl, status);
+	if (!rig_line(out, "count 3", 30000, NULL, 0))
+		bail("the counter did not start");
+	return p;
+}
+
 /* Copies that never end: two checkpoints in a row each fail in time. */
 static void hung_copies(void)
 {
 	rig r;
 	rig_require(&r);
-	r.fs_env = "SIMCUDA_D2H_MBPS=hang";
-	r.opts[0] = "--dump-timeout";
-	r.opts[1] = "1";
-	if (rig_mount(&r, NULL))
-		bail("phosfs did not mount");
-	pid_t p = rig_counter(&r, 16);
 	char out[160], ctl[160], status[160], line[256], st[4096], dir[200];
-	rig_out(&r, p, out, sizeof(out));
-	rig_files(&r, p, ctl, status);
-	if (!rig_line(out, "count 3", 30000, NULL, 0))
-		bail("the counter did not start");
+	pid_t p = start(&r, "SIMCUDA_D2H_MBPS=hang", out, ctl, status);
 	snprintf(dir, sizeof(dir), "%s/%d", r.store, (int)p);
 	int failed = 0, taken = 0;
 	double worst = 0;
@@ -92,18 +101,8 @@ int main(void)
 	rig r;
 	rig_require(&r);
 	plan(5);
-	r.fs_env = "SIMCUDA_D2H_MBPS=1";
-	r.opts[0] = "--dump-timeout";
-	r.opts[1] = "1";
-	if (rig_mount(&r, NULL))
-		bail("phosfs did not mount");
-
-	pid_t p = rig_counter(&r, 16);
 	char out[160], ctl[160], status[160], line[256], st[4096];
-	rig_out(&r, p, out, sizeof(out));
-	rig_files(&r, p, ctl, status);
-	if (!rig_line(out, "count 3", 30000, NULL, 0))
-		bail("the counter did not start");
+	pid_t p = start(&r, "SIMCUDA_D2H_MBPS=1", out, ctl, status);
 	double t0 = now_s();
 	int e = rig_ctl(ctl, "checkpoint stop name=x\n", 23);
 	int ended = e == 0 && rig_job_done(&r, p, 60000, line, sizeof(line));
