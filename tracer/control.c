@@ -123,9 +123,20 @@ static int send_devices(int sock)
 	return wire_send(sock, WIRE_DEVICES, v, (uint32_t)((size_t)n * sizeof(*v)), (uint32_t)n, NULL, 0);
 }
 
+/* Objects handed over by the park under way, for PHOS_DEBUG's log.
+ * Control thread only. */
+static int emitted;
+
 static int emit_objects(const wire_object *objs, const int *fds, int n, void *arg)
 {
+	emitted += n;
 	return wire_send(*(int *)arg, WIRE_OBJECTS, objs, (uint32_t)(n * (int)sizeof(*objs)), (uint32_t)n, fds, n);
+}
+
+/* Milliseconds from t0 to now (table_now_ns), for PHOS_DEBUG's log. */
+static double ms_since(uint64_t t0)
+{
+	return (double)(table_now_ns() - t0) / 1e6;
 }
 
 /* Waits for phosfs's wake-up signal (blocked in this thread). Returns
@@ -331,13 +342,16 @@ static int park(int sock, const wire_header *h, const void *payload)
 	if (!tracking && cow_settle() == -EBUSY)
 		return send_error(sock, "cannot park: the last checkpoint is still being copied");
 	wire_park p = deadlines(h, payload);
+	uint64_t t0 = table_now_ns();
 	int e = quiesce(sock, &p, "park");
 	if (e)
 		return e == 1 ? 0 : e;
+	double quiesced = ms_since(t0);
 	if (tracking && cow_track_end()) {
 		gate_resume();
 		return send_error(sock, "cannot park: the recopy's tracking did not end");
 	}
+	emitted = 0;
 	e = send_devices(sock);
 	if (!e)
 		e = alloc_export(emit_objects, &sock);
@@ -345,9 +359,14 @@ static int park(int sock, const wire_header *h, const void *payload)
 		e = vmm_export(emit_objects, &sock);
 	if (!e)
 		e = wire_send(sock, WIRE_PARKED, NULL, 0, 0, NULL, 0);
+	double sent = ms_since(t0);
 	if (!e && held(sock, p.held_ms)) {
+		double got = ms_since(t0);
 		alloc_release();
 		vmm_let_go();
+		tr_debug("park: quiesced at %.1f ms, %d objects handed over at %.1f ms, held at %.1f ms, "
+			 "released at %.1f ms",
+			 quiesced, emitted, sent, got, ms_since(t0));
 		return 1;
 	}
 	/* phosfs does not hold them, or is gone: the memory is still ours. */
