@@ -103,6 +103,13 @@ typedef struct engine_progress {
 	 * shared. All 0 where CRIU wrote none. */
 	_Atomic uint64_t criu_freezing_us, criu_frozen_us, criu_memdump_us, criu_memwrite_us;
 	_Atomic uint64_t criu_pages, criu_shpages;
+	/* Checkpoint: the park's parts, in nanoseconds: until every member
+	 * had handed its memory over, until each had let go of it (HELD and
+	 * its release), and what the job did with it then; the objects it
+	 * took. */
+	_Atomic uint64_t park_handed_ns, park_released_ns, park_kept_ns, park_objects;
+	/* cow and recopy: nanoseconds making the CoW tables, in the stall. */
+	_Atomic uint64_t cow_prepare_ns;
 } engine_progress;
 
 /* Clock c now, in nanoseconds. */

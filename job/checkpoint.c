@@ -59,6 +59,15 @@ static int copy_start(ckpt *k, perr *er)
 	return e;
 }
 
+/* The CoW tables of the parked memory, timed for status. */
+static int cow_tables(ckpt *k, perr *er)
+{
+	uint64_t t0 = engine_now_ns();
+	int e = engine_cow_prepare(&k->tables, &k->parked, k->chunk, k->a->shadow_pool, COW_MODE_COW, er);
+	atomic_store(&k->prog->cow_prepare_ns, engine_now_ns() - t0);
+	return e;
+}
+
 /* A copy that made no progress for the dump's deadline is stuck (a device
  * copy or the store hangs): it is cancelled, and ended only once the
  * processes run again (copy_drain), since its threads may take a while
@@ -153,14 +162,14 @@ static int run_cow(ckpt *k, perr *er)
 	bool early = !e && k->shares.unseen;
 	if (early) {
 		k->protect = true;
-		e = engine_cow_prepare(&k->tables, &k->parked, k->chunk, k->a->shadow_pool, COW_MODE_COW, er);
+		e = cow_tables(k, er);
 		if (!e)
 			e = copy_start(k, er);
 	}
 	if (!e)
 		e = stall_freeze(k, er);
 	if (!e && !early)
-		e = engine_cow_prepare(&k->tables, &k->parked, k->chunk, k->a->shadow_pool, COW_MODE_COW, er);
+		e = cow_tables(k, er);
 	if (!e)
 		e = copy_shared_off(k, er);
 	bool back = false;
@@ -198,7 +207,7 @@ static int run_recopy(ckpt *k, perr *er)
 	e = stall_enter(k, er);
 	k->protect = !k->a->kill && k->parked.n;
 	if (!e && k->protect)
-		e = engine_cow_prepare(&k->tables, &k->parked, k->chunk, k->a->shadow_pool, COW_MODE_COW, er);
+		e = cow_tables(k, er);
 	if (!e)
 		e = copy_start(k, er);
 	if (!e)

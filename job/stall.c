@@ -367,7 +367,9 @@ static int park(ckpt *k, perr *er)
 	}
 	if (n)
 		engine_step(k->prog, STEP_PARK);
+	uint64_t t0 = engine_now_ns();
 	stall_at_once(v, n, park_one);
+	uint64_t handed = engine_now_ns();
 	e = stall_first_failure(v, n, er);
 	for (int j = 0; e && j < n; j++)
 		if (!v[j].e)
@@ -376,6 +378,7 @@ static int park(ckpt *k, perr *er)
 		stall_at_once(v, n, hold_one);
 		e = stall_first_failure(v, n, er);
 	}
+	uint64_t released = engine_now_ns();
 	bool view = false;
 	for (int j = 0; j < n; j++) {
 		if (!e && k->ms[v[j].i].parked)
@@ -392,6 +395,10 @@ static int park(ckpt *k, perr *er)
 	for (int i = 0; i < k->parked.n; i++)
 		total += k->parked.objs[i].size;
 	atomic_store(&k->prog->total, total);
+	atomic_store(&k->prog->park_handed_ns, handed - t0);
+	atomic_store(&k->prog->park_released_ns, released - handed);
+	atomic_store(&k->prog->park_kept_ns, engine_now_ns() - released);
+	atomic_store(&k->prog->park_objects, (uint64_t)k->parked.n);
 	return e;
 }
 

@@ -528,6 +528,10 @@ static void copy_status(const engine_progress *p, text *out)
 	add(out, "protocol: %s\n", proto == PHOSIMG_PROTO_COW ? "cow" : proto == PHOSIMG_PROTO_RECOPY ? "recopy" : "stop");
 	if (p->cut[0])
 		add(out, "nccl cut: %.*s\n", (int)sizeof(p->cut), p->cut);
+	if (atomic_load(&p->park_handed_ns))
+		add(out, "park ms: handed over %.1f released %.1f kept %.1f (%" PRIu64 " objects)\n",
+		    ms(atomic_load(&p->park_handed_ns)), ms(atomic_load(&p->park_released_ns)),
+		    ms(atomic_load(&p->park_kept_ns)), atomic_load(&p->park_objects));
 	if (atomic_load(&p->criu_frozen_us))
 		add(out,
 		    "criu dump ms: freezing %.1f frozen %.1f memdump %.1f memwrite %.1f\n"
@@ -548,9 +552,10 @@ static void copy_status(const engine_progress *p, text *out)
 		    atomic_load(&p->recopy_clean), atomic_load(&p->recopy_dirty));
 	if (proto == PHOSIMG_PROTO_COW || proto == PHOSIMG_PROTO_RECOPY)
 		add(out,
-		    "cow shadows: %" PRIu64 " (%" PRIu64 " bytes)\ncow waits: %" PRIu64 " (%.1f ms)\n"
+		    "cow tables ms: %.1f\ncow shadows: %" PRIu64 " (%" PRIu64 " bytes)\ncow waits: %" PRIu64 " (%.1f ms)\n"
 		    "safety-net waits: %" PRIu64 " (%.1f ms)\n",
-		    atomic_load(&p->shadows), atomic_load(&p->shadow_bytes), atomic_load(&p->waits),
+		    ms(atomic_load(&p->cow_prepare_ns)), atomic_load(&p->shadows), atomic_load(&p->shadow_bytes),
+		    atomic_load(&p->waits),
 		    ms(atomic_load(&p->wait_ns)), atomic_load(&p->net_waits), ms(atomic_load(&p->net_wait_ns)));
 }
 

@@ -51,7 +51,7 @@ int main(void)
 		int e = rig_ctl(ctl, c, (size_t)n);
 		int done = !e && rig_job_done(&r, pid, 60000, last, sizeof(last)) && strstr(last, "done");
 		rig_read(status, st, sizeof(st));
-		int cow = strstr(st, "protocol: cow\n") != NULL;
+		int cow = strstr(st, "protocol: cow\n") != NULL && rig_stat(st, "cow tables ms: ") >= 0;
 		long sh = (long)rig_stat(st, "cow shadows: "), nw = (long)rig_stat(st, "safety-net waits: "),
 		     w = (long)rig_stat(st, "cow waits: ");
 		snprintf(image, sizeof(image), "%s/%d/c%d", r.store, (int)pid, it);

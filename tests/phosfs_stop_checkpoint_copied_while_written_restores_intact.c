@@ -65,7 +65,7 @@ int main(void)
 {
 	rig r;
 	rig_require(&r);
-	plan(12);
+	plan(13);
 	if (rig_mount(&r, NULL))
 		bail("phosfs did not mount");
 	pid_t pid = rig_counter(&r, MIB);
@@ -106,6 +106,13 @@ int main(void)
 	const char *cs = strstr(st, "criu dump ms: "), *cpg = strstr(st, "criu pages: ");
 	bool measured = cs && sscanf(cs, "criu dump ms: freezing %*f frozen %lf", &frozen) == 1 && frozen > 0 && cpg &&
 			sscanf(cpg, "criu pages: %llu written", &pages) == 1 && pages > 0;
+	double handed = -1, released = -1, kept = -1;
+	unsigned long long objs = 0;
+	const char *pk = strstr(st, "park ms: ");
+	bool parted = pk && sscanf(pk, "park ms: handed over %lf released %lf kept %lf (%llu objects)", &handed, &released,
+				    &kept, &objs) == 4 && objs > 0;
+	ok(parted, "status tells the park's parts: handed over in %.1f ms, released in %.1f, kept in %.1f (%llu objects)",
+	   handed, released, kept, objs);
 	ok(measured, "status tells what CRIU's dump measured: frozen %.1f ms, %llu pages written", frozen, pages);
 	ok(rig_line(out, "count", 0, NULL, 0) && rig_count(out) > at_copy - 1 && rig_alive(pid) &&
 		   rig_line(out, "count", 0, NULL, 0),

@@ -46,7 +46,7 @@ while [ "$(printf '%.0f' "$(now)")" -lt "$t_end" ] && ! grep -q '^params' "$out"
 	"$phos" checkpoint "$pid" cow --name "c$tries" --wait >"$work/ck.out" 2>"$work/ck.err"
 	rc=$?
 	cut=$(grep -o 'nccl cut: .*' "$mnt/$pid/status" | head -1)
-	echo "# cow c$tries: rc $rc, stall $(stall "$pid") ms, at $(grep -c '^step' "$out") steps; $cut $(grep -o 'steps ms: .*' "$mnt/$pid/status") $(grep -E "^criu (dump ms|pages)" "$mnt/$pid/status" | tr "\n" " ") $(tr '\n' ' ' <"$work/ck.err")"
+	echo "# cow c$tries: rc $rc, stall $(stall "$pid") ms, at $(grep -c '^step' "$out") steps; $cut $(grep -o 'steps ms: .*' "$mnt/$pid/status") $(grep -E "^(criu dump ms|criu pages|park ms|cow tables ms)" "$mnt/$pid/status" | tr "\n" " ") $(tr '\n' ' ' <"$work/ck.err")"
 	[ $rc = 0 ] && good=$((good + 1)) last=c$tries
 	sleep "$every"
 done

@@ -33,7 +33,7 @@ out=$store/run/$pid.out
 wait_line "$out" "^step 20 " 300 || echo "# the job did not reach step 20: $(tail -3 "$store/run/$pid.err" 2>/dev/null)"
 "$phos" checkpoint "$pid" cow --name one --wait >"$work/ck.out" 2>"$work/ck.err"
 rc=$?
-echo "# cow: rc $rc, stall $(stall "$pid") ms; $(grep -o 'nccl cut: .*' "$mnt/$pid/status" | head -1) $(grep -E "^(steps ms|criu dump ms|criu pages)" "$mnt/$pid/status" | tr "\n" " ") $(tr '\n' ' ' <"$work/ck.err")"
+echo "# cow: rc $rc, stall $(stall "$pid") ms; $(grep -o 'nccl cut: .*' "$mnt/$pid/status" | head -1) $(grep -E "^(steps ms|criu dump ms|criu pages|park ms|cow tables ms)" "$mnt/$pid/status" | tr "\n" " ") $(tr '\n' ' ' <"$work/ck.err")"
 at=$(grep -c '^step' "$out")
 if [ $rc = 0 ] && wait_line "$out" "^step $((at + 10)) " 120; then
 	echo "ok 1 - one cow checkpoint of the FSDP job succeeds, and it trains on"
