@@ -189,7 +189,14 @@ $(PHOS_IMAGE): image-format/phos-image.c $(LIBPHOSIMG)
 # ---- benchmarks ----------------------------------------------------------------
 
 # bench/fill too, though it runs only on the GPU machine: it links the engine.
-bench: $(BUILD)/bench/image-bench $(BUILD)/bench/store-bw $(BUILD)/bench/read-path $(BUILD)/bench/fill
+bench: $(BUILD)/bench/image-bench $(BUILD)/bench/store-bw $(BUILD)/bench/read-path $(BUILD)/bench/fill \
+	$(BUILD)/bench/shares-take
+
+# The stall's search for the owners of imported memory (engine/shared.c).
+$(BUILD)/bench/shares-take: bench/shares-take.c $(ENGINE_OBJ) $(WIRE_OBJ) $(LIBPHOSIMG)
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) $(XCFLAGS) $(CFLAGS) -Iimage-format -o $@ $< $(ENGINE_OBJ) $(WIRE_OBJ) $(LIBPHOSIMG) \
+		$(XLDFLAGS) $(LDFLAGS) $(IMG_LIBS) -ldl
 
 $(BUILD)/bench/read-path: bench/read-path.c
 	@mkdir -p $(@D)
@@ -252,7 +259,8 @@ $(BUILD)/tests/apps/tcp_app: tests/apps/tcp_app.c
 
 # Tests that call into engine/ directly link its objects.
 ENGINE_TESTS := $(BUILD)/tests/phosfs_criu_errors_name_the_real_cause $(BUILD)/tests/restore_gives_clones_free_socket_names \
-		$(BUILD)/tests/restore_ends_closed_connections_that_hold_its_ports $(BUILD)/tests/criu_dump_stats_are_read_from_the_image
+		$(BUILD)/tests/restore_ends_closed_connections_that_hold_its_ports $(BUILD)/tests/criu_dump_stats_are_read_from_the_image \
+		$(BUILD)/tests/shares_find_the_owner_of_every_import
 $(ENGINE_TESTS): $(ENGINE_OBJ)
 $(ENGINE_TESTS): TEST_OBJ = $(ENGINE_OBJ)
 # The job request's own test links what makes and checks one.

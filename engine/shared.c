@@ -10,22 +10,86 @@
 
 #include "shared.h"
 
-/* Whether fds a and b (of this process) are one open file. */
-static bool same_file(int a, int b)
+/* How the open files of fds a and b (of this process) compare in the
+ * kernel's order (kcmp: 0 one file, <0 a first, >0 b first); 2 when the
+ * kernel does not order them. */
+static int file_order(int a, int b)
 {
 	pid_t me = getpid();
-	return syscall(SYS_kcmp, me, me, KCMP_FILE, a, b) == 0;
+	long r = syscall(SYS_kcmp, me, me, KCMP_FILE, a, b);
+	return r == 0 ? 0 : r == 1 ? -1 : r == 2 ? 1 : 2;
+}
+
+/* An open file that may own imports: an object's fd, or an alias's (an
+ * fd its owner exported), with the index of the object in rest. */
+typedef struct owner_file {
+	int fd, owner;
+	int seq; /* objects before aliases, each in order: the first wins */
+	bool *unordered; /* set when the kernel does not order two files */
+} owner_file;
+
+static int by_file(const void *a, const void *b)
+{
+	const owner_file *x = a, *y = b;
+	int c = file_order(x->fd, y->fd);
+	if (c == 2) {
+		*x->unordered = true;
+		c = 0;
+	}
+	return c ? c : (x->seq > y->seq) - (x->seq < y->seq);
+}
+
+/* The files that own imports, sorted by the kernel's order of open
+ * files (*n of them, the caller frees them); NULL on -ENOMEM, or when the
+ * kernel does not order them (*unordered). */
+static owner_file *owner_files(const engine_parked *rest, const engine_parked *alias, const int *at, int *n,
+			       bool *unordered)
+{
+	owner_file *v = calloc((size_t)(rest->n + alias->n) + 1, sizeof(*v));
+	*n = 0;
+	if (!v)
+		return NULL;
+	for (int k = 0; k < rest->n; k++)
+		if (rest->objs[k].flags & WIRE_OBJ_APP) {
+			v[*n] = (owner_file){ rest->fds[k], k, *n, unordered };
+			++*n;
+		}
+	for (int k = 0; k < alias->n; k++)
+		if (at[k] >= 0) {
+			v[*n] = (owner_file){ alias->fds[k], at[k], *n, unordered };
+			++*n;
+		}
+	qsort(v, (size_t)*n, sizeof(*v), by_file);
+	if (*unordered) {
+		free(v);
+		return NULL;
+	}
+	return v;
 }
 
 /* The index in rest of the object whose fd, or one of whose aliases
- * (their owners' indexes in at), is fd's open file; or -1. */
-static int owner_of(const engine_parked *rest, const engine_parked *alias, const int *at, int fd)
+ * (their owners' indexes in at), is fd's open file; or -1. With files
+ * (n, sorted by owner_files) a binary search, else a look at each. */
+static int owner_of(const engine_parked *rest, const engine_parked *alias, const int *at, const owner_file *files,
+		    int n, int fd)
 {
+	if (files) {
+		int lo = 0, hi = n; /* the first file not before fd's */
+		while (lo < hi) {
+			int mid = lo + (hi - lo) / 2;
+			int c = file_order(files[mid].fd, fd);
+			if (c < 0)
+				lo = mid + 1;
+			else
+				hi = mid;
+		}
+		return lo < n && file_order(files[lo].fd, fd) == 0 ? files[lo].owner : -1;
+	}
 	for (int k = 0; k < rest->n; k++)
-		if ((rest->objs[k].flags & WIRE_OBJ_APP) && same_file(rest->fds[k], fd))
+		if ((rest->objs[k].flags & WIRE_OBJ_APP) && file_order(rest->fds[k], fd) == 0)
 			return k;
 	for (int k = 0; k < alias->n; k++)
-		if (at[k] >= 0 && same_file(alias->fds[k], fd))
+		if (at[k] >= 0 && file_order(alias->fds[k], fd) == 0)
 			return at[k];
 	return -1;
 }
@@ -81,8 +145,13 @@ int engine_shares_take(engine_parked *parked, engine_shares *out, perr *er)
 	}
 	for (int k = 0; k < alias.n; k++)
 		at[k] = object_of(&rest, alias.pids[k], alias.objs[k].key);
+	/* Sorted once, the owners are found in log time each; where the
+	 * kernel does not order files, by a look at each. */
+	bool unordered = false;
+	int nfiles = 0;
+	owner_file *files = owner_files(&rest, &alias, at, &nfiles, &unordered);
 	for (int i = 0; i < imp.n && !e; i++) {
-		int k = owner_of(&rest, &alias, at, imp.fds[i]);
+		int k = owner_of(&rest, &alias, at, files, nfiles, imp.fds[i]);
 		if (k < 0)
 			e = pr_err(er, -EOPNOTSUPP,
 				   "process %d maps device memory (at 0x%llx) that another process exported, and that "
@@ -91,6 +160,7 @@ int engine_shares_take(engine_parked *parked, engine_shares *out, perr *er)
 		else
 			owner[i] = k;
 	}
+	free(files);
 	if (e)
 		goto fail;
 	for (int i = 0; i < imp.n; i++) {
