@@ -38,7 +38,9 @@ bool pb_varint(const uint8_t **p, const uint8_t *end, uint64_t *v)
 	return false;
 }
 
-bool pb_field(const uint8_t **p, const uint8_t *end, unsigned wt, const uint8_t **body, size_t *len)
+/* Steps over one field of wire type wt at *p; a length-delimited one's
+ * bytes are *body and *len. False if it is malformed. */
+static bool pb_field(const uint8_t **p, const uint8_t *end, unsigned wt, const uint8_t **body, size_t *len)
 {
 	uint64_t v;
 	switch (wt) {
@@ -65,6 +67,15 @@ bool pb_field(const uint8_t **p, const uint8_t *end, unsigned wt, const uint8_t 
 	return false;
 }
 
+bool pb_next(const uint8_t **p, const uint8_t *end, pb_item *it)
+{
+	uint64_t key;
+	if (!pb_varint(p, end, &key))
+		return false;
+	*it = (pb_item){ .field = (unsigned)(key >> 3), .wt = key & 7 };
+	return it->wt == 0 ? pb_varint(p, end, &it->v) : pb_field(p, end, it->wt, &it->body, &it->len);
+}
+
 /* Calls fn on every field `which` (length-delimited) of every entry of
  * buf, an image whose magic numbers are m0 and m1, as criu_files_each. */
 static int image_each(uint8_t *buf, size_t size, uint32_t magic0, uint32_t magic1, unsigned which,
@@ -88,14 +99,12 @@ static int image_each(uint8_t *buf, size_t size, uint32_t magic0, uint32_t magic
 		const uint8_t *p = buf + off, *end = p + len;
 		off += len;
 		while (p < end) {
-			uint64_t key;
-			const uint8_t *body = NULL;
-			size_t blen = 0;
-			if (!pb_varint(&p, end, &key) || !pb_field(&p, end, key & 7, &body, &blen))
+			pb_item f;
+			if (!pb_next(&p, end, &f))
 				return -EBADMSG;
-			if (key >> 3 != which || (key & 7) != 2)
+			if (f.field != which || f.wt != 2)
 				continue;
-			int r = fn((uint8_t *)body, blen, arg);
+			int r = fn((uint8_t *)f.body, f.len, arg);
 			if (r)
 				return r;
 		}
@@ -152,18 +161,11 @@ static int take_dump_stats(uint8_t *body, size_t len, void *arg)
 	criu_dump_stats *st = arg;
 	const uint8_t *p = body, *end = body + len;
 	while (p < end) {
-		uint64_t key, v = 0;
-		const uint8_t *sub = NULL;
-		size_t slen = 0;
-		if (!pb_varint(&p, end, &key))
+		pb_item f;
+		if (!pb_next(&p, end, &f))
 			return -EBADMSG;
-		if ((key & 7) == 0) {
-			if (!pb_varint(&p, end, &v))
-				return -EBADMSG;
-		} else if (!pb_field(&p, end, key & 7, &sub, &slen)) {
-			return -EBADMSG;
-		}
-		switch (key >> 3) {
+		uint64_t v = f.wt == 0 ? f.v : 0;
+		switch (f.field) {
 		case 1: st->freezing_us = (uint32_t)v; break;
 		case 2: st->frozen_us = (uint32_t)v; break;
 		case 3: st->memdump_us = (uint32_t)v; break;

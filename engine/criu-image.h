@@ -44,8 +44,17 @@ int criu_dump_stats_read(const char *dir, criu_dump_stats *st);
 /* A protobuf varint at *p (below end) into *v; false if it runs past end. */
 bool pb_varint(const uint8_t **p, const uint8_t *end, uint64_t *v);
 
-/* Steps over one field of wire type wt at *p; a length-delimited one's
- * bytes are *body and *len. False if it is malformed. */
-bool pb_field(const uint8_t **p, const uint8_t *end, unsigned wt, const uint8_t **body, size_t *len);
+/* One field of a protobuf message: its number and wire type, its value
+ * when a varint (wire type 0), its bytes when length-delimited (2). */
+typedef struct pb_item {
+	unsigned field, wt;
+	uint64_t v;
+	const uint8_t *body;
+	size_t len;
+} pb_item;
+
+/* Reads the field at *p (below end) into *it and steps past it. False if
+ * it is malformed. */
+bool pb_next(const uint8_t **p, const uint8_t *end, pb_item *it);
 
 #endif

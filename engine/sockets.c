@@ -134,20 +134,14 @@ static int rename_one(uint8_t *body, size_t blen, void *arg)
 	uint8_t *name = NULL;
 	size_t nlen = 0;
 	for (const uint8_t *q = body, *qend = body + blen; q < qend;) {
-		uint64_t k, v;
-		const uint8_t *b = NULL;
-		size_t bl = 0;
-		if (!pb_varint(&q, qend, &k))
+		pb_item f;
+		if (!pb_next(&q, qend, &f))
 			return -EBADMSG;
-		if ((k >> 3 == USK_STATE || k >> 3 == USK_TYPE) && (k & 7) == 0) {
-			if (!pb_varint(&q, qend, &v))
-				return -EBADMSG;
-			*(k >> 3 == USK_STATE ? &state : &type) = v;
-		} else if (!pb_field(&q, qend, k & 7, &b, &bl)) {
-			return -EBADMSG;
-		} else if (k >> 3 == USK_NAME && (k & 7) == 2) {
-			name = (uint8_t *)b;
-			nlen = bl;
+		if ((f.field == USK_STATE || f.field == USK_TYPE) && f.wt == 0) {
+			*(f.field == USK_STATE ? &state : &type) = f.v;
+		} else if (f.field == USK_NAME && f.wt == 2) {
+			name = (uint8_t *)f.body;
+			nlen = f.len;
 		}
 	}
 	if (state != TCP_LISTEN || nlen < 2 || name[0] || type > 16 || !taken((int)type, name, nlen))

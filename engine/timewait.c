@@ -83,23 +83,14 @@ static void as_v6(int fam, const uint32_t *words, int n, uint8_t out[16])
 	}
 }
 
-/* Appends a word of a repeated uint32 field (packed or not) to w (n, at
- * most 4). */
-static bool words_of(const uint8_t **q, const uint8_t *end, unsigned wt, uint32_t *w, int *n)
+/* Appends the words of field f, of a repeated uint32 field (packed or
+ * not), to w (n, at most 4). */
+static bool words_of(const pb_item *f, uint32_t *w, int *n)
 {
-	uint64_t v;
-	if (wt == 0) {
-		if (!pb_varint(q, end, &v))
-			return false;
-		if (*n < 4)
-			w[(*n)++] = (uint32_t)v;
-		return true;
-	}
-	const uint8_t *b = NULL;
-	size_t bl = 0;
-	if (!pb_field(q, end, wt, &b, &bl))
-		return false;
-	for (const uint8_t *r = b, *rend = b + bl; wt == 2 && r < rend;) {
+	if (f->wt == 0 && *n < 4)
+		w[(*n)++] = (uint32_t)f->v;
+	for (const uint8_t *r = f->body, *rend = f->body + f->len; f->wt == 2 && r < rend;) {
+		uint64_t v;
 		if (!pb_varint(&r, rend, &v))
 			return false;
 		if (*n < 4)
@@ -131,26 +122,19 @@ static int take_inet(uint8_t *body, size_t len, void *arg)
 	uint32_t src[4], dst[4];
 	int nsrc = 0, ndst = 0;
 	for (const uint8_t *q = body, *end = body + len; q < end;) {
-		uint64_t k, v;
-		if (!pb_varint(&q, end, &k))
+		pb_item it;
+		if (!pb_next(&q, end, &it))
 			return -EBADMSG;
-		unsigned f = (unsigned)(k >> 3), wt = k & 7;
+		unsigned f = it.field;
 		if (f == ISK_SRC_ADDR || f == ISK_DST_ADDR) {
-			if (!words_of(&q, end, wt, f == ISK_SRC_ADDR ? src : dst, f == ISK_SRC_ADDR ? &nsrc : &ndst))
+			if (!words_of(&it, f == ISK_SRC_ADDR ? src : dst, f == ISK_SRC_ADDR ? &nsrc : &ndst))
 				return -EBADMSG;
 			continue;
 		}
 		uint64_t *to = f == ISK_FAMILY ? &fam : f == ISK_PROTO ? &proto : f == ISK_STATE ? &state :
 			       f == ISK_SRC_PORT ? &sport : f == ISK_DST_PORT ? &dport : NULL;
-		const uint8_t *b = NULL;
-		size_t bl = 0;
-		if (to && wt == 0) {
-			if (!pb_varint(&q, end, &v))
-				return -EBADMSG;
-			*to = v;
-		} else if (!pb_field(&q, end, wt, &b, &bl)) {
-			return -EBADMSG;
-		}
+		if (to && it.wt == 0)
+			*to = it.v;
 	}
 	if (proto != IPPROTO_TCP || !sport || sport > 65535 || (fam != AF_INET && fam != AF_INET6))
 		return 0;
