@@ -25,25 +25,31 @@ static int file_order(int a, int b)
 typedef struct owner_file {
 	int fd, owner;
 	int seq; /* objects before aliases, each in order: the first wins */
-	bool *unordered; /* set when the kernel does not order two files */
 } owner_file;
 
-static int by_file(const void *a, const void *b)
+static int by_seq(const void *a, const void *b)
 {
 	const owner_file *x = a, *y = b;
-	int c = file_order(x->fd, y->fd);
-	if (c == 2) {
-		*x->unordered = true;
-		c = 0;
-	}
-	return c ? c : (x->seq > y->seq) - (x->seq < y->seq);
+	return (x->seq > y->seq) - (x->seq < y->seq);
 }
 
-/* The files that own imports, sorted by the kernel's order of open
- * files (*n of them, the caller frees them); NULL on -ENOMEM, or when the
- * kernel does not order them (*unordered). */
+/* By the kernel's order of open files, then by seq; *unordered (arg) is
+ * set where the kernel does not order two files. */
+static int by_file(const void *a, const void *b, void *unordered)
+{
+	int c = file_order(((const owner_file *)a)->fd, ((const owner_file *)b)->fd);
+	if (c == 2) {
+		*(bool *)unordered = true;
+		c = 0;
+	}
+	return c ? c : by_seq(a, b);
+}
+
+/* The files that own imports (*n of them, the caller frees them; NULL:
+ * out of memory), sorted by by_file, or by seq alone where the kernel
+ * does not order them (*sorted false). */
 static owner_file *owner_files(const engine_parked *rest, const engine_parked *alias, const int *at, int *n,
-			       bool *unordered)
+			       bool *sorted)
 {
 	owner_file *v = calloc((size_t)(rest->n + alias->n) + 1, sizeof(*v));
 	*n = 0;
@@ -51,47 +57,40 @@ static owner_file *owner_files(const engine_parked *rest, const engine_parked *a
 		return NULL;
 	for (int k = 0; k < rest->n; k++)
 		if (rest->objs[k].flags & WIRE_OBJ_APP) {
-			v[*n] = (owner_file){ rest->fds[k], k, *n, unordered };
+			v[*n] = (owner_file){ rest->fds[k], k, *n };
 			++*n;
 		}
 	for (int k = 0; k < alias->n; k++)
 		if (at[k] >= 0) {
-			v[*n] = (owner_file){ alias->fds[k], at[k], *n, unordered };
+			v[*n] = (owner_file){ alias->fds[k], at[k], *n };
 			++*n;
 		}
-	qsort(v, (size_t)*n, sizeof(*v), by_file);
-	if (*unordered) {
-		free(v);
-		return NULL;
-	}
+	bool unordered = false;
+	qsort_r(v, (size_t)*n, sizeof(*v), by_file, &unordered);
+	if (unordered)
+		qsort(v, (size_t)*n, sizeof(*v), by_seq);
+	*sorted = !unordered;
 	return v;
 }
 
-/* The index in rest of the object whose fd, or one of whose aliases
- * (their owners' indexes in at), is fd's open file; or -1. With files
- * (n, sorted by owner_files) a binary search, else a look at each. */
-static int owner_of(const engine_parked *rest, const engine_parked *alias, const int *at, const owner_file *files,
-		    int n, int fd)
+/* The index in rest of the object whose file (files, n) is fd's open
+ * file; or -1. Sorted files are searched in log time, others one by one. */
+static int owner_of(const owner_file *files, int n, bool sorted, int fd)
 {
-	if (files) {
-		int lo = 0, hi = n; /* the first file not before fd's */
-		while (lo < hi) {
+	int lo = 0;
+	if (sorted) { /* the first file not before fd's */
+		for (int hi = n; lo < hi;) {
 			int mid = lo + (hi - lo) / 2;
-			int c = file_order(files[mid].fd, fd);
-			if (c < 0)
+			if (file_order(files[mid].fd, fd) < 0)
 				lo = mid + 1;
 			else
 				hi = mid;
 		}
-		return lo < n && file_order(files[lo].fd, fd) == 0 ? files[lo].owner : -1;
+	} else {
+		while (lo < n && file_order(files[lo].fd, fd) != 0)
+			lo++;
 	}
-	for (int k = 0; k < rest->n; k++)
-		if ((rest->objs[k].flags & WIRE_OBJ_APP) && file_order(rest->fds[k], fd) == 0)
-			return k;
-	for (int k = 0; k < alias->n; k++)
-		if (at[k] >= 0 && file_order(alias->fds[k], fd) == 0)
-			return at[k];
-	return -1;
+	return lo < n && file_order(files[lo].fd, fd) == 0 ? files[lo].owner : -1;
 }
 
 /* Splits parked into rest, imports and aliases (their fds moved, not
@@ -132,26 +131,28 @@ int engine_shares_take(engine_parked *parked, engine_shares *out, perr *er)
 	if (!nmove)
 		return 0;
 	engine_parked rest = { 0 }, imp = { 0 }, alias = { 0 };
-	int *owner = NULL, *at = NULL;
+	int *owner = NULL, *at = NULL, nfiles = 0;
+	owner_file *files = NULL;
+	bool sorted = false;
 	int e = split(parked, &rest, &imp, &alias);
 	if (!e) {
 		owner = calloc(imp.n ? (size_t)imp.n : 1, sizeof(*owner));
 		at = calloc(alias.n ? (size_t)alias.n : 1, sizeof(*at));
 		e = owner && at ? 0 : -ENOMEM;
 	}
+	if (!e) {
+		for (int k = 0; k < alias.n; k++)
+			at[k] = object_of(&rest, alias.pids[k], alias.objs[k].key);
+		/* Sorted once, the owners are found in log time each. */
+		files = owner_files(&rest, &alias, at, &nfiles, &sorted);
+		e = files ? 0 : -ENOMEM;
+	}
 	if (e) {
 		pr_err(er, e, "out of memory");
 		goto fail;
 	}
-	for (int k = 0; k < alias.n; k++)
-		at[k] = object_of(&rest, alias.pids[k], alias.objs[k].key);
-	/* Sorted once, the owners are found in log time each; where the
-	 * kernel does not order files, by a look at each. */
-	bool unordered = false;
-	int nfiles = 0;
-	owner_file *files = owner_files(&rest, &alias, at, &nfiles, &unordered);
 	for (int i = 0; i < imp.n && !e; i++) {
-		int k = owner_of(&rest, &alias, at, files, nfiles, imp.fds[i]);
+		int k = owner_of(files, nfiles, sorted, imp.fds[i]);
 		if (k < 0)
 			e = pr_err(er, -EOPNOTSUPP,
 				   "process %d maps device memory (at 0x%llx) that another process exported, and that "
@@ -160,7 +161,6 @@ int engine_shares_take(engine_parked *parked, engine_shares *out, perr *er)
 		else
 			owner[i] = k;
 	}
-	free(files);
 	if (e)
 		goto fail;
 	for (int i = 0; i < imp.n; i++) {
@@ -169,6 +169,7 @@ int engine_shares_take(engine_parked *parked, engine_shares *out, perr *er)
 		imp.objs[i].size = rest.objs[owner[i]].size;
 		imp.objs[i].device = rest.objs[owner[i]].device;
 	}
+	free(files);
 	free(at);
 	rest.ndev = parked->ndev;
 	memcpy(rest.dev_uuid, parked->dev_uuid, sizeof(rest.dev_uuid));
@@ -179,6 +180,7 @@ int engine_shares_take(engine_parked *parked, engine_shares *out, perr *er)
 	out->aliases = alias;
 	return 0;
 fail:
+	free(files);
 	free(at);
 	free(owner);
 	engine_parked_drop(&rest);
