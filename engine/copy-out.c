@@ -603,7 +603,7 @@ int engine_copy_begin(const engine_parked *objs, phosimg_writer *w, const engine
 	pthread_mutex_init(&j->lock, NULL);
 	pthread_condattr_t ca;
 	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* soon() */
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* idle_ns() */
 	pthread_cond_init(&j->moved, &ca);
 	pthread_condattr_destroy(&ca);
 	if (!atomic_load(&j->left)) {
@@ -617,18 +617,25 @@ int engine_copy_begin(const engine_parked *objs, phosimg_writer *w, const engine
 	return 0;
 }
 
-/* 100 ms from now on CLOCK_MONOTONIC, the clock `moved` waits on: the
- * waits with a deadline look at the clock that often. */
-static struct timespec soon(void)
+/* Waits on `moved` (lock held) for at most 100 ms, then looks at *count:
+ * returns how long, in ns, it has not moved from *seen (since *since),
+ * and notes it when it has. The waits with a deadline look that often. */
+static uint64_t idle_ns(engine_copy *j, _Atomic uint64_t *count, uint64_t *seen, uint64_t *since)
 {
 	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
+	clock_gettime(CLOCK_MONOTONIC, &ts); /* the clock `moved` waits on */
 	ts.tv_nsec += 100 * 1000000L;
 	if (ts.tv_nsec >= 1000000000L) {
 		ts.tv_sec++;
 		ts.tv_nsec -= 1000000000L;
 	}
-	return ts;
+	pthread_cond_timedwait(&j->moved, &j->lock, &ts);
+	uint64_t now = engine_now_ns(), n = atomic_load(count);
+	if (n != *seen) {
+		*seen = n;
+		*since = now;
+	}
+	return now - *since;
 }
 
 /* Waits until the count of chunks *left is 0, the copy fails or its
@@ -645,15 +652,7 @@ static int wait_none_left(engine_copy *j, _Atomic uint64_t *left, int idle_s)
 			pthread_cond_wait(&j->moved, &j->lock);
 			continue;
 		}
-		struct timespec ts = soon();
-		pthread_cond_timedwait(&j->moved, &j->lock, &ts);
-		uint64_t now = engine_now_ns(), n = atomic_load(left);
-		if (n != seen) {
-			seen = n;
-			since = now;
-		} else if (now - since >= idle) {
-			late = true;
-		}
+		late = idle_ns(j, left, &seen, &since) >= idle;
 	}
 	pthread_mutex_unlock(&j->lock);
 	int e = atomic_load(&j->error);
@@ -705,30 +704,25 @@ static bool threads_end(outjob *j, int idle_s)
 	uint64_t limit = (uint64_t)(cancelled ? ENGINE_COPY_GRACE_S : idle_s) * 1000000000ull;
 	bool ended = true;
 	pthread_mutex_lock(&j->lock);
-	while (j->copiers > 0 || (j->writing > 0 && j->nw)) {
+	while (j->copiers > 0 || j->writing > 0) {
 		if (!idle_s) {
 			pthread_cond_wait(&j->moved, &j->lock);
 			continue;
 		}
-		struct timespec ts = soon();
-		pthread_cond_timedwait(&j->moved, &j->lock, &ts);
-		uint64_t now = engine_now_ns(), m = atomic_load(&j->moves);
-		if (m != seen) {
-			seen = m;
-			since = now;
-		} else if (now - since >= limit && cancelled) {
+		if (idle_ns(j, &j->moves, &seen, &since) < limit)
+			continue;
+		if (cancelled) {
 			ended = false;
 			break;
-		} else if (now - since >= limit) {
-			pthread_mutex_unlock(&j->lock);
-			perr er;
-			fail(j, pr_err(&er, -ETIMEDOUT, "the copy made no chunk of progress for %d s (a device copy or the store hangs)",
-				       idle_s), &er);
-			pthread_mutex_lock(&j->lock);
-			cancelled = true;
-			since = now;
-			limit = (uint64_t)ENGINE_COPY_GRACE_S * 1000000000ull;
 		}
+		pthread_mutex_unlock(&j->lock);
+		perr er;
+		fail(j, pr_err(&er, -ETIMEDOUT, "the copy made no chunk of progress for %d s (a device copy or the store hangs)",
+			       idle_s), &er);
+		pthread_mutex_lock(&j->lock);
+		cancelled = true;
+		since = engine_now_ns();
+		limit = (uint64_t)ENGINE_COPY_GRACE_S * 1000000000ull;
 	}
 	pthread_mutex_unlock(&j->lock);
 	return ended;
