@@ -1,11 +1,13 @@
 /* The tracer <-> phosfs wire protocol (wire.h). */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
@@ -185,6 +187,25 @@ int wire_recv(int sock, wire_header *h, void *buf, size_t cap, int *fds, int *nf
 		return -EPROTO;
 	}
 	return 0;
+}
+
+int wire_fd_room(int n)
+{
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && (rlim_t)n >= rl.rlim_cur)
+		n = (int)rl.rlim_cur - 1;
+	if (n < 64)
+		return 0; /* every table holds 64 */
+	int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	/* The lowest free fd from n on: nothing open is touched. */
+	int high = fcntl(fd, F_DUPFD_CLOEXEC, n);
+	int e = high < 0 ? -errno : 0;
+	if (high >= 0)
+		close(high);
+	close(fd);
+	return e;
 }
 
 int wire_request(int sock, uint16_t type, uint16_t reply, int timeout_ms, uint8_t **out, size_t *len,

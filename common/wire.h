@@ -230,6 +230,13 @@ int wire_send(int sock, uint16_t type, const void *payload, uint32_t length, uin
  * (peer gone), or a negative errno. */
 int wire_recv(int sock, wire_header *h, void *buf, size_t cap, int *fds, int *nfds);
 
+/* Grows this process's fd table, now, to hold fds numbered up to n (and
+ * no more than RLIMIT_NOFILE allows), so that fds received later need no
+ * growth: in a process of several threads the kernel waits an RCU grace
+ * period at each doubling of the table, milliseconds each. Returns 0 or
+ * a negative errno (-EMFILE: no fd was free). */
+int wire_fd_room(int n);
+
 /* Sends a request of `type` (no payload) and collects the payloads of the
  * `reply` messages that answer it, until END, into a malloc'd *out (one
  * spare byte past *len). Waits at most timeout_ms for each message (-1:

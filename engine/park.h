@@ -55,6 +55,8 @@ typedef struct engine_traced {
 	pid_t pid;
 	int conn;
 	pid_t control_tid;
+	uint64_t devices; /* bit d: it holds device memory on GPU d */
+	uint32_t buffers; /* its live allocations, as many as its objects or more */
 } engine_traced;
 
 /* How the engine meets a woken tracer again, one process at a time. */

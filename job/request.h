@@ -29,6 +29,9 @@ enum job_kind { JOB_CHECKPOINT = 1, JOB_RESTORE };
  * (an fd left open in the job) and its tracer's control thread. */
 typedef struct job_member {
 	int32_t pid, conn, control_tid;
+	uint64_t devices; /* bit d: it holds device memory on GPU d */
+	uint32_t buffers; /* its live allocations: the objects it hands over are as many or fewer */
+	uint32_t reserved;
 } job_member;
 
 /* What a checkpoint job is asked. */

@@ -128,6 +128,9 @@ static int restore_begin(const restore_args *a, restore_ctx *c, perr *er)
 	if (e)
 		return pr_err(er, e, "%s", *phosimg_last_error() ? phosimg_last_error() : strerror(-e));
 	c->in = phosimg_get_info(c->img);
+	/* An fd for each object it makes: the table grown now, while no other
+	 * thread shares it, costs no RCU grace period (wire_fd_room). */
+	wire_fd_room((int)(c->in->object_count < (1u << 24) ? c->in->object_count : 1u << 24) + 256);
 	/* What CRIU reads is checked before it starts: a damaged file can
 	 * make it fail in ways that name no cause, or spin for good. Missing,
 	 * cut or extra files at once; their checksums beside the rest. */

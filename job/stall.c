@@ -16,6 +16,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -246,6 +247,28 @@ void stall_free(ckpt *k)
 	free(k->m);
 }
 
+/* What the stall would otherwise pay for, made before it:
+ *   - this process's own context on every GPU the traced members hold
+ *     memory on (the CoW pools and the copy use them): the driver took
+ *     190 ms to make one on an H200 (bench/ddp);
+ *   - room in its fd table for every object the members hand over: grown
+ *     as they arrive, each doubling waits an RCU grace period.
+ * What fails here fails where it is used, with its error there. */
+static void ready_for_stall(const checkpoint_args *a)
+{
+	uint64_t devs = 0, fds = 256;
+	for (int t = 0; t < a->ntraced; t++) {
+		devs |= a->traced[t].devices;
+		fds += a->traced[t].buffers;
+	}
+	wire_fd_room(fds < INT_MAX ? (int)fds : INT_MAX);
+	for (int d = 1; d < 64; d++)
+		if (devs >> d & 1)
+			driver_use(d, NULL);
+	if (devs > 1)
+		driver_use(0, NULL);
+}
+
 int stall_begin(ckpt *k, const checkpoint_args *a, perr *er)
 {
 	k->a = a;
@@ -255,6 +278,7 @@ int stall_begin(ckpt *k, const checkpoint_args *a, perr *er)
 		e = members_of(a, &k->m, &k->ms, &k->n, er);
 	if (e)
 		return e;
+	ready_for_stall(a);
 	k->recopy = a->recopy && a->ntraced > 0;
 	k->cow = a->cow && !a->kill && a->ntraced > 0 && !k->recopy;
 	k->chunk = a->chunk ? a->chunk : ENGINE_CHUNK;
@@ -333,6 +357,7 @@ static void *park_one(void *arg)
 {
 	part *p = arg;
 	p->e = engine_park(p->k->m[p->i].pid, p->conn, p->k->timeout_ms, &p->got, &p->er);
+	p->done_ns = engine_now_ns();
 	return NULL;
 }
 
@@ -379,6 +404,13 @@ static int park(ckpt *k, perr *er)
 		e = stall_first_failure(v, n, er);
 	}
 	uint64_t released = engine_now_ns();
+	if (getenv("PHOS_DEBUG"))
+		for (int j = 0; j < n; j++)
+			fprintf(stderr, "phosfs job %d: park: asked process %d at %.3f s (CLOCK_MONOTONIC), its answer in at "
+					"%.1f ms, all at %.1f ms, released at %.1f ms\n",
+				(int)getpid(), (int)k->m[v[j].i].pid, (double)t0 / 1e9,
+				(double)(v[j].done_ns - t0) / 1e6, (double)(handed - t0) / 1e6,
+				(double)(released - t0) / 1e6);
 	bool view = false;
 	for (int j = 0; j < n; j++) {
 		if (!e && k->ms[v[j].i].parked)

@@ -30,6 +30,7 @@ typedef struct part {
 	wire_nccl_target *targets; /* cut: its targets */
 	size_t ntargets;
 	const engine_cow *cow; /* unpark: the CoW tables, or NULL */
+	uint64_t done_ns;  /* park: when its answer was in (engine_now_ns) */
 	perr er;
 	int e;
 } part;

@@ -332,6 +332,22 @@ static uint64_t table_bytes(const proc *p)
 	return sum;
 }
 
+/* Member p as a job sees it: the GPUs (bit d: ordinal d) and the number
+ * of the allocations its state table shows. */
+static job_member table_member(const proc *p, int conn)
+{
+	job_member m = { p->pid, conn, p->hello.control_tid, 0, 0, 0 };
+	state_header *h = p->table;
+	uint32_t used = h ? atomic_load(&h->used) : 0;
+	for (uint32_t i = 0; i < used && i < h->capacity; i++)
+		if (atomic_load(&state_slots(h)[i].va)) {
+			m.buffers++;
+			if (state_slots(h)[i].device < 64)
+				m.devices |= 1ull << state_slots(h)[i].device;
+		}
+	return m;
+}
+
 /* Starts checkpoint c of t's tree (t->lock held, t not busy). When no
  * thread could watch the job, *here is its watch: the caller runs
  * watch_main once it has let go of the lock. */
@@ -414,10 +430,9 @@ static int take_members(target *t, proc **procs, int n, job_request *req)
 	int k = 0;
 	t->nparked = 0;
 	for (int i = 0; i < n; i++) {
-		pid_t tid = procs[i]->hello.control_tid;
 		int c = req ? registry_take(procs[i]) : -1;
 		if (c >= 0) {
-			req->checkpoint.members[k] = (job_member){ procs[i]->pid, c, tid };
+			req->checkpoint.members[k] = table_member(procs[i], c);
 			k++;
 			if (t->nparked < (int)(sizeof(t->parked) / sizeof(*t->parked)))
 				t->parked[t->nparked++] = procs[i]->pid;

@@ -111,7 +111,7 @@ int main(void)
 	good_restore(sh);
 	sh->req.kind = JOB_CHECKPOINT;
 	sh->req.checkpoint = (job_checkpoint_req){ .pid = getpid(), .staging_fd = -1, .chunk = 4u << 20, .nmembers = 1 };
-	sh->req.checkpoint.members[0] = (job_member){ getpid(), 987, getpid() };
+	sh->req.checkpoint.members[0] = (job_member){ getpid(), 987, getpid(), 1, 1, 0 };
 	ok(refused(sh, fd, "traced process 0", "member"), "a traced process whose connection is not open is refused");
 
 	good_restore(sh);

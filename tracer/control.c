@@ -332,6 +332,7 @@ static int serve_targets(int sock, const wire_header *h, const void *payload)
 static int park(int sock, const wire_header *h, const void *payload)
 {
 	char why[200], msg[256];
+	uint64_t t0 = table_now_ns();
 	if (alloc_stop_only(why, sizeof(why)) || vmm_shared(why, sizeof(why))) {
 		snprintf(msg, sizeof(msg), "cannot park: %s", why);
 		return send_error(sock, msg);
@@ -341,8 +342,8 @@ static int park(int sock, const wire_header *h, const void *payload)
 	bool tracking = cow_tracking();
 	if (!tracking && cow_settle() == -EBUSY)
 		return send_error(sock, "cannot park: the last checkpoint is still being copied");
+	double settled = ms_since(t0);
 	wire_park p = deadlines(h, payload);
-	uint64_t t0 = table_now_ns();
 	int e = quiesce(sock, &p, "park");
 	if (e)
 		return e == 1 ? 0 : e;
@@ -364,9 +365,9 @@ static int park(int sock, const wire_header *h, const void *payload)
 		double got = ms_since(t0);
 		alloc_release();
 		vmm_let_go();
-		tr_debug("park: quiesced at %.1f ms, %d objects handed over at %.1f ms, held at %.1f ms, "
-			 "released at %.1f ms",
-			 quiesced, emitted, sent, got, ms_since(t0));
+		tr_debug("park: arrived at %.3f s (CLOCK_MONOTONIC), settled at %.1f ms, quiesced at %.1f ms, %d objects "
+			 "handed over at %.1f ms, held at %.1f ms, released at %.1f ms",
+			 (double)t0 / 1e9, settled, quiesced, emitted, sent, got, ms_since(t0));
 		return 1;
 	}
 	/* phosfs does not hold them, or is gone: the memory is still ours. */
