@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/syscall.h>
@@ -274,6 +275,37 @@ static int run(const char *criu, char *const argv[], const char *log, const char
 	return pr_err(er, -EIO, "criu %s failed: %s (log: %s)", what, why, log);
 }
 
+/* criu_parallel_pages's answer for the criu it last asked. */
+static char asked[PATH_MAX];
+static bool parallel;
+
+bool criu_parallel_pages(const char *criu)
+{
+	if (!strcmp(asked, criu))
+		return parallel;
+	int out = memfd_create("criu-help", MFD_CLOEXEC);
+	pid_t c = out < 0 ? -1 : fork();
+	if (c == 0) {
+		int nul = open("/dev/null", O_RDWR);
+		dup2(nul, 0);
+		dup2(out, 1);
+		dup2(nul, 2);
+		close_range(3, ~0u, 0);
+		execlp(criu, criu, "--help", (char *)NULL);
+		_exit(127);
+	}
+	int st = 0;
+	bool ok = c > 0 && wait_child(c, 5, &st) == 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0;
+	char text[32768];
+	ssize_t n = ok ? pread(out, text, sizeof(text) - 1, 0) : -1;
+	if (out >= 0)
+		close(out);
+	text[n > 0 ? n : 0] = 0;
+	parallel = strstr(text, "--parallel-pages") != NULL;
+	snprintf(asked, sizeof(asked), "%s", criu);
+	return parallel;
+}
+
 /* Whether pid leads its own session: CRIU needs --shell-job otherwise. */
 static bool session_leader(pid_t pid)
 {
@@ -330,6 +362,8 @@ int criu_dump(const char *criu, pid_t pid, const char *dir, bool kill, int timeo
 	argv[n++] = "-v2";
 	if (!kill)
 		argv[n++] = "--leave-running";
+	if (criu_parallel_pages(criu))
+		argv[n++] = "--parallel-pages";
 	/* TCP connections are saved, their sockets in repair mode while CRIU
 	 * reads them, with no firewall rule around them: the checkpoint
 	 * (job/stall.c) refused a job with one whose peer is outside it

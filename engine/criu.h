@@ -15,8 +15,14 @@
  * of CUDA processes keep. NULL or "" for none. Set once, before jobs. */
 extern const char *engine_criu_plugins;
 
-/* Runs `criu dump` of pid's tree into dir, leaving it running unless
- * kill; CRIU is stopped after timeout_s seconds (0: never). CRIU's log
+/* Whether criu takes --parallel-pages (mk/criu-patches/): its dump then
+ * writes the pages of the tree's processes at once, one writer each. The
+ * first call for a criu runs `criu --help` (make it before a stall); the
+ * answer is kept for the next ones. False when criu cannot be run. */
+bool criu_parallel_pages(const char *criu);
+
+/* Runs `criu dump` of pid's tree into dir (with --parallel-pages where
+ * criu has it), leaving it running unless kill; CRIU is stopped after timeout_s seconds (0: never). CRIU's log
  * goes to log. Errors: -EIO (er gives CRIU's first real error, what it
  * names, and what to do), -ENOSPC (the store holding dir was full when it
  * failed), -ETIMEDOUT. */

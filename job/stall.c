@@ -279,6 +279,7 @@ int stall_begin(ckpt *k, const checkpoint_args *a, perr *er)
 	if (e)
 		return e;
 	ready_for_stall(a);
+	criu_parallel_pages(a->criu); /* asked now, not in the stall */
 	k->recopy = a->recopy && a->ntraced > 0;
 	k->cow = a->cow && !a->kill && a->ntraced > 0 && !k->recopy;
 	k->chunk = a->chunk ? a->chunk : ENGINE_CHUNK;

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs what phos needs to build and test on Debian bookworm, and builds
-# CRIU 4.2.1 into a project-local prefix. Idempotent: a second run only checks.
+# CRIU 4.2.1, with the patches in mk/criu-patches/ (each says what it does
+# and where it comes from), into a project-local prefix. Idempotent: a
+# second run only checks.
 #
 #   mk/deps.sh PREFIX      (PREFIX is where CRIU goes, e.g. deps/criu)
 set -euo pipefail
@@ -18,7 +20,7 @@ say() { printf 'deps: %s\n' "$*"; }
 die() { printf 'deps: error: %s\n' "$*" >&2; exit 1; }
 
 pkgs=(
-	build-essential pkg-config git xz-utils ca-certificates perl
+	build-essential pkg-config git xz-utils ca-certificates perl patch
 	libfuse3-dev fuse3 liburing-dev liblz4-dev libxxhash-dev
 	# CRIU's build dependencies
 	libprotobuf-dev libprotobuf-c-dev protobuf-c-compiler protobuf-compiler
@@ -51,8 +53,11 @@ cuda=${CUDA_HOME:-/usr/local/cuda}
 
 # CRIU, from Debian's source tarball. Bookworm's CRIU 3.17 fails on
 # current kernels (vDSO area bounds), trixie's 4.1.1 on Linux 6.18.
-if [ -x "$prefix/sbin/criu" ] && "$prefix/sbin/criu" --version 2>/dev/null | grep -q "Version: $criu_ver"; then
-	say "CRIU $criu_ver present in $prefix"
+patches=("$here"/mk/criu-patches/*.patch)
+patches_id=$(cat "${patches[@]}" | sha256sum | cut -c1-16)
+if [ -x "$prefix/sbin/criu" ] && "$prefix/sbin/criu" --version 2>/dev/null | grep -q "Version: $criu_ver" &&
+	[ "$(cat "$prefix/criu-patches" 2>/dev/null)" = "$patches_id" ]; then
+	say "CRIU $criu_ver present in $prefix, with phos's patches"
 else
 	mkdir -p "$work/apt/lists/partial"
 	tarball=$work/criu_$criu_ver.orig.tar.xz
@@ -75,10 +80,15 @@ else
 	fi
 	rm -rf "$work/criu-$criu_ver"
 	tar -C "$work" -xf "$tarball"
+	for p in "${patches[@]}"; do
+		say "applying $(basename "$p")"
+		patch -d "$work/criu-$criu_ver" -p1 -s --no-backup-if-mismatch <"$p" || die "$(basename "$p") does not apply to CRIU $criu_ver"
+	done
 	say "building CRIU $criu_ver"
 	make -C "$work/criu-$criu_ver" -j"$(nproc)" criu >"$work/criu-build.log" 2>&1 ||
 		{ tail -30 "$work/criu-build.log" >&2; die "CRIU build failed; log in $work/criu-build.log"; }
 	install -D -m 0755 "$work/criu-$criu_ver/criu/criu" "$prefix/sbin/criu"
+	echo "$patches_id" >"$prefix/criu-patches"
 fi
 # The plugin API header, for phos's CRIU plugin (criu-plugin/).
 if [ ! -f "$prefix/include/criu-plugin.h" ]; then
