@@ -235,29 +235,39 @@ static int wait_child(pid_t c, int timeout_s, int *st)
 	return 0;
 }
 
-static int run(const char *criu, char *const argv[], const char *log, const char *what, pid_t pid, int timeout_s,
-	       perr *er)
+/* Starts argv[0] with argv: stdin from /dev/null, stdout and stderr to
+ * out (-1: /dev/null), fd 3 to status (-1: none), nothing else open. One
+ * that cannot be run says so on out and exits 127. Returns its pid, or
+ * fork's negative errno. */
+static pid_t spawn(char *const argv[], int out, int status)
+{
+	pid_t c = fork();
+	if (c < 0)
+		return -errno;
+	if (c == 0) {
+		int nul = open("/dev/null", O_RDWR);
+		dup2(nul, 0);
+		dup2(out >= 0 ? out : nul, 1);
+		dup2(out >= 0 ? out : nul, 2);
+		if (status >= 0)
+			dup2(status, 3);
+		close_range(status >= 0 ? 4 : 3, ~0u, 0);
+		execvp(argv[0], argv);
+		dprintf(2, "Error (phos): cannot run %s: %s\n", argv[0], strerror(errno));
+		_exit(127);
+	}
+	return c;
+}
+
+static int run(char *const argv[], const char *log, const char *what, pid_t pid, int timeout_s, perr *er)
 {
 	int lfd = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
 	if (lfd < 0)
 		return pr_err(er, -errno, "cannot open CRIU's log %s: %s", log, strerror(errno));
-	pid_t c = fork();
-	if (c < 0) {
-		int e = -errno;
-		close(lfd);
-		return pr_perror(er, e, "cannot start criu");
-	}
-	if (c == 0) {
-		int nul = open("/dev/null", O_RDONLY);
-		dup2(nul, 0);
-		dup2(lfd, 1);
-		dup2(lfd, 2);
-		close_range(3, ~0u, 0);
-		execvp(criu, argv);
-		dprintf(2, "Error (phos): cannot run %s: %s\n", criu, strerror(errno));
-		_exit(127);
-	}
+	pid_t c = spawn(argv, lfd, -1);
 	close(lfd);
+	if (c < 0)
+		return pr_perror(er, c, "cannot start criu");
 	int st;
 	int e = wait_child(c, timeout_s, &st);
 	if (e == -ETIMEDOUT)
@@ -284,16 +294,8 @@ bool criu_parallel_pages(const char *criu)
 	if (!strcmp(asked, criu))
 		return parallel;
 	int out = memfd_create("criu-help", MFD_CLOEXEC);
-	pid_t c = out < 0 ? -1 : fork();
-	if (c == 0) {
-		int nul = open("/dev/null", O_RDWR);
-		dup2(nul, 0);
-		dup2(out, 1);
-		dup2(nul, 2);
-		close_range(3, ~0u, 0);
-		execlp(criu, criu, "--help", (char *)NULL);
-		_exit(127);
-	}
+	char *argv[] = { (char *)criu, "--help", NULL };
+	pid_t c = out < 0 ? -1 : spawn(argv, out, -1);
 	int st = 0;
 	bool ok = c > 0 && wait_child(c, 5, &st) == 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0;
 	char text[32768];
@@ -384,7 +386,7 @@ int criu_dump(const char *criu, pid_t pid, const char *dir, bool kill, int timeo
 		argv[n++] = (char *)engine_criu_plugins;
 	}
 	argv[n] = NULL;
-	int e = run(criu, argv, log, "dump", pid, timeout_s, er);
+	int e = run(argv, log, "dump", pid, timeout_s, er);
 	/* A full store fails CRIU's writes; its log (on the same store) may
 	 * not say so. */
 	struct statvfs vs;
@@ -430,7 +432,7 @@ int criu_restore(const char *criu, const char *dir, const char *lazy_dir, const 
 		argv[n++] = EXTERNAL_MOUNTS;
 	}
 	argv[n] = NULL;
-	int e = run(criu, argv, log, "restore", 0, 0, er);
+	int e = run(argv, log, "restore", 0, 0, er);
 	if (!lazy_dir) {
 		char stats[PATH_MAX + 32];
 		snprintf(stats, sizeof(stats), "%s/stats-restore", work);
@@ -457,27 +459,15 @@ int criu_pages_start(const char *criu, const char *dir, const char *work, const 
 	int ready[2];
 	if (pipe2(ready, O_CLOEXEC) != 0)
 		return pr_perror(er, -errno, "pipe");
-	pid_t c = fork();
-	if (c < 0) {
-		int e = -errno;
-		close(ready[0]);
-		close(ready[1]);
-		return pr_perror(er, e, "cannot start criu lazy-pages");
-	}
-	if (c == 0) {
-		/* --status-fd: CRIU writes a byte there once it listens. */
-		int nul = open("/dev/null", O_RDWR);
-		dup2(nul, 0);
-		dup2(nul, 1);
-		dup2(nul, 2);
-		dup2(ready[1], 3);
-		close_range(4, ~0u, 0);
-		char *argv[] = { (char *)criu, "lazy-pages", "-D", (char *)dir, "-W", (char *)work, "-o", (char *)log,
-				 "-v2", "--status-fd", "3", NULL };
-		execvp(criu, argv);
-		_exit(127);
-	}
+	/* --status-fd: CRIU writes a byte there once it listens. */
+	char *argv[] = { (char *)criu, "lazy-pages", "-D", (char *)dir, "-W", (char *)work, "-o", (char *)log,
+			 "-v2", "--status-fd", "3", NULL };
+	pid_t c = spawn(argv, -1, ready[1]);
 	close(ready[1]);
+	if (c < 0) {
+		close(ready[0]);
+		return pr_perror(er, c, "cannot start criu lazy-pages");
+	}
 	char b;
 	ssize_t n;
 	while ((n = read(ready[0], &b, 1)) < 0 && errno == EINTR)

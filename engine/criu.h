@@ -22,10 +22,10 @@ extern const char *engine_criu_plugins;
 bool criu_parallel_pages(const char *criu);
 
 /* Runs `criu dump` of pid's tree into dir (with --parallel-pages where
- * criu has it), leaving it running unless kill; CRIU is stopped after timeout_s seconds (0: never). CRIU's log
- * goes to log. Errors: -EIO (er gives CRIU's first real error, what it
- * names, and what to do), -ENOSPC (the store holding dir was full when it
- * failed), -ETIMEDOUT. */
+ * criu has it), leaving it running unless kill; CRIU is stopped after
+ * timeout_s seconds (0: never). CRIU's log goes to log. Errors: -EIO (er
+ * gives CRIU's first real error, what it names, and what to do), -ENOSPC
+ * (the store holding dir was full when it failed), -ETIMEDOUT. */
 int criu_dump(const char *criu, pid_t pid, const char *dir, bool kill, int timeout_s, const char *log, perr *er);
 
 /* Runs `criu restore` from dir, detached; *root is then the restored
