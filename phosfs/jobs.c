@@ -318,34 +318,28 @@ static const char *proto_name(enum ctl_proto p)
 	return p == CTL_COW ? "cow" : p == CTL_RECOPY ? "recopy" : "stop";
 }
 
-/* Device bytes the process's state table shows: what its copy moves. */
-static uint64_t table_bytes(const proc *p)
-{
-	uint64_t sum = 0;
-	state_header *h = p->table;
-	if (!h)
-		return 0;
-	uint32_t used = atomic_load(&h->used);
-	for (uint32_t i = 0; i < used && i < h->capacity; i++)
-		if (atomic_load(&state_slots(h)[i].va))
-			sum += state_slots(h)[i].size;
-	return sum;
-}
+/* What the process's state table shows: its live allocations, their
+ * device bytes (what its copy moves) and their GPUs (bit d: ordinal d). */
+typedef struct table_view {
+	uint64_t bytes, devices;
+	uint32_t buffers;
+} table_view;
 
-/* Member p as a job sees it: the GPUs (bit d: ordinal d) and the number
- * of the allocations its state table shows. */
-static job_member table_member(const proc *p, int conn)
+static table_view table_scan(const proc *p)
 {
-	job_member m = { p->pid, conn, p->hello.control_tid, 0, 0, 0 };
+	table_view v = { 0 };
 	state_header *h = p->table;
 	uint32_t used = h ? atomic_load(&h->used) : 0;
-	for (uint32_t i = 0; i < used && i < h->capacity; i++)
-		if (atomic_load(&state_slots(h)[i].va)) {
-			m.buffers++;
-			if (state_slots(h)[i].device < 64)
-				m.devices |= 1ull << state_slots(h)[i].device;
-		}
-	return m;
+	for (uint32_t i = 0; i < used && i < h->capacity; i++) {
+		const state_slot *sl = &state_slots(h)[i];
+		if (!atomic_load(&sl->va))
+			continue;
+		v.buffers++;
+		v.bytes += sl->size;
+		if (sl->device < 64)
+			v.devices |= 1ull << sl->device;
+	}
+	return v;
 }
 
 /* Starts checkpoint c of t's tree (t->lock held, t not busy). When no
@@ -406,7 +400,7 @@ static int traced_of(target *t, pid_t root, proc ***out, int *n, uint64_t *bytes
 			e = pr_err(er, -EOPNOTSUPP, "process %d cannot be parked (%s)", (int)p->pid,
 				   p->hello.stop_only_reason);
 		if (p) {
-			*bytes += table_bytes(p);
+			*bytes += table_scan(p).bytes;
 			procs[k++] = p;
 		}
 	}
@@ -432,7 +426,9 @@ static int take_members(target *t, proc **procs, int n, job_request *req)
 	for (int i = 0; i < n; i++) {
 		int c = req ? registry_take(procs[i]) : -1;
 		if (c >= 0) {
-			req->checkpoint.members[k] = table_member(procs[i], c);
+			table_view v = table_scan(procs[i]);
+			req->checkpoint.members[k] = (job_member){ procs[i]->pid, c, procs[i]->hello.control_tid,
+								   v.devices, v.buffers, 0 };
 			k++;
 			if (t->nparked < (int)(sizeof(t->parked) / sizeof(*t->parked)))
 				t->parked[t->nparked++] = procs[i]->pid;
