@@ -9,8 +9,7 @@ def work(seed):
     libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
     if os.environ.get('RESV_GIB'):  # a PROT_NONE private reservation, as CUDA makes
         libc.mmap(None, int(os.environ['RESV_GIB']) << 30, 0, 0x22 | 0x4000, -1, 0)
-    b = bytearray(os.urandom(1)) * 0
-    b = bytearray((seed * 7 + i) & 255 for i in range(256)) * (int(os.environ.get("MIB","200")) * 4096)  # 200 MiB
+    b = bytearray((seed * 7 + i) & 255 for i in range(256)) * (int(os.environ.get("MIB","200")) * 4096)
     h = hashlib.sha256(b).hexdigest()
     while True:
         time.sleep(0.2)
