@@ -6,7 +6,8 @@
 #   make deps         install build dependencies and build CRIU (root)
 #   make install      install under $(DESTDIR)$(PREFIX)
 #   make gpu-bundle   self-contained folder for a GPU machine
-#   make check-gpu    run the GPU suite from that folder (on the GPU machine)
+#   make check-gpu    run the GPU suite from that folder (on the GPU machine;
+#                     GPU_TESTS="NAME..." runs those alone)
 
 PREFIX    ?= /usr/local
 DESTDIR   ?=
@@ -430,7 +431,7 @@ gpu-bundle: $(GPU_BIN) $(GPU_KERNELS) $(GPU_BENCH) $(PHOS_IMAGE) $(BUILD)/bench/
 
 check-gpu:
 	@test -x $(BUNDLE)/run-checks || { echo "no $(BUNDLE)/: run 'make gpu-bundle' on the build machine and copy it here" >&2; exit 1; }
-	$(BUNDLE)/run-checks $(PROVE_FLAGS)
+	PHOS_GPU_TESTS="$(GPU_TESTS)" $(BUNDLE)/run-checks $(PROVE_FLAGS)
 
 clean:
 	rm -rf build build-san $(BUNDLE)
