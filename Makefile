@@ -191,7 +191,12 @@ $(PHOS_IMAGE): image-format/phos-image.c $(LIBPHOSIMG)
 
 # bench/fill too, though it runs only on the GPU machine: it links the engine.
 bench: $(BUILD)/bench/image-bench $(BUILD)/bench/store-bw $(BUILD)/bench/read-path $(BUILD)/bench/fill \
-	$(BUILD)/bench/shares-take
+	$(BUILD)/bench/shares-take $(BUILD)/bench/fork-snapshot
+
+# What a copy-on-write snapshot of host memory by fork costs (issue 29).
+$(BUILD)/bench/fork-snapshot: bench/fork-snapshot.c
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) $(XCFLAGS) $(CFLAGS) -o $@ $< $(XLDFLAGS) $(LDFLAGS)
 
 # The stall's search for the owners of imported memory (engine/shared.c).
 $(BUILD)/bench/shares-take: bench/shares-take.c $(ENGINE_OBJ) $(WIRE_OBJ) $(LIBPHOSIMG)
@@ -416,12 +421,12 @@ $(BUNDLE)/examples/counter: examples/counter.c
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) $(XCFLAGS) $(CFLAGS) -o $@ $< -L$(CUDA_HOME)/lib64/stubs -lcuda
 
-gpu-bundle: $(GPU_BIN) $(GPU_KERNELS) $(GPU_BENCH) $(PHOS_IMAGE) $(BUILD)/bench/image-bench $(BUILD)/bench/store-bw \
+gpu-bundle: $(GPU_BIN) $(GPU_KERNELS) $(GPU_BENCH) $(PHOS_IMAGE) $(BUILD)/bench/image-bench $(BUILD)/bench/store-bw $(BUILD)/bench/fork-snapshot \
 	    $(BUILD)/bench/fill $(BUILD)/bench/read-path $(LIBPHOS) \
 	    $(PHOSFS) $(PHOS_CLI) $(BUNDLE)/examples/counter $(CRIU_PLUGIN)
 	@test -x $(CRIU) || { echo "no CRIU in $(CRIU_PREFIX): run 'make deps' first" >&2; exit 1; }
 	@test "$(HAVE_NVCC)" = 1 || { echo "no nvcc under $(CUDA_HOME): the GPU programs need it" >&2; exit 1; }
-	mk/gpu-bundle.sh $(BUNDLE) bin:$(CRIU) bin:$(PHOS_IMAGE) bin:$(BUILD)/bench/image-bench bin:$(BUILD)/bench/store-bw \
+	mk/gpu-bundle.sh $(BUNDLE) bin:$(CRIU) bin:$(PHOS_IMAGE) bin:$(BUILD)/bench/image-bench bin:$(BUILD)/bench/store-bw bin:$(BUILD)/bench/fork-snapshot \
 		bin:$(BUILD)/bench/fill bin:$(BUILD)/bench/read-path lib:$(LIBPHOS) \
 		bin:$(PHOSFS) bin:$(PHOS_CLI) \
 		$(addprefix test:,$(GPU_SH)) share:tests/gpu/rig.sh:gpu-rig.sh
