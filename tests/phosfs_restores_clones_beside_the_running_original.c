@@ -150,13 +150,18 @@ int main(void)
 	if (e != EBUSY)
 		diag("%s", st);
 
-	/* Its parent (phos run) stopped, the killed process stays a zombie. */
+	/* Its parent (phos run) stopped, the killed process stays a zombie.
+	 * The parent must be stopped before the kill: one still in its wait
+	 * when the child ends reaps it before the stop takes hold. */
 	pid_t parent = rig_parent(h);
-	if (parent > 1)
-		kill(parent, SIGSTOP);
-	kill(h, SIGKILL);
-	usleep(200000);
-	e = parent > 1 ? rig_restore(&r, image, &got, st, sizeof(st)) : -1;
+	bool zombie = false;
+	if (parent > 1 && !kill(parent, SIGSTOP) && rig_state_within(parent, 'T', 5000)) {
+		kill(h, SIGKILL);
+		zombie = rig_state_within(h, 'Z', 5000);
+	}
+	if (!zombie)
+		diag("process %d did not stay a zombie under its stopped parent %d", (int)h, (int)parent);
+	e = zombie ? rig_restore(&r, image, &got, st, sizeof(st)) : -1;
 	snprintf(want, sizeof(want), "process %d has ended, but its parent %d has not reaped it", (int)h, (int)parent);
 	ok(e == EBUSY && strstr(st, want), "nor while it is a zombie its parent has not reaped: status names the parent");
 	if (e != EBUSY || !strstr(st, want))

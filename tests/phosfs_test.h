@@ -531,8 +531,9 @@ static inline pid_t rig_cow_app(rig *r, char *app, char *cubin, char *mib, char 
 	return up && strstr(st, "traced: yes") ? pid : -1;
 }
 
-/* pid's parent, from /proc/PID/stat; 0 if unknown. */
-static inline pid_t rig_parent(pid_t pid)
+/* pid's state letter and parent, from /proc/PID/stat; state 0 and
+ * parent 0 if unknown. */
+static inline char rig_proc_stat(pid_t pid, pid_t *parent)
 {
 	char path[64], buf[512] = "";
 	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
@@ -542,10 +543,33 @@ static inline pid_t rig_parent(pid_t pid)
 		fclose(f);
 	buf[n] = 0;
 	char *close = strrchr(buf, ')');
+	char state = 0;
 	int pp = 0;
-	if (!close || sscanf(close + 1, " %*c %d", &pp) != 1)
-		pp = 0;
-	return (pid_t)pp;
+	if (!close || sscanf(close + 1, " %c %d", &state, &pp) != 2)
+		state = 0, pp = 0;
+	if (parent)
+		*parent = (pid_t)pp;
+	return state;
+}
+
+/* pid's parent; 0 if unknown. */
+static inline pid_t rig_parent(pid_t pid)
+{
+	pid_t pp;
+	rig_proc_stat(pid, &pp);
+	return pp;
+}
+
+/* Waits up to ms for pid's state letter to be state ('T' stopped, 'Z' a
+ * zombie); true if it came. */
+static inline bool rig_state_within(pid_t pid, char state, int ms)
+{
+	for (int waited = 0; waited < ms; waited += 10) {
+		if (rig_proc_stat(pid, NULL) == state)
+			return true;
+		usleep(10000);
+	}
+	return rig_proc_stat(pid, NULL) == state;
 }
 
 /* The root of pid's job as CRIU dumps it: phos's init, pid's parent, when
