@@ -43,16 +43,16 @@ static double now_ms(void)
 	return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
-/* One word in every page gets stamp + its page's number. */
-static void stamp(uint64_t *mem, size_t pages, size_t page, uint64_t stamp)
+/* One word in every page gets base + its page's number. */
+static void stamp(uint64_t *mem, size_t pages, size_t page, uint64_t base)
 {
 	size_t words = page / sizeof(uint64_t);
 	for (size_t i = 0; i < pages; i++)
-		mem[i * words] = stamp + i;
+		mem[i * words] = base + i;
 }
 
 /* Reads the child's copy of [mem, mem + len) and checks each page's
- * word against stamp; returns MB/s, *exact false on a mismatch. */
+ * word against want; returns MB/s, *exact false on a mismatch. */
 static double read_child(pid_t child, uint64_t *mem, size_t len, size_t page, uint64_t want, bool *exact)
 {
 	uint64_t *buf = malloc(PIECE);
