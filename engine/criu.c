@@ -259,17 +259,14 @@ static pid_t spawn(char *const argv[], int out, int status)
 	return c;
 }
 
-static int run(char *const argv[], const char *log, const char *what, pid_t pid, int timeout_s, perr *er)
+/* What criu c, run for what (of pid's tree) with its log at log, ended
+ * with, waiting for it until end_ns (0: for ever): 0 or an error with er. */
+static int ended(pid_t c, const char *log, const char *what, pid_t pid, uint64_t end_ns, int timeout_s, perr *er)
 {
-	int lfd = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-	if (lfd < 0)
-		return pr_err(er, -errno, "cannot open CRIU's log %s: %s", log, strerror(errno));
-	pid_t c = spawn(argv, lfd, -1);
-	close(lfd);
-	if (c < 0)
-		return pr_perror(er, c, "cannot start criu");
+	uint64_t now = engine_now_ns();
+	int left = !end_ns ? 0 : end_ns > now ? (int)((end_ns - now + 999999999u) / 1000000000u) : 1;
 	int st;
-	int e = wait_child(c, timeout_s, &st);
+	int e = wait_child(c, left, &st);
 	if (e == -ETIMEDOUT)
 		return pr_err(er, e, "criu %s did not finish within %d s and was stopped (log: %s)", what, timeout_s,
 			      log);
@@ -285,27 +282,59 @@ static int run(char *const argv[], const char *log, const char *what, pid_t pid,
 	return pr_err(er, -EIO, "criu %s failed: %s (log: %s)", what, why, log);
 }
 
-/* criu_parallel_pages's answer for the criu it last asked. */
-static char asked[PATH_MAX];
-static bool parallel;
+/* Starts criu (argv) with its log at log and fd 3 to status (-1: none);
+ * *c is its pid. */
+static int start(char *const argv[], const char *log, int status, pid_t *c, perr *er)
+{
+	int lfd = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+	if (lfd < 0)
+		return pr_err(er, -errno, "cannot open CRIU's log %s: %s", log, strerror(errno));
+	*c = spawn(argv, lfd, status);
+	close(lfd);
+	if (*c < 0)
+		return pr_perror(er, *c, "cannot start criu");
+	return 0;
+}
 
-bool criu_parallel_pages(const char *criu)
+static int run(char *const argv[], const char *log, const char *what, pid_t pid, int timeout_s, perr *er)
+{
+	pid_t c;
+	int e = start(argv, log, -1, &c, er);
+	if (e)
+		return e;
+	return ended(c, log, what, pid, timeout_s > 0 ? engine_now_ns() + (uint64_t)timeout_s * 1000000000u : 0,
+		     timeout_s, er);
+}
+
+/* `criu --help` of the criu last asked ("" if it could not be run). */
+static char asked[PATH_MAX];
+static char help[32768];
+
+static const char *criu_help(const char *criu)
 {
 	if (!strcmp(asked, criu))
-		return parallel;
+		return help;
 	int out = memfd_create("criu-help", MFD_CLOEXEC);
 	char *argv[] = { (char *)criu, "--help", NULL };
 	pid_t c = out < 0 ? -1 : spawn(argv, out, -1);
 	int st = 0;
 	bool ok = c > 0 && wait_child(c, 5, &st) == 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0;
-	char text[32768];
-	ssize_t n = ok ? pread(out, text, sizeof(text) - 1, 0) : -1;
+	ssize_t n = ok ? pread(out, help, sizeof(help) - 1, 0) : -1;
 	if (out >= 0)
 		close(out);
-	text[n > 0 ? n : 0] = 0;
-	parallel = strstr(text, "--parallel-pages") != NULL;
+	help[n > 0 ? n : 0] = 0;
 	snprintf(asked, sizeof(asked), "%s", criu);
-	return parallel;
+	return help;
+}
+
+bool criu_parallel_pages(const char *criu)
+{
+	return strstr(criu_help(criu), "--parallel-pages") != NULL;
+}
+
+bool criu_snapshot_pages(const char *criu)
+{
+	return strstr(criu_help(criu), "--snapshot-pages") != NULL;
 }
 
 /* Whether pid leads its own session: CRIU needs --shell-job otherwise. */
@@ -347,7 +376,51 @@ static bool has_mounts(const char *dir)
 /* Less free space than this in the store after a failed dump: it is full. */
 #define STORE_FULL_BYTES (1u << 20)
 
-int criu_dump(const char *criu, pid_t pid, const char *dir, bool kill, int timeout_s, const char *log, perr *er)
+/* A dump's error e, as a full store where that is what it was. */
+static int dump_failed(int e, const char *dir, perr *er)
+{
+	/* A full store fails CRIU's writes; its log (on the same store) may
+	 * not say so. */
+	struct statvfs vs;
+	if (e == -EIO && statvfs(dir, &vs) == 0 && (uint64_t)vs.f_bavail * vs.f_frsize < STORE_FULL_BYTES) {
+		char was[PERR_MAX];
+		snprintf(was, sizeof(was), "%s", er ? er->msg : "");
+		e = pr_err(er, -ENOSPC, "the store holding %s is full (%s): %s", dir, strerror(ENOSPC), was);
+	}
+	return e;
+}
+
+/* Waits until criu c says its tree runs on (a byte on status, which it
+ * then closes) or ends, until end_ns. Returns 1 when the tree runs on, 0
+ * when criu ended or the time is up (ended() then says how). */
+static int resumed(int status, pid_t c, uint64_t end_ns)
+{
+	int pfd = (int)syscall(SYS_pidfd_open, c, 0);
+	struct pollfd pf[2] = { { status, POLLIN, 0 }, { pfd, POLLIN, 0 } };
+	for (uint64_t now; (now = engine_now_ns()) < end_ns;) {
+		uint64_t ms = (end_ns - now) / 1000000u + 1;
+		int n = poll(pf, pfd >= 0 ? 2 : 1, ms > 1000 ? 1000 : (int)ms);
+		if (n < 0 && errno != EINTR)
+			break;
+		if (n > 0 && pf[0].revents) {
+			char b;
+			ssize_t r;
+			while ((r = read(status, &b, 1)) < 0 && errno == EINTR)
+				;
+			if (pfd >= 0)
+				close(pfd);
+			return r == 1;
+		}
+		if (n > 0 && pf[1].revents)
+			break;
+	}
+	if (pfd >= 0)
+		close(pfd);
+	return 0;
+}
+
+int criu_dump(const char *criu, pid_t pid, const char *dir, bool kill, int timeout_s, const char *log,
+	      criu_tail *tail, perr *er)
 {
 	char spid[16];
 	snprintf(spid, sizeof(spid), "%d", (int)pid);
@@ -364,8 +437,15 @@ int criu_dump(const char *criu, pid_t pid, const char *dir, bool kill, int timeo
 	argv[n++] = "-v2";
 	if (!kill)
 		argv[n++] = "--leave-running";
-	if (criu_parallel_pages(criu))
+	bool snapshot = tail && !kill && criu_snapshot_pages(criu);
+	if (snapshot) {
+		/* implies --parallel-pages; fd 3 says when the tree runs on */
+		argv[n++] = "--snapshot-pages";
+		argv[n++] = "--status-fd";
+		argv[n++] = "3";
+	} else if (criu_parallel_pages(criu)) {
 		argv[n++] = "--parallel-pages";
+	}
 	/* TCP connections are saved, their sockets in repair mode while CRIU
 	 * reads them, with no firewall rule around them: the checkpoint
 	 * (job/stall.c) refused a job with one whose peer is outside it
@@ -386,16 +466,39 @@ int criu_dump(const char *criu, pid_t pid, const char *dir, bool kill, int timeo
 		argv[n++] = (char *)engine_criu_plugins;
 	}
 	argv[n] = NULL;
-	int e = run(argv, log, "dump", pid, timeout_s, er);
-	/* A full store fails CRIU's writes; its log (on the same store) may
-	 * not say so. */
-	struct statvfs vs;
-	if (e == -EIO && statvfs(dir, &vs) == 0 && (uint64_t)vs.f_bavail * vs.f_frsize < STORE_FULL_BYTES) {
-		char was[PERR_MAX];
-		snprintf(was, sizeof(was), "%s", er ? er->msg : "");
-		e = pr_err(er, -ENOSPC, "the store holding %s is full (%s): %s", dir, strerror(ENOSPC), was);
+
+	if (tail)
+		*tail = (criu_tail){ .pid = 0 };
+	int status[2] = { -1, -1 };
+	if (snapshot && pipe2(status, O_CLOEXEC))
+		return pr_perror(er, -errno, "cannot make a pipe for criu");
+	uint64_t end = timeout_s > 0 ? engine_now_ns() + (uint64_t)timeout_s * 1000000000u : 0;
+	pid_t c;
+	int e = start(argv, log, status[1], &c, er);
+	if (status[1] >= 0)
+		close(status[1]);
+	if (!e && snapshot && resumed(status[0], c, end ? end : UINT64_MAX)) {
+		/* The tree runs on; CRIU writes its pages (criu_dump_wait). */
+		close(status[0]);
+		*tail = (criu_tail){ .pid = c, .root = pid, .end_ns = end, .timeout_s = timeout_s };
+		snprintf(tail->log, sizeof(tail->log), "%s", log);
+		snprintf(tail->dir, sizeof(tail->dir), "%s", dir);
+		return 0;
 	}
-	return e;
+	if (status[0] >= 0)
+		close(status[0]);
+	if (!e)
+		e = ended(c, log, "dump", pid, end, timeout_s, er);
+	return dump_failed(e, dir, er);
+}
+
+int criu_dump_wait(criu_tail *tail, perr *er)
+{
+	if (!tail->pid)
+		return 0;
+	int e = ended(tail->pid, tail->log, "dump", tail->root, tail->end_ns, tail->timeout_s, er);
+	tail->pid = 0;
+	return dump_failed(e, tail->dir, er);
 }
 
 int criu_restore(const char *criu, const char *dir, const char *lazy_dir, const char *log, pid_t *root, perr *er)

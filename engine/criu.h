@@ -5,7 +5,9 @@
 #ifndef PHOS_ENGINE_CRIU_H
 #define PHOS_ENGINE_CRIU_H
 
+#include <limits.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stddef.h>
 #include <sys/types.h>
 
@@ -21,12 +23,36 @@ extern const char *engine_criu_plugins;
  * answer is kept for the next ones. False when criu cannot be run. */
 bool criu_parallel_pages(const char *criu);
 
+/* Whether criu takes --snapshot-pages (mk/criu-patches/): its dump then
+ * saves the tree's pages from a copy-on-write clone of each process,
+ * after the tree runs on. Asked as criu_parallel_pages. */
+bool criu_snapshot_pages(const char *criu);
+
+/* A dump whose tree runs on while CRIU still writes its pages. */
+typedef struct criu_tail {
+	pid_t pid;          /* CRIU; 0 when nothing is left to wait for */
+	pid_t root;         /* the dumped tree's */
+	uint64_t end_ns;    /* its deadline (engine_now_ns; 0: none) */
+	int timeout_s;
+	char log[PATH_MAX];
+	char dir[PATH_MAX];
+} criu_tail;
+
 /* Runs `criu dump` of pid's tree into dir (with --parallel-pages where
  * criu has it), leaving it running unless kill; CRIU is stopped after
- * timeout_s seconds (0: never). CRIU's log goes to log. Errors: -EIO (er
- * gives CRIU's first real error, what it names, and what to do), -ENOSPC
- * (the store holding dir was full when it failed), -ETIMEDOUT. */
-int criu_dump(const char *criu, pid_t pid, const char *dir, bool kill, int timeout_s, const char *log, perr *er);
+ * timeout_s seconds (0: never). CRIU's log goes to log. With tail, where
+ * criu takes --snapshot-pages and not kill, it returns once the tree runs
+ * on, and *tail is what is left: criu_dump_wait ends it (tail->pid 0: the
+ * dump is whole). Errors: -EIO (er gives CRIU's first real error, what
+ * it names, and what to do), -ENOSPC (the store holding dir was full when
+ * it failed), -ETIMEDOUT, pipe's. */
+int criu_dump(const char *criu, pid_t pid, const char *dir, bool kill, int timeout_s, const char *log,
+	      criu_tail *tail, perr *er);
+
+/* Waits, within the dump's deadline, until CRIU has written what tail
+ * left and ended; nothing to do when tail->pid is 0 (it is 0 after).
+ * Errors: as criu_dump's. */
+int criu_dump_wait(criu_tail *tail, perr *er);
 
 /* Runs `criu restore` from dir, detached; *root is then the restored
  * tree's root as this (the host's) pid namespace sees it: its old pid, or

@@ -37,6 +37,7 @@ enum engine_step {
 	STEP_PREPARE, /* restore: the image opened, this machine's GPUs matched to its */
 	STEP_PIDWAIT, /* restore: waiting for the image's pids to be free */
 	STEP_CUT,     /* checkpoint: an NCCL job's ranks run up to the cut */
+	STEP_PAGES,   /* checkpoint: CRIU writes the pages it saved, the tree running */
 	STEP_DONE,
 };
 

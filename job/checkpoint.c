@@ -242,6 +242,8 @@ int checkpoint_run(const checkpoint_args *a, perr *er)
 		return e;
 	stall_release(&k);
 	if (!e)
+		e = stall_pages(&k, er);
+	if (!e)
 		e = stall_publish(&k, er);
 	stall_free(&k);
 	return e;

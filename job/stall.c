@@ -239,6 +239,10 @@ void stall_release(ckpt *k)
 
 void stall_free(ckpt *k)
 {
+	/* A failed checkpoint's CRIU still ends its snapshots before the
+	 * image goes. */
+	perr ignored = { 0 };
+	criu_dump_wait(&k->tail, &ignored);
 	stall_release(k);
 	if (k->w)
 		phosimg_writer_abort(k->w);
@@ -279,7 +283,7 @@ int stall_begin(ckpt *k, const checkpoint_args *a, perr *er)
 	if (e)
 		return e;
 	ready_for_stall(a);
-	criu_parallel_pages(a->criu); /* asked now, not in the stall */
+	criu_parallel_pages(a->criu); /* asked now (--help, and so --snapshot-pages), not in the stall */
 	k->recopy = a->recopy && a->ntraced > 0;
 	k->cow = a->cow && !a->kill && a->ntraced > 0 && !k->recopy;
 	k->chunk = a->chunk ? a->chunk : ENGINE_CHUNK;
@@ -493,11 +497,22 @@ int stall_freeze(ckpt *k, perr *er)
 	if (!e) {
 		engine_step(k->prog, STEP_DUMP);
 		e = criu_dump(k->a->criu, k->a->pid, phosimg_writer_criu_dir(k->w), k->a->kill, k->dump_timeout_s,
-			      k->a->log, er);
+			      k->a->log, &k->tail, er);
 		k->dumped = !e;
-		if (!e)
+		if (!e && !k->tail.pid)
 			dump_stats(k);
 	}
+	return e;
+}
+
+int stall_pages(ckpt *k, perr *er)
+{
+	if (!k->tail.pid)
+		return 0;
+	engine_step(k->prog, STEP_PAGES);
+	int e = criu_dump_wait(&k->tail, er);
+	if (!e)
+		dump_stats(k);
 	return e;
 }
 

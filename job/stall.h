@@ -51,7 +51,8 @@ typedef struct ckpt {
 	engine_progress *prog;
 	bool recopy, cow;  /* the protocol, as it applies to this tree */
 	bool protect;      /* recopy: what is not off the GPU at unpark is CoW */
-	bool dumped;       /* CRIU dumped the tree */
+	bool dumped;       /* CRIU dumped the tree (its pages may still be written: tail) */
+	criu_tail tail;    /* a dump whose tree runs on while CRIU writes its pages */
 	uint32_t chunk;
 	int timeout_ms;     /* each member's quiesce and driver lock */
 	int dump_timeout_s; /* CRIU's dump */
@@ -89,9 +90,14 @@ int stall_retree(ckpt *k, perr *er);
 int stall_enter(ckpt *k, perr *er);
 
 /* 3-4. Every CUDA member is locked, and only then checkpointed in the
- * driver; then CRIU dumps the tree. Errors: the driver's and
- * criu_dump's (-EIO, -ETIMEDOUT), with er. */
+ * driver; then CRIU dumps the tree. Where CRIU can, the tree's pages are
+ * saved from a snapshot after it runs on (k->tail; stall_pages). Errors:
+ * the driver's and criu_dump's (-EIO, -ETIMEDOUT), with er. */
 int stall_freeze(ckpt *k, perr *er);
+
+/* 8½. Waits until CRIU has written the pages it saves after the stall
+ * (none left: at once), and takes its statistics. Errors: criu_dump's. */
+int stall_pages(ckpt *k, perr *er);
 
 /* The cut of an NCCL job (cut.c), the first step of stall_enter: every
  * traced member holds its NCCL operations back and says its counts; each

@@ -633,7 +633,7 @@ static void job_status(pid_t pid, target *t, text *out)
 		if (*t->job && t->kind == CTL_CHECKPOINT) {
 			/* In the order the job goes through them. */
 			static const int ckpt[] = { STEP_CUT,    STEP_PARK,   STEP_LOCK,  STEP_DUMP,   STEP_COPY,
-						    STEP_UNLOCK, STEP_UNPARK, STEP_DRAIN, STEP_PUBLISH };
+						    STEP_UNLOCK, STEP_UNPARK, STEP_DRAIN, STEP_PAGES,  STEP_PUBLISH };
 			add(out, "steps ms:");
 			for (size_t i = 0; i < sizeof(ckpt) / sizeof(*ckpt); i++)
 				if (t->last_step_ns[ckpt[i]])

@@ -371,6 +371,10 @@ static int prepare(const char *store, char *store_abs, bool foreground)
 	criu_limits(limits, sizeof(limits));
 	if (*limits)
 		syslog(LOG_WARNING, "%s", limits);
+	if (!criu_snapshot_pages(phosfs_criu))
+		syslog(LOG_WARNING, "CRIU %s has no --snapshot-pages (phos's mk/criu-patches): each checkpoint writes the "
+				    "processes' pages inside its stall, as plain CRIU does",
+		       phosfs_criu);
 	if (!*phosfs_criu_plugins)
 		syslog(LOG_WARNING, "no CRIU plugins (--criu-plugins): forked children of CUDA processes, such as "
 				    "PyTorch DataLoader workers, cannot be checkpointed");
