@@ -249,7 +249,9 @@ static pid_t spawn(char *const argv[], int out, int status)
 		dup2(nul, 0);
 		dup2(out >= 0 ? out : nul, 1);
 		dup2(out >= 0 ? out : nul, 2);
-		if (status >= 0)
+		if (status == 3)
+			fcntl(3, F_SETFD, 0); /* dup2 onto itself would leave it close-on-exec */
+		else if (status >= 0)
 			dup2(status, 3);
 		close_range(status >= 0 ? 4 : 3, ~0u, 0);
 		execvp(argv[0], argv);

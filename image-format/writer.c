@@ -726,7 +726,11 @@ static int write_and_hash(phosimg_writer *w, ioctx *c, const uint8_t *buf, size_
 		fmt_hash(raw, raw_len, hash);
 	for (unsigned i = 0; c->has_ring && i < n; i++) {
 		struct io_uring_cqe *cqe;
-		int r = io_uring_wait_cqe(&c->ring, &cqe);
+		int r;
+		/* A signal to this thread (a child of the job ending) ends the
+		 * wait, not the write. */
+		while ((r = io_uring_wait_cqe(&c->ring, &cqe)) == -EINTR)
+			;
 		if (r < 0) {
 			err = err ? err : r;
 			break;

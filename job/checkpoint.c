@@ -238,8 +238,11 @@ int checkpoint_run(const checkpoint_args *a, perr *er)
 	/* A copy whose threads did not end leaves staging and the writer to
 	 * them: the job process ends at once (job/main.c), and phosfs clears
 	 * the half image. */
-	if (engine_copy_abandoned())
+	if (engine_copy_abandoned()) {
+		perr ignored = { 0 };
+		criu_dump_wait(&k.tail, &ignored); /* its snapshots end with it */
 		return e;
+	}
 	stall_release(&k);
 	if (!e)
 		e = stall_pages(&k, er);
