@@ -13,6 +13,9 @@
  *      device memory (slabs, not one VMM object each), and free them
  *   n  NCCL through tests/apps/libnccl.so.2, dlopen'd RTLD_LOCAL and
  *      reached with dlsym (app_nccl)           -> 'y' or 'n'
+ *   g  open an NCCL group holding one all-reduce on a communicator of
+ *      one rank, made at the first (app_group)        -> 'y' or 'n'
+ *   e  end that group                          -> 'y' or 'n'
  *   q  quit
  *
  * Besides its cuMemAlloc buffers, it maps a VMM allocation of its own
@@ -225,6 +228,28 @@ static inline int app_nccl(void)
 	return !e;
 }
 
+/* 'g' and 'e': a group left open, as a rank is between its collective
+ * and ncclGroupEnd, where NCCL launches the group's kernels. */
+static int (*app_group_end)(void);
+
+static inline int app_group(void)
+{
+	void *h = dlopen(getenv("PHOS_NCCL_STUB"), RTLD_NOW | RTLD_LOCAL);
+	if (!h)
+		return 0;
+	int (*get_id)(app_nccl_id *) = (int (*)(app_nccl_id *))dlsym(h, "ncclGetUniqueId");
+	int (*init)(app_comm *, int, app_nccl_id, int) = (int (*)(app_comm *, int, app_nccl_id, int))dlsym(h, "ncclCommInitRank");
+	int (*allreduce)(const void *, void *, size_t, int, int, app_comm, void *) =
+		(int (*)(const void *, void *, size_t, int, int, app_comm, void *))dlsym(h, "ncclAllReduce");
+	int (*start)(void) = (int (*)(void))dlsym(h, "ncclGroupStart");
+	*(void **)&app_group_end = dlsym(h, "ncclGroupEnd");
+	static app_comm g;
+	app_nccl_id id;
+	if (!get_id || !init || !allreduce || !start || !app_group_end || (!g && (get_id(&id) || init(&g, 1, id, 0))))
+		return 0;
+	return !start() && !allreduce(NULL, NULL, 0, 0, 0, g, NULL);
+}
+
 static inline int app_main(int fd, const char *kernels)
 {
 	CUdevice dev;
@@ -293,6 +318,10 @@ report:
 			free(v);
 		} else if (c == 'n') {
 			r = app_nccl() ? 'y' : 'n';
+		} else if (c == 'g') {
+			r = app_group() ? 'y' : 'n';
+		} else if (c == 'e') {
+			r = app_group_end && !app_group_end() ? 'y' : 'n';
 		} else if (c == 's') {
 			atomic_store(&app_stop, 1);
 			uint32_t errors = 0, calls = 0, lost = 0;

@@ -16,8 +16,9 @@
  * A checkpoint's cut (doc/ARCHITECTURE.md, "NCCL jobs"): CUT holds every
  * operation back and answers the counts; TARGETS lets each communicator
  * run up to its target, the largest count any of its ranks reached, and
- * answers once all have; the operations stay held until the process runs
- * on (nccl_cut_end).
+ * answers once all have and every counted call has returned (every group
+ * ended): their kernels are launched. The operations stay held until the
+ * process runs on (nccl_cut_end).
  *
  * The types are NCCL's ABI, declared here: the tracer builds without
  * NCCL's headers.
@@ -57,10 +58,18 @@ typedef struct comm_rec {
 	bool has_target;
 } comm_rec;
 
-/* Guarded by lock: comms, ncomms, cap, reals, cut. */
+/* Guarded by lock: comms, ncomms, cap, reals, cut, flying. */
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static comm_rec *comms;
 static uint32_t ncomms, cap;
+
+/* Operations counted whose kernels may not be launched yet: a call
+ * counted and not returned, or a group with a counted operation that has
+ * not ended (NCCL launches a group's kernels in ncclGroupEnd). A cut is
+ * reached only once this is 0: a rank whose count is at its target but
+ * whose kernel is still to come would leave its peers waiting for it on
+ * the device, and the park would then wait for them in vain. */
+static uint32_t flying;
 
 /* A checkpoint's cut: while active, an operation waits unless its
  * communicator has a target it has not reached. `changed` (on
@@ -92,6 +101,7 @@ static struct {
 static _Thread_local int inside __attribute__((tls_model("initial-exec")));
 static _Thread_local int group_depth __attribute__((tls_model("initial-exec")));
 static _Thread_local uint64_t group_token __attribute__((tls_model("initial-exec")));
+static _Thread_local bool group_flying __attribute__((tls_model("initial-exec")));
 static atomic_ullong groups;
 
 /* The library the application's NCCL functions came from through dlsym
@@ -200,11 +210,13 @@ static bool held_back(const comm_rec *c)
 
 /* One operation on h: counted once per group; during a cut it waits
  * until its communicator may go on (an operation of a group waits
- * before the group is issued). */
-static void count(ncclComm_t h)
+ * before the group is issued). Returns whether the caller must land()
+ * once the call returns (a call outside a group that was counted). */
+static bool count(ncclComm_t h)
 {
 	pthread_once(&cut_once, cut_init);
 	pthread_mutex_lock(&lock);
+	bool lands = false;
 	comm_rec *c = find(h);
 	if (!c) {
 		add(h, 0, -1, 0, WIRE_NCCL_UNNAMED); /* made before we saw it */
@@ -219,9 +231,24 @@ static void count(ncclComm_t h)
 		if (c) {
 			c->count++;
 			c->mark = group_depth ? group_token : 0;
+			if (!group_depth)
+				lands = true, flying++;
+			else if (!group_flying)
+				group_flying = true, flying++;
 		}
 		pthread_cond_broadcast(&cut.changed);
 	}
+	pthread_mutex_unlock(&lock);
+	return lands;
+}
+
+/* A counted call, or a group with counted operations, has returned: its
+ * kernels are launched. */
+static void land(void)
+{
+	pthread_mutex_lock(&lock);
+	if (flying && !--flying)
+		pthread_cond_broadcast(&cut.changed);
 	pthread_mutex_unlock(&lock);
 }
 
@@ -256,12 +283,15 @@ int nccl_cut_reach(const wire_nccl_target *t, size_t n, uint64_t deadline, char 
 		for (uint32_t i = 0; i < ncomms && !short_of; i++)
 			if (comms[i].has_target && comms[i].count < comms[i].target)
 				short_of = &comms[i];
-		if (!short_of)
+		if (!short_of && !flying)
 			break;
 		if (e == ETIMEDOUT) {
-			snprintf(why, len, "its NCCL communicator %016llx is at operation %llu of %llu",
-				 (unsigned long long)short_of->id, (unsigned long long)short_of->count,
-				 (unsigned long long)short_of->target);
+			if (short_of)
+				snprintf(why, len, "its NCCL communicator %016llx is at operation %llu of %llu",
+					 (unsigned long long)short_of->id, (unsigned long long)short_of->count,
+					 (unsigned long long)short_of->target);
+			else
+				snprintf(why, len, "%u of its NCCL calls or groups have not returned", flying);
 			pthread_mutex_unlock(&lock);
 			return -ETIMEDOUT;
 		}
@@ -314,8 +344,10 @@ static void shape(ncclComm_t h, int *rank, int *nranks)
 		if (inside || !tr_enabled())                  \
 			return real args;                     \
 		inside++;                                     \
-		count(comm);                                  \
+		bool lands_ = count(comm);                    \
 		ncclResult_t res_ = real args;                \
+		if (lands_)                                   \
+			land();                               \
 		inside--;                                     \
 		return res_;                                  \
 	}
@@ -357,9 +389,15 @@ TR_EXPORT ncclResult_t ncclGroupStart(void)
 TR_EXPORT ncclResult_t ncclGroupEnd(void)
 {
 	NCCL_REAL(ncclGroupEnd, (void));
-	if (!inside && tr_enabled() && group_depth > 0)
-		group_depth--;
-	return real();
+	if (inside || !tr_enabled() || group_depth <= 0)
+		return real();
+	bool outermost = --group_depth == 0;
+	ncclResult_t r = real();
+	if (outermost && group_flying) {
+		group_flying = false;
+		land();
+	}
+	return r;
 }
 
 /* Runs a creation call (expr, into *out) inside, then names the new

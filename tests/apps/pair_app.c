@@ -23,7 +23,9 @@
  * With LIBRARY (tests/apps/libnccl.so.2, say), it loads that first, as
  * a program that uses NCCL has it loaded; if it has NCCL's API, the ranks
  * make a communicator of 2 from a unique id made before the fork, and
- * each step also all-reduces on it.
+ * each step also all-reduces on it. meet then stands for the collective's
+ * kernel: it is launched inside a group with the all-reduce, as NCCL
+ * launches a group's kernels in ncclGroupEnd.
  *
  * With PAIR_HOST_MEM=1, rank 0 also makes host memory with cuMemCreate
  * (a HOST_NUMA location, as NCCL makes its host buffers), which the CPU
@@ -72,6 +74,7 @@ typedef struct {
 static nccl_id id;
 static int (*nccl_init)(void **, int, nccl_id, int);
 static int (*nccl_allreduce)(const void *, void *, size_t, int, int, void *, void *);
+static int (*nccl_group_start)(void), (*nccl_group_end)(void);
 
 static void on_usr1(int sig)
 {
@@ -249,10 +252,12 @@ static void run(int rank, const char *cubin)
 			while (atomic_load(&sh->hold))
 				usleep(1000);
 		}
-		if (comm && nccl_allreduce(NULL, NULL, 0, 0, 0, comm, s))
+		if (comm && (nccl_group_start() || nccl_allreduce(NULL, NULL, 0, 0, 0, comm, s)))
 			check(CUDA_ERROR_UNKNOWN, rank, "ncclAllReduce");
 		void *args[] = { &slots, &vals, &r, &step, &out };
 		check(cuLaunchKernel(meet, 1, 1, 1, 1, 1, 1, 0, s, args, NULL), rank, "cuLaunchKernel");
+		if (comm && nccl_group_end())
+			check(CUDA_ERROR_UNKNOWN, rank, "ncclGroupEnd");
 		if (atomic_load(&sh->stream_sync))
 			check(cuStreamSynchronize(s), rank, "cuStreamSynchronize");
 		if (hostmem)
@@ -282,7 +287,9 @@ int main(int argc, char **argv)
 	int (*get_id)(nccl_id *) = lib ? (int (*)(nccl_id *))dlsym(lib, "ncclGetUniqueId") : NULL;
 	*(void **)&nccl_init = lib ? dlsym(lib, "ncclCommInitRank") : NULL;
 	*(void **)&nccl_allreduce = lib ? dlsym(lib, "ncclAllReduce") : NULL;
-	if (!get_id || !nccl_init || !nccl_allreduce || get_id(&id))
+	*(void **)&nccl_group_start = lib ? dlsym(lib, "ncclGroupStart") : NULL;
+	*(void **)&nccl_group_end = lib ? dlsym(lib, "ncclGroupEnd") : NULL;
+	if (!get_id || !nccl_init || !nccl_allreduce || !nccl_group_start || !nccl_group_end || get_id(&id))
 		nccl_init = NULL;
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	sh = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
