@@ -206,15 +206,23 @@ void criu_limits(char *out, size_t len)
 				   "(\"Can't get rlimit\"); run jobs as root or give phosfs that capability.");
 }
 
+/* The CLOCK_MONOTONIC ns timeout_s seconds from now; 0 (for ever) when
+ * timeout_s is not positive. */
+static uint64_t deadline_ns(int timeout_s)
+{
+	return timeout_s > 0 ? engine_now_ns() + (uint64_t)timeout_s * 1000000000u : 0;
+}
+
 /* Waits for child c, at most timeout_s seconds (0: for ever); one that
- * runs longer is killed. Returns 0 (*st its status), -ETIMEDOUT, or an
+ * runs longer is killed, with its process group when it leads one (a
+ * dump: what it started goes too). Returns 0 (*st its status), -ETIMEDOUT, or an
  * errno of waiting. */
 static int wait_child(pid_t c, int timeout_s, int *st)
 {
 	int pfd = timeout_s > 0 ? (int)syscall(SYS_pidfd_open, c, 0) : -1;
 	if (pfd >= 0) {
 		struct pollfd pf = { pfd, POLLIN, 0 };
-		uint64_t end = engine_now_ns() + (uint64_t)timeout_s * 1000000000u;
+		uint64_t end = deadline_ns(timeout_s);
 		int n = 0;
 		for (uint64_t now; n == 0 && (now = engine_now_ns()) < end;) {
 			n = poll(&pf, 1, (int)((end - now) / 1000000u) + 1);
@@ -223,7 +231,7 @@ static int wait_child(pid_t c, int timeout_s, int *st)
 		}
 		close(pfd);
 		if (n == 0) {
-			kill(c, SIGKILL);
+			kill(getpgid(c) == c ? -c : c, SIGKILL);
 			while (waitpid(c, st, 0) < 0 && errno == EINTR)
 				;
 			return -ETIMEDOUT;
@@ -236,15 +244,19 @@ static int wait_child(pid_t c, int timeout_s, int *st)
 }
 
 /* Starts argv[0] with argv: stdin from /dev/null, stdout and stderr to
- * out (-1: /dev/null), fd 3 to status (-1: none), nothing else open. One
- * that cannot be run says so on out and exits 127. Returns its pid, or
- * fork's negative errno. */
-static pid_t spawn(char *const argv[], int out, int status)
+ * out (-1: /dev/null), fd 3 to status (-1: none), nothing else open; in
+ * a process group of its own if group. One that cannot be run says so on
+ * out and exits 127. Returns its pid, or fork's negative errno. */
+static pid_t spawn(char *const argv[], int out, int status, bool group)
 {
 	pid_t c = fork();
 	if (c < 0)
 		return -errno;
+	if (c > 0 && group)
+		setpgid(c, c); /* before the parent may kill the group; the child does the same */
 	if (c == 0) {
+		if (group)
+			setpgid(0, 0);
 		int nul = open("/dev/null", O_RDWR);
 		dup2(nul, 0);
 		dup2(out >= 0 ? out : nul, 1);
@@ -284,14 +296,14 @@ static int ended(pid_t c, const char *log, const char *what, pid_t pid, uint64_t
 	return pr_err(er, -EIO, "criu %s failed: %s (log: %s)", what, why, log);
 }
 
-/* Starts criu (argv) with its log at log and fd 3 to status (-1: none);
- * *c is its pid. */
-static int start(char *const argv[], const char *log, int status, pid_t *c, perr *er)
+/* Starts criu (argv) with its log at log and fd 3 to status (-1: none),
+ * in a process group of its own if group; *c is its pid. */
+static int start(char *const argv[], const char *log, int status, bool group, pid_t *c, perr *er)
 {
 	int lfd = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
 	if (lfd < 0)
 		return pr_err(er, -errno, "cannot open CRIU's log %s: %s", log, strerror(errno));
-	*c = spawn(argv, lfd, status);
+	*c = spawn(argv, lfd, status, group);
 	close(lfd);
 	if (*c < 0)
 		return pr_perror(er, *c, "cannot start criu");
@@ -301,11 +313,10 @@ static int start(char *const argv[], const char *log, int status, pid_t *c, perr
 static int run(char *const argv[], const char *log, const char *what, pid_t pid, int timeout_s, perr *er)
 {
 	pid_t c;
-	int e = start(argv, log, -1, &c, er);
+	int e = start(argv, log, -1, false, &c, er);
 	if (e)
 		return e;
-	return ended(c, log, what, pid, timeout_s > 0 ? engine_now_ns() + (uint64_t)timeout_s * 1000000000u : 0,
-		     timeout_s, er);
+	return ended(c, log, what, pid, deadline_ns(timeout_s), timeout_s, er);
 }
 
 /* `criu --help` of the criu last asked ("" if it could not be run). */
@@ -318,7 +329,7 @@ static const char *criu_help(const char *criu)
 		return help;
 	int out = memfd_create("criu-help", MFD_CLOEXEC);
 	char *argv[] = { (char *)criu, "--help", NULL };
-	pid_t c = out < 0 ? -1 : spawn(argv, out, -1);
+	pid_t c = out < 0 ? -1 : spawn(argv, out, -1, false);
 	int st = 0;
 	bool ok = c > 0 && wait_child(c, 5, &st) == 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0;
 	ssize_t n = ok ? pread(out, help, sizeof(help) - 1, 0) : -1;
@@ -474,9 +485,9 @@ int criu_dump(const char *criu, pid_t pid, const char *dir, bool kill, int timeo
 	int status[2] = { -1, -1 };
 	if (snapshot && pipe2(status, O_CLOEXEC))
 		return pr_perror(er, -errno, "cannot make a pipe for criu");
-	uint64_t end = timeout_s > 0 ? engine_now_ns() + (uint64_t)timeout_s * 1000000000u : 0;
+	uint64_t end = deadline_ns(timeout_s);
 	pid_t c;
-	int e = start(argv, log, status[1], &c, er);
+	int e = start(argv, log, status[1], true, &c, er);
 	if (status[1] >= 0)
 		close(status[1]);
 	if (!e && snapshot && resumed(status[0], c, end ? end : UINT64_MAX)) {
@@ -567,7 +578,7 @@ int criu_pages_start(const char *criu, const char *dir, const char *work, const 
 	/* --status-fd: CRIU writes a byte there once it listens. */
 	char *argv[] = { (char *)criu, "lazy-pages", "-D", (char *)dir, "-W", (char *)work, "-o", (char *)log,
 			 "-v2", "--status-fd", "3", NULL };
-	pid_t c = spawn(argv, -1, ready[1]);
+	pid_t c = spawn(argv, -1, ready[1], false);
 	close(ready[1]);
 	if (c < 0) {
 		close(ready[0]);

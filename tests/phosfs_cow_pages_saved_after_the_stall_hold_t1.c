@@ -77,15 +77,10 @@ int main(void)
 	ok(!rig_log_has(&r, "has no --snapshot-pages"), "phosfs finds --snapshot-pages in phos's CRIU");
 
 	char *const cmd[] = { app, "32", NULL };
-	char out[PATH_MAX], status[160], st[4096] = "";
-	pid_t pid = rig_phos_run(&r, cmd);
-	rig_out(&r, pid, out, sizeof(out));
-	snprintf(status, sizeof(status), "%s/%d/status", r.mnt, (int)pid);
-	int up = pid > 0 && rig_line(out, "ops 200", 20000, NULL, 0);
-	for (int i = 0; i < 100 && up && !(rig_read(status, st, sizeof(st)) && strstr(st, "traced: yes")); i++)
-		usleep(50000);
-	ok(up && strstr(st, "traced: yes"), "host_writer runs under the tracer");
-	if (!up)
+	char out[PATH_MAX], st[4096] = "";
+	pid_t pid = rig_app_up(&r, cmd, 20000, out);
+	ok(pid > 0, "host_writer runs under the tracer");
+	if (pid <= 0)
 		bail("host_writer did not start");
 
 	int nverify = 0, good = 0, snapshots = 0;
@@ -118,10 +113,9 @@ int main(void)
 	if (rig_mount(&r, NULL))
 		bail("phosfs did not mount again");
 	ok(rig_log_has(&r, "has no --snapshot-pages"), "phosfs says once that the CRIU it runs has no --snapshot-pages");
-	pid = rig_phos_run(&r, cmd);
-	rig_out(&r, pid, out, sizeof(out));
+	pid = rig_app_up(&r, cmd, 20000, out);
 	nverify = 0;
-	up = pid > 0 && rig_line(out, "ops 200", 20000, NULL, 0);
+	int up = pid > 0;
 	for (int it = iters; up && it < iters + old_iters; it++) {
 		r.restore_mode = "eager";
 		usleep((useconds_t)(rand() % 200000));

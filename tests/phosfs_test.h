@@ -515,20 +515,28 @@ static inline void rig_app_path(const char *env, const char *rel, char *app)
 	}
 }
 
-/* Starts `cow_app CUBIN MIB SEED` under phos run and waits up to ms for
- * its 200th operation, then for status to show it traced. Returns its
+/* Starts cmd under phos run, its output's path into out (PATH_MAX), and
+ * waits up to ms for its 200th operation ("ops 200", as cow_app and
+ * host_writer say it), then for status to show it traced. Returns its
  * pid, or -1 if it did not get that far. */
-static inline pid_t rig_cow_app(rig *r, char *app, char *cubin, char *mib, char *seed, int ms)
+static inline pid_t rig_app_up(rig *r, char *const cmd[], int ms, char *out)
 {
-	char *const cmd[] = { app, cubin, mib, seed, NULL };
 	pid_t pid = rig_phos_run(r, cmd);
-	char out[PATH_MAX], status[160], st[4096] = "";
-	rig_out(r, pid, out, sizeof(out));
+	char status[160], st[4096] = "";
+	rig_out(r, pid, out, PATH_MAX);
 	snprintf(status, sizeof(status), "%s/%d/status", r->mnt, (int)pid);
 	int up = pid > 0 && rig_line(out, "ops 200", ms, NULL, 0);
 	for (int i = 0; i < 100 && up && !(rig_read(status, st, sizeof(st)) && strstr(st, "traced: yes")); i++)
 		usleep(50000);
 	return up && strstr(st, "traced: yes") ? pid : -1;
+}
+
+/* Starts `cow_app CUBIN MIB SEED` under phos run: rig_app_up. */
+static inline pid_t rig_cow_app(rig *r, char *app, char *cubin, char *mib, char *seed, int ms)
+{
+	char *const cmd[] = { app, cubin, mib, seed, NULL };
+	char out[PATH_MAX];
+	return rig_app_up(r, cmd, ms, out);
 }
 
 /* pid's state letter and parent, from /proc/PID/stat; state 0 and
