@@ -121,12 +121,16 @@ int driver_use(int device, perr *er)
 	return r ? driver_fail(r, er, "making a context on the device") : 0;
 }
 
-int driver_open(perr *er)
+int driver_load(perr *er)
 {
 	pthread_once(&once, load);
-	if (load_error)
-		return pr_err(er, load_error, "%s", load_msg);
-	return driver_use(0, er);
+	return load_error ? pr_err(er, load_error, "%s", load_msg) : 0;
+}
+
+int driver_open(perr *er)
+{
+	int e = driver_load(er);
+	return e ? e : driver_use(0, er);
 }
 
 int driver_process_state(pid_t pid, int *state)

@@ -15,6 +15,10 @@
 #include "../image-format/phosimg.h"
 #include "error.h"
 
+/* Loads the driver library and runs cuInit, once per process (what
+ * driver_open does before it makes a context): a job started ahead does
+ * it while it waits. Errors: -ENOSYS (no driver), -EIO (cuInit). */
+int driver_load(perr *er);
 /* Loads libcuda.so.1 and makes a context current on this thread.
  * Errors: -ENOSYS (no driver), -EIO (cuInit or the context failed). */
 int driver_open(perr *er);

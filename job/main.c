@@ -3,6 +3,9 @@
  *
  *   phosfs --job stop --pid ROOT --shared FD
  *   phosfs --job restore --shared FD
+ *   phosfs --job pool --shared FD --wake FD   (started ahead: it loads
+ *       the driver, then waits for a byte on FD that says its request,
+ *       a restore's, is there; phosfs/pool.c)
  *
  * so that a job finishes even if phosfs is killed: the process it parked
  * gets its memory back, and the image is published or not at all. What
@@ -38,6 +41,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../engine/driver.h"
 #include "job.h"
 
 /* The rendezvous with the woken tracer; used by this process alone. */
@@ -182,23 +186,53 @@ static void set_latest(const char *image)
 	free(dir);
 }
 
+static int fd_arg(const char *s)
+{
+	char *end;
+	long v = strtol(s, &end, 10);
+	return end != s && !*end && v >= 0 && v <= INT_MAX ? (int)v : -1;
+}
+
+/* A job started ahead (`--job pool --wake FD`, phosfs/pool.c): loads the
+ * driver, says it is ready, and waits for the byte on wake that says its
+ * request is in sh. Returns 0 then; -EPIPE when phosfs let go of it (or
+ * is gone): the process ends. */
+static int wait_in_pool(job_shared *sh, int wake)
+{
+	perr er = { 0 };
+	/* No driver here is said by the job that needs it. */
+	(void)driver_load(&er);
+	atomic_store(&sh->pool_ready, 1);
+	char b;
+	ssize_t n;
+	while ((n = read(wake, &b, 1)) < 0 && errno == EINTR)
+		;
+	close(wake);
+	return n == 1 ? 0 : -EPIPE;
+}
+
 /* The shared memfd named on the command line (`--shared FD`), mapped;
- * its request copied into *req and checked. NULL when there is none or
- * it does not check (stderr says why). */
+ * its request copied into *req and checked (a job of the pool first
+ * waits for it). NULL when there is none, it does not check (stderr says
+ * why), or a pooled job was let go. */
 static job_shared *take_request(int argc, char **argv, job_request *req)
 {
 	/* --job and --pid are for people reading ps: the request says it all. */
 	static const struct option opts[] = { { "job", required_argument, NULL, 'j' },
 					      { "pid", required_argument, NULL, 'p' },
 					      { "shared", required_argument, NULL, 's' },
+					      { "wake", required_argument, NULL, 'w' },
 					      { 0 } };
-	int fd = -1;
+	int fd = -1, wake = -1;
+	bool pooled = false;
 	optind = 1;
 	for (int o; (o = getopt_long(argc, argv, "", opts, NULL)) != -1;) {
 		if (o == 's') {
-			char *end;
-			long v = strtol(optarg, &end, 10);
-			fd = end != optarg && !*end && v >= 0 && v <= INT_MAX ? (int)v : -1;
+			fd = fd_arg(optarg);
+		} else if (o == 'w') {
+			wake = fd_arg(optarg);
+		} else if (o == 'j') {
+			pooled = !strcmp(optarg, "pool");
 		} else if (o == '?') {
 			fd = -1;
 			break;
@@ -208,8 +242,12 @@ static job_shared *take_request(int argc, char **argv, job_request *req)
 				 : MAP_FAILED;
 	if (fd >= 0)
 		close(fd);
-	if (sh == MAP_FAILED) {
+	if (sh == MAP_FAILED || (pooled && wake < 0)) {
 		fprintf(stderr, "phosfs: a job is started by phosfs, with --shared FD (the memory it shares)\n");
+		return NULL;
+	}
+	if (pooled && wait_in_pool(sh, wake)) {
+		munmap(sh, sizeof(*sh));
 		return NULL;
 	}
 	*req = sh->req; /* phosfs does not write it again; read it once */

@@ -27,6 +27,10 @@ typedef struct job_shared {
 	_Atomic int32_t served[ENGINE_SERVED_MAX];
 	_Atomic uint32_t nserved;
 	char err[ENGINE_ERR_MAX];
+	/* a job started ahead (phosfs/pool.c): 1 once it has loaded the
+	 * driver and waits for its request; req is written before the byte
+	 * that wakes it */
+	_Atomic int pool_ready;
 } job_shared;
 
 #endif

@@ -5,7 +5,7 @@
  *          [--staging SIZE] [--chunk SIZE] [--shadow-pool SIZE] [--fill-threads N]
  *          [--restores N] [--restore-queue N] [--restore-timeout SECONDS]
  *          [--checkpoint-wait SECONDS] [--checkpoint-timeout SECONDS]
- *          [--dump-timeout SECONDS]
+ *          [--dump-timeout SECONDS] [--job-pool N]
  *          [FUSE options] MOUNTPOINT
  *
  * Registers traced processes on the socket (default /run/phos/phosfs.sock)
@@ -48,6 +48,7 @@ int phosfs_fill_threads = 0; /* engine_filler_start's default */
 int phosfs_restores = 4;
 int phosfs_restore_queue = 16;
 int phosfs_restore_timeout = 600;
+int phosfs_job_pool = 1;
 int phosfs_checkpoint_wait = 300;
 uint32_t phosfs_checkpoint_timeout_ms = CHECKPOINT_TIMEOUT_MS;
 int phosfs_dump_timeout = CHECKPOINT_DUMP_TIMEOUT_S;
@@ -69,7 +70,7 @@ static int usage(FILE *f)
 	fprintf(f, "usage: phosfs [--socket PATH] [--store DIR] [--criu PATH] [--criu-plugins DIR] [--staging SIZE]\n"
 		   "              [--chunk SIZE] [--shadow-pool SIZE] [--fill-threads N] [--restores N]\n"
 		   "              [--restore-queue N] [--restore-timeout SECONDS] [--checkpoint-wait SECONDS]\n"
-		   "              [--checkpoint-timeout SECONDS] [--dump-timeout SECONDS]\n"
+		   "              [--checkpoint-timeout SECONDS] [--dump-timeout SECONDS] [--job-pool N]\n"
 		   "              [-f] [-d] [-o OPTIONS]\n"
 		   "              MOUNTPOINT\n"
 		   "SIZE is bytes, or a number with K, M, G or T (binary units).\n");
@@ -227,7 +228,7 @@ static int make_store(const char *dir, char *abs)
  * allocated, each taken as `--NAME VALUE` or `--NAME=VALUE`. */
 struct options {
 	char *sock, *store, *criu, *plugins, *staging, *chunk, *pool, *fill_threads, *restores, *queue,
-		*restore_timeout, *checkpoint_wait, *checkpoint_timeout, *dump_timeout;
+		*restore_timeout, *checkpoint_wait, *checkpoint_timeout, *dump_timeout, *job_pool;
 	int help;
 	int want;          /* the offset of the field the next argument is the value of, or -1 */
 	const char *wanted; /* its option's name */
@@ -258,6 +259,7 @@ static const struct fuse_opt phosfs_opts[] = {
 	OPT("--checkpoint-wait", checkpoint_wait),
 	OPT("--checkpoint-timeout", checkpoint_timeout),
 	OPT("--dump-timeout", dump_timeout),
+	OPT("--job-pool", job_pool),
 	{ "-h", offsetof(struct options, help), 1 },
 	{ "--help", offsetof(struct options, help), 1 },
 	FUSE_OPT_END
@@ -294,7 +296,7 @@ static void options_free(struct options *o)
 	char **all[] = { &o->sock,	   &o->store,	 &o->criu,	   &o->plugins,
 			 &o->staging,	   &o->chunk,	 &o->pool,	   &o->fill_threads,
 			 &o->restores,	   &o->queue,	 &o->restore_timeout, &o->checkpoint_wait,
-			 &o->checkpoint_timeout, &o->dump_timeout };
+			 &o->checkpoint_timeout, &o->dump_timeout, &o->job_pool };
 	for (size_t i = 0; i < sizeof(all) / sizeof(*all); i++) {
 		free(*all[i]);
 		*all[i] = NULL;
@@ -325,6 +327,8 @@ static void apply_options(const struct options *o)
 		phosfs_restore_timeout = count_option("--restore-timeout", o->restore_timeout, 1, 86400);
 	if (o->checkpoint_wait)
 		phosfs_checkpoint_wait = count_option("--checkpoint-wait", o->checkpoint_wait, 0, 86400);
+	if (o->job_pool)
+		phosfs_job_pool = count_option("--job-pool", o->job_pool, 0, 16);
 	if (o->dump_timeout)
 		phosfs_dump_timeout = count_option("--dump-timeout", o->dump_timeout, 1, JOB_DUMP_TIMEOUT_MAX_S);
 	perr er = { 0 };
@@ -403,6 +407,9 @@ static int serve(struct fuse_args *args, const char *mnt, bool foreground, const
 		fprintf(stderr, "phosfs: cannot listen on %s: %s\n", sock, strerror(-e));
 		goto out_unmount;
 	}
+	/* After daemonizing too: its jobs are the daemon's children. */
+	if (pool_start(phosfs_job_pool))
+		fprintf(stderr, "phosfs: no job pool: out of memory\n");
 	struct fuse_session *se = fuse_get_session(f);
 	if (fuse_set_signal_handlers(se) != 0)
 		goto out_registry;
@@ -416,6 +423,7 @@ static int serve(struct fuse_args *args, const char *mnt, bool foreground, const
 	if (rc)
 		fprintf(stderr, "phosfs: the file system failed: %s\n", strerror(res < 0 ? -res : EIO));
 out_registry:
+	pool_stop();
 	registry_stop();
 	targets_free();
 	restores_free();

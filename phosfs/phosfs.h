@@ -35,6 +35,7 @@ extern int phosfs_restore_timeout;  /* --restore-timeout: seconds a restore's lo
 extern uint32_t phosfs_checkpoint_timeout_ms; /* --checkpoint-timeout: each process's quiesce, ms */
 extern int phosfs_dump_timeout; /* --dump-timeout: CRIU's dump, and a copy waited for without progress, s */
 extern int phosfs_checkpoint_wait;  /* --checkpoint-wait: seconds a checkpoint waits for a restore of its tree */
+extern int phosfs_job_pool;         /* --job-pool: restore jobs started ahead, the driver loaded */
 
 /* staging.c: the host staging pool, made once (a memfd jobs map and pin). */
 /* Makes it, of bytes (its pages come with the first job that uses
@@ -147,6 +148,20 @@ typedef struct spawn {
  * connections, the staging memfd) left open in it. Errors: errno of
  * memfd_create, mmap or fork, with er. */
 int spawn_job(const job_request *req, spawn *s, perr *er);
+/* A memfd of a job_shared, mapped (its fd, close-on-exec, in *fd); NULL
+ * with errno set if it cannot be made. */
+job_shared *job_shared_make(int *fd);
+
+/* pool.c: restore jobs started ahead, the driver loaded (--job-pool). */
+/* Starts n of them (0: none). Errors: -ENOMEM. */
+int pool_start(int n);
+/* Hands req to a ready one, into *s as spawn_job would, and starts
+ * another in its place. Errors: -EAGAIN (none is ready: start one). */
+int pool_take(const job_request *req, spawn *s);
+/* How many wait ready now. */
+int pool_ready(void);
+/* Lets go of those that wait: they end. */
+void pool_stop(void);
 
 /* restores.c: restores side by side, and their queue. */
 enum restore_state { RESTORE_QUEUED, RESTORE_RUNNING, RESTORE_RESUMED, RESTORE_DONE, RESTORE_FAILED };

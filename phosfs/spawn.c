@@ -12,23 +12,38 @@
 
 #include "phosfs.h"
 
-/* Starts `phosfs --job KIND [--pid ROOT] --shared FD` (the words for
- * people reading ps; the request is in the shared memfd), with the fds
- * the request names left open in it. */
-int spawn_job(const job_request *req, spawn *s, perr *er)
+job_shared *job_shared_make(int *fd)
 {
 	int sfd = memfd_create("phos-job", MFD_CLOEXEC);
 	if (sfd < 0 || ftruncate(sfd, sizeof(job_shared)) != 0) {
-		int e = -errno;
+		int e = errno;
 		if (sfd >= 0)
 			close(sfd);
-		return pr_perror(er, e, "cannot make the job's shared memory");
+		errno = e;
+		return NULL;
 	}
-	s->sh = mmap(NULL, sizeof(job_shared), PROT_READ | PROT_WRITE, MAP_SHARED, sfd, 0);
-	if (s->sh == MAP_FAILED) {
+	job_shared *sh = mmap(NULL, sizeof(job_shared), PROT_READ | PROT_WRITE, MAP_SHARED, sfd, 0);
+	if (sh == MAP_FAILED) {
 		close(sfd);
-		return pr_err(er, -ENOMEM, "cannot map the job's shared memory");
+		errno = ENOMEM;
+		return NULL;
 	}
+	*fd = sfd;
+	return sh;
+}
+
+/* Starts `phosfs --job KIND [--pid ROOT] --shared FD` (the words for
+ * people reading ps; the request is in the shared memfd), with the fds
+ * the request names left open in it; a restore takes a job of the pool
+ * where one is ready (pool.c). */
+int spawn_job(const job_request *req, spawn *s, perr *er)
+{
+	if (req->kind == JOB_RESTORE && pool_take(req, s) == 0)
+		return 0;
+	int sfd = -1;
+	s->sh = job_shared_make(&sfd);
+	if (!s->sh)
+		return pr_perror(er, -errno, "cannot make the job's shared memory");
 	s->sh->req = *req;
 	char sfd_s[16], pid_s[16];
 	snprintf(sfd_s, sizeof(sfd_s), "%d", sfd);
