@@ -196,12 +196,17 @@ static int fd_arg(const char *s)
 /* A job started ahead (`--job pool --wake FD`, phosfs/pool.c): loads the
  * driver, says it is ready, and waits for the byte on wake that says its
  * request is in sh. Returns 0 then; -EPIPE when phosfs let go of it (or
- * is gone): the process ends. */
+ * is gone), -ENODEV when the driver failed: the process ends. */
 static int wait_in_pool(job_shared *sh, int wake)
 {
 	perr er = { 0 };
-	/* No driver here is said by the job that needs it. */
-	(void)driver_load(&er);
+	/* One whose driver failed is no use later (the error stays for the
+	 * life of the process): it ends, and a restore starts its own job,
+	 * which tries the driver again and says why it fails. */
+	if (driver_load(&er)) {
+		close(wake);
+		return -ENODEV;
+	}
 	atomic_store(&sh->pool_ready, 1);
 	char b;
 	ssize_t n;

@@ -158,8 +158,6 @@ int pool_start(int n);
 /* Hands req to a ready one, into *s as spawn_job would, and starts
  * another in its place. Errors: -EAGAIN (none is ready: start one). */
 int pool_take(const job_request *req, spawn *s);
-/* How many wait ready now. */
-int pool_ready(void);
 /* Lets go of those that wait: they end. */
 void pool_stop(void);
 

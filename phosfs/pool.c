@@ -19,6 +19,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "phosfs.h"
@@ -72,16 +73,38 @@ static void start_one(pooled *p)
 	*p = (pooled){ .sh = sh, .child = c, .wake = w[1] };
 }
 
-/* Empties slot p: its job ends once its wake pipe closes. */
+/* Empties slot p: its job ends (it holds nothing worth keeping; one
+ * stuck in the driver's initialisation is not waited for). */
 static void let_go(pooled *p)
 {
 	if (!p->sh)
 		return;
 	close(p->wake);
+	kill(p->child, SIGKILL);
 	while (waitpid(p->child, NULL, 0) < 0 && errno == EINTR)
 		;
 	munmap(p->sh, sizeof(*p->sh));
 	*p = (pooled){ .wake = -1 };
+}
+
+/* Writes the byte that wakes a job of the pool. One that died since
+ * would raise SIGPIPE, which must not end phosfs: it is blocked on this
+ * thread meanwhile, and taken if it came. Errors: -EPIPE. */
+static int wake(int fd)
+{
+	sigset_t pipe_only, was;
+	sigemptyset(&pipe_only);
+	sigaddset(&pipe_only, SIGPIPE);
+	pthread_sigmask(SIG_BLOCK, &pipe_only, &was);
+	char go = 1;
+	ssize_t n = write(fd, &go, 1);
+	int e = n == 1 ? 0 : -EPIPE;
+	struct timespec none = { 0, 0 };
+	if (e && !sigismember(&was, SIGPIPE))
+		while (sigtimedwait(&pipe_only, NULL, &none) == SIGPIPE)
+			;
+	pthread_sigmask(SIG_SETMASK, &was, NULL);
+	return e;
 }
 
 int pool_start(int n)
@@ -116,9 +139,8 @@ int pool_take(const job_request *req, spawn *s)
 		if (!p->sh || !atomic_load(&p->sh->pool_ready))
 			continue;
 		p->sh->req = *req;
-		char go = 1;
 		/* its wake pipe is read by it alone; a full pipe cannot be */
-		if (write(p->wake, &go, 1) != 1) {
+		if (wake(p->wake)) {
 			let_go(p);
 			start_one(p);
 			continue;
@@ -133,16 +155,6 @@ int pool_take(const job_request *req, spawn *s)
 			start_one(&slots[i]);
 	pthread_mutex_unlock(&lock);
 	return e;
-}
-
-int pool_ready(void)
-{
-	int n = 0;
-	pthread_mutex_lock(&lock);
-	for (int i = 0; i < nslots; i++)
-		n += slots[i].sh && atomic_load(&slots[i].sh->pool_ready);
-	pthread_mutex_unlock(&lock);
-	return n;
 }
 
 void pool_stop(void)

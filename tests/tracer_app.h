@@ -16,6 +16,8 @@
  *   g  open an NCCL group holding one all-reduce on a communicator of
  *      one rank, made at the first (app_group)        -> 'y' or 'n'
  *   e  end that group                          -> 'y' or 'n'
+ *   a  one more all-reduce in that group, on a second communicator of
+ *      one rank                                -> 'y' or 'n'
  *   q  quit
  *
  * Besides its cuMemAlloc buffers, it maps a VMM allocation of its own
@@ -228,9 +230,11 @@ static inline int app_nccl(void)
 	return !e;
 }
 
-/* 'g' and 'e': a group left open, as a rank is between its collective
- * and ncclGroupEnd, where NCCL launches the group's kernels. */
+/* 'g', 'a' and 'e': a group left open, as a rank is between its
+ * collectives and ncclGroupEnd, where NCCL launches the group's kernels. */
 static int (*app_group_end)(void);
+static int (*app_allreduce)(const void *, void *, size_t, int, int, app_comm, void *);
+static app_comm app_g2;
 
 static inline int app_group(void)
 {
@@ -244,8 +248,10 @@ static inline int app_group(void)
 	int (*start)(void) = (int (*)(void))dlsym(h, "ncclGroupStart");
 	*(void **)&app_group_end = dlsym(h, "ncclGroupEnd");
 	static app_comm g;
-	app_nccl_id id;
-	if (!get_id || !init || !allreduce || !start || !app_group_end || (!g && (get_id(&id) || init(&g, 1, id, 0))))
+	app_nccl_id id, id2;
+	app_allreduce = allreduce;
+	if (!get_id || !init || !allreduce || !start || !app_group_end || (!g && (get_id(&id) || init(&g, 1, id, 0))) ||
+	    (!app_g2 && (get_id(&id2) || init(&app_g2, 1, id2, 0))))
 		return 0;
 	return !start() && !allreduce(NULL, NULL, 0, 0, 0, g, NULL);
 }
@@ -320,6 +326,8 @@ report:
 			r = app_nccl() ? 'y' : 'n';
 		} else if (c == 'g') {
 			r = app_group() ? 'y' : 'n';
+		} else if (c == 'a') {
+			r = app_allreduce && app_g2 && !app_allreduce(NULL, NULL, 0, 0, 0, app_g2, NULL) ? 'y' : 'n';
 		} else if (c == 'e') {
 			r = app_group_end && !app_group_end() ? 'y' : 'n';
 		} else if (c == 's') {

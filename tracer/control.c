@@ -577,6 +577,7 @@ static void forked_child(void)
 	/* The fds of the parent's device memory would keep it alive. */
 	alloc_forget_fds();
 	vmm_forget_fds();
+	nccl_forked();
 }
 
 static void start(void)

@@ -223,11 +223,22 @@ static bool count(ncclComm_t h)
 		c = find(h);
 	}
 	if (c && (!group_depth || c->mark != group_token)) {
-		/* comms may move while we wait: found again each time. */
+		/* comms may move while we wait: found again each time. A
+		 * group held here has launched nothing, and launches after
+		 * the checkpoint: it does not keep the cut from being reached
+		 * meanwhile. */
+		bool aside = false;
 		while (c && held_back(c)) {
+			if (group_flying && !aside) {
+				aside = true;
+				if (!--flying)
+					pthread_cond_broadcast(&cut.changed);
+			}
 			pthread_cond_wait(&cut.changed, &lock);
 			c = find(h);
 		}
+		if (aside)
+			flying++;
 		if (c) {
 			c->count++;
 			c->mark = group_depth ? group_token : 0;
@@ -250,6 +261,14 @@ static void land(void)
 	if (flying && !--flying)
 		pthread_cond_broadcast(&cut.changed);
 	pthread_mutex_unlock(&lock);
+}
+
+void nccl_forked(void)
+{
+	/* Only the thread that forked is here: its group alone can be open. */
+	pthread_mutex_init(&lock, NULL);
+	flying = group_flying ? 1 : 0;
+	cut.active = false;
 }
 
 int nccl_cut_begin(wire_nccl_comm **out, size_t *n)

@@ -389,5 +389,8 @@ int nccl_cut_begin(wire_nccl_comm **out, size_t *n);
 int nccl_cut_reach(const wire_nccl_target *t, size_t n, uint64_t deadline, char *why, size_t len);
 /* Ends the cut (if any): held operations go on. */
 void nccl_cut_end(void);
+/* In a forked child: the NCCL calls in flight were the parent's threads'
+ * (only the forking thread's group goes on here), and no cut holds. */
+void nccl_forked(void);
 
 #endif

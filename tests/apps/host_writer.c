@@ -18,6 +18,10 @@
  * checks that the pinned buffer holds one value, k or k+1 (the copy of
  * round k+1 may be done before it is noted), in every word.
  *
+ * With HOST_WRITER_ZOMBIE=1 in its environment, the sweeping thread
+ * first forks a child that exits at once and is never reaped: a zombie
+ * whose parent is a thread other than the main one.
+ *
  * A restored copy runs on from the registers and memory of t1, so a byte
  * of the image that is not t1's fails its next check. On SIGUSR1 it
  * prints "verify ok sweeps N rounds K" once a whole sweep and a round
@@ -81,6 +85,10 @@ static struct region regions[3];
 static void *sweeper(void *arg)
 {
 	(void)arg;
+	/* HOST_WRITER_ZOMBIE=1: a child of this thread, never reaped */
+	const char *z = getenv("HOST_WRITER_ZOMBIE");
+	if (z && !strcmp(z, "1") && fork() == 0)
+		_exit(0);
 	/* sweep 0 wrote word(0, …): the memory starts that way */
 	for (uint64_t g = 1;; g++) {
 		for (int r = 0; r < 3; r++) {
