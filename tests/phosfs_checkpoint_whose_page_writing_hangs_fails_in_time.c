@@ -14,8 +14,6 @@
  *     (a zombie, as nobody reaped it), and reaps it: host_writer has no
  *     children after it; a restore from it holds all the memory.
  */
-#include <dirent.h>
-
 #include "phosfs_test.h"
 
 #define DUMP_TIMEOUT 4
@@ -45,33 +43,17 @@ static void hanging_criu(const char *real, const char *dir, const char *path)
 	chmod(path, 0755);
 }
 
-/* pid's children, from /proc/PID/task/TID/children of every thread. */
+/* pid's children, each said in a diagnostic line; how many. */
 static int children(pid_t pid)
 {
-	char path[96];
-	snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
-	DIR *d = opendir(path);
-	int n = 0;
-	for (struct dirent *t; d && (t = readdir(d));) {
-		if (t->d_name[0] == '.')
-			continue;
-		char p[PATH_MAX], buf[4096] = "";
-		snprintf(p, sizeof(p), "%s/%s/children", path, t->d_name);
-		FILE *f = fopen(p, "r");
-		size_t got = f ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
-		if (f)
-			fclose(f);
-		buf[got] = 0;
-		for (char *s = strtok(buf, " \n"); s; s = strtok(NULL, " \n")) {
-			char sp[64], st[128] = "";
-			snprintf(sp, sizeof(sp), "/proc/%s/stat", s);
-			rig_read(sp, st, sizeof(st));
-			diag("child of %d: %.60s", (int)pid, st);
-			n++;
-		}
+	pid_t c[16];
+	int n = rig_children(pid, c, 16);
+	for (int i = 0; i < n && i < 16; i++) {
+		char sp[64], st[128] = "";
+		snprintf(sp, sizeof(sp), "/proc/%d/stat", (int)c[i]);
+		rig_read(sp, st, sizeof(st));
+		diag("child of %d: %.60s", (int)pid, st);
 	}
-	if (d)
-		closedir(d);
 	return n;
 }
 

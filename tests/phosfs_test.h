@@ -560,6 +560,36 @@ static inline char rig_proc_stat(pid_t pid, pid_t *parent)
 	return state;
 }
 
+/* pid's children, of every thread (each thread's
+ * /proc/PID/task/TID/children): up to max of them into out; how many
+ * there are. */
+static inline int rig_children(pid_t pid, pid_t *out, int max)
+{
+	char path[96];
+	snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+	DIR *d = opendir(path);
+	int n = 0;
+	for (struct dirent *t; d && (t = readdir(d));) {
+		if (t->d_name[0] == '.')
+			continue;
+		char p[PATH_MAX], buf[4096] = "";
+		snprintf(p, sizeof(p), "%s/%s/children", path, t->d_name);
+		FILE *f = fopen(p, "r");
+		size_t got = f ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
+		if (f)
+			fclose(f);
+		buf[got] = 0;
+		for (char *s = strtok(buf, " \n"); s; s = strtok(NULL, " \n")) {
+			if (n < max)
+				out[n] = (pid_t)atoi(s);
+			n++;
+		}
+	}
+	if (d)
+		closedir(d);
+	return n;
+}
+
 /* pid's parent; 0 if unknown. */
 static inline pid_t rig_parent(pid_t pid)
 {

@@ -14,47 +14,28 @@
  *     zombie child with that pid in its namespace, and no other child;
  *   - its memory checks.
  */
-#include <dirent.h>
-
 #include "phosfs_test.h"
 
 /* pid's children (of every thread): how many, and the pid in its own
  * namespace (the last of NSpid) of the first zombie among them. */
 static int children(pid_t pid, pid_t *zombie_ns)
 {
-	char path[96];
-	snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
-	DIR *d = opendir(path);
-	int n = 0;
+	pid_t c[16];
+	int n = rig_children(pid, c, 16);
 	*zombie_ns = 0;
-	for (struct dirent *t; d && (t = readdir(d));) {
-		if (t->d_name[0] == '.')
+	for (int i = 0; i < n && i < 16 && !*zombie_ns; i++) {
+		if (rig_proc_stat(c[i], NULL) != 'Z')
 			continue;
-		char p[PATH_MAX], buf[4096] = "";
-		snprintf(p, sizeof(p), "%s/%s/children", path, t->d_name);
-		FILE *f = fopen(p, "r");
-		size_t got = f ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
-		if (f)
-			fclose(f);
-		buf[got] = 0;
-		for (char *s = strtok(buf, " \n"); s; s = strtok(NULL, " \n")) {
-			pid_t c = (pid_t)atoi(s);
-			n++;
-			if (*zombie_ns || rig_proc_stat(c, NULL) != 'Z')
-				continue;
-			char sp[64], st[2048] = "";
-			snprintf(sp, sizeof(sp), "/proc/%d/status", (int)c);
-			rig_read(sp, st, sizeof(st));
-			char *l = strstr(st, "NSpid:");
-			char *end = l ? l + strcspn(l, "\n") : NULL;
-			if (end) {
-				*end = 0;
-				*zombie_ns = (pid_t)atoi(strrchr(l, '\t') + 1);
-			}
+		char sp[64], st[2048] = "";
+		snprintf(sp, sizeof(sp), "/proc/%d/status", (int)c[i]);
+		rig_read(sp, st, sizeof(st));
+		char *l = strstr(st, "NSpid:");
+		char *end = l ? l + strcspn(l, "\n") : NULL;
+		if (end) {
+			*end = 0;
+			*zombie_ns = (pid_t)atoi(strrchr(l, '\t') + 1);
 		}
 	}
-	if (d)
-		closedir(d);
 	return n;
 }
 
