@@ -73,18 +73,25 @@ static void start_one(pooled *p)
 	*p = (pooled){ .sh = sh, .child = c, .wake = w[1] };
 }
 
+/* Empties slot p, whose job has been reaped: what phosfs holds of it
+ * goes. */
+static void forget(pooled *p)
+{
+	close(p->wake);
+	munmap(p->sh, sizeof(*p->sh));
+	*p = (pooled){ .wake = -1 };
+}
+
 /* Empties slot p: its job ends (it holds nothing worth keeping; one
  * stuck in the driver's initialisation is not waited for). */
 static void let_go(pooled *p)
 {
 	if (!p->sh)
 		return;
-	close(p->wake);
 	kill(p->child, SIGKILL);
 	while (waitpid(p->child, NULL, 0) < 0 && errno == EINTR)
 		;
-	munmap(p->sh, sizeof(*p->sh));
-	*p = (pooled){ .wake = -1 };
+	forget(p);
 }
 
 /* Writes the byte that wakes a job of the pool. One that died since
@@ -131,8 +138,7 @@ int pool_take(const job_request *req, spawn *s)
 		pooled *p = &slots[i];
 		if (p->sh && waitpid(p->child, NULL, WNOHANG) != 0) {
 			/* it died (killed, or it could not start): start another */
-			close(p->wake);
-			munmap(p->sh, sizeof(*p->sh));
+			forget(p);
 			start_one(p);
 			continue;
 		}

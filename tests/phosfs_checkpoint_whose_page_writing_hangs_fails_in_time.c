@@ -22,25 +22,20 @@
  * real one once the tree runs on, its pid in dir/stopped-criu. */
 static void hanging_criu(const char *real, const char *dir, const char *path)
 {
-	FILE *f = fopen(path, "w");
-	if (!f)
-		bail("cannot write %s", path);
-	fprintf(f,
-		"#!/bin/bash\n"
-		"if [[ ! -e '%s/hang' || \" $* \" != *' --snapshot-pages '* ]]; then exec '%s' \"$@\"; fi\n"
-		"fifo='%s/status-fifo'\n"
-		"rm -f \"$fifo\" && mkfifo \"$fifo\" || exit 1\n"
-		"'%s' \"$@\" 3>\"$fifo\" &\n"
-		"c=$!\n"
-		"exec 4<\"$fifo\"\n"
-		"n=$(head -c1 <&4 | tee /dev/fd/3 | wc -c)\n"
-		"[ \"$n\" = 1 ] || { wait $c; exit $?; }\n"
-		"kill -STOP $c\n"
-		"echo $c > '%s/stopped-criu'\n"
-		"sleep 600\n",
-		dir, real, dir, real, dir);
-	fclose(f);
-	chmod(path, 0755);
+	rig_script(path,
+		   "#!/bin/bash\n"
+		   "if [[ ! -e '%s/hang' || \" $* \" != *' --snapshot-pages '* ]]; then exec '%s' \"$@\"; fi\n"
+		   "fifo='%s/status-fifo'\n"
+		   "rm -f \"$fifo\" && mkfifo \"$fifo\" || exit 1\n"
+		   "'%s' \"$@\" 3>\"$fifo\" &\n"
+		   "c=$!\n"
+		   "exec 4<\"$fifo\"\n"
+		   "n=$(head -c1 <&4 | tee /dev/fd/3 | wc -c)\n"
+		   "[ \"$n\" = 1 ] || { wait $c; exit $?; }\n"
+		   "kill -STOP $c\n"
+		   "echo $c > '%s/stopped-criu'\n"
+		   "sleep 600\n",
+		   dir, real, dir, real, dir);
 }
 
 /* pid's children, each said in a diagnostic line; how many. */

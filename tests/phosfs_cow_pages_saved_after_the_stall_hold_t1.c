@@ -50,14 +50,10 @@ static int round_trip(rig *r, pid_t *pid, const char *out, int it, int *nverify,
 /* A criu (at path) that runs real but does not list --snapshot-pages. */
 static void old_criu(const char *real, const char *path)
 {
-	FILE *f = fopen(path, "w");
-	if (!f)
-		bail("cannot write %s", path);
-	fprintf(f, "#!/bin/sh\nif [ \"$1\" = --help ]; then\n\t'%s' --help | sed '/--snapshot-pages/,+1d'\n\texit 0\nfi\n"
+	rig_script(path,
+		   "#!/bin/sh\nif [ \"$1\" = --help ]; then\n\t'%s' --help | sed '/--snapshot-pages/,+1d'\n\texit 0\nfi\n"
 		   "exec '%s' \"$@\"\n",
-		real, real);
-	fclose(f);
-	chmod(path, 0755);
+		   real, real);
 }
 
 int main(void)

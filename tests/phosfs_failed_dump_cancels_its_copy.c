@@ -19,19 +19,14 @@ int main(void)
 	char real[PATH_MAX], wrap[200];
 	snprintf(real, sizeof(real), "%s", r.criu);
 	snprintf(wrap, sizeof(wrap), "%s/criu-fails-dump", r.dir);
-	FILE *f = fopen(wrap, "w");
-	if (!f)
-		bail("cannot write %s", wrap);
-	fprintf(f,
-		"#!/bin/sh\n"
-		"if [ \"$1\" = dump ]; then\n"
-		"\techo '(00.010) Error (criu/cr-dump.c:2100): a dump that fails on purpose'\n"
-		"\texit 1\n"
-		"fi\n"
-		"exec '%s' \"$@\"\n",
-		real);
-	fclose(f);
-	chmod(wrap, 0755);
+	rig_script(wrap,
+		   "#!/bin/sh\n"
+		   "if [ \"$1\" = dump ]; then\n"
+		   "\techo '(00.010) Error (criu/cr-dump.c:2100): a dump that fails on purpose'\n"
+		   "\texit 1\n"
+		   "fi\n"
+		   "exec '%s' \"$@\"\n",
+		   real);
 	snprintf(r.criu, sizeof(r.criu), "%s", wrap);
 	r.fs_env = "SIMCUDA_D2H_MBPS=128";
 	if (rig_mount(&r, NULL))

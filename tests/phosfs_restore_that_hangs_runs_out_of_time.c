@@ -40,13 +40,8 @@ int main(void)
 	snprintf(real, sizeof(real), "%s", r.criu);
 	snprintf(script, sizeof(script), "%s/criu", r.dir);
 	snprintf(hung, sizeof(hung), "%s/hung", r.dir);
-	FILE *f = fopen(script, "w");
-	if (!f)
-		bail("cannot write %s", script);
-	fprintf(f, "#!/bin/sh\nif [ \"$1\" = restore ]; then echo $$ >> %s; exec sleep 600; fi\nexec %s \"$@\"\n", hung,
-		real);
-	fclose(f);
-	chmod(script, 0755);
+	rig_script(script, "#!/bin/sh\nif [ \"$1\" = restore ]; then echo $$ >> %s; exec sleep 600; fi\nexec %s \"$@\"\n",
+		   hung, real);
 	snprintf(r.criu, sizeof(r.criu), "%s", script);
 	r.opts[0] = "--restore-timeout";
 	r.opts[1] = "2";
@@ -88,7 +83,7 @@ int main(void)
 		diag("%s: %s", how, st);
 	how = id2 ? rig_restore_follow(&r, id2, 1, 15000, st, sizeof(st)) : "";
 	/* Every CRIU that hung was killed with what it had started. */
-	f = fopen(hung, "r");
+	FILE *f = fopen(hung, "r");
 	int n = 0, gone = 0;
 	for (int p; f && fscanf(f, "%d", &p) == 1; n++)
 		for (int k = 0; k < 50; k++, usleep(20000))

@@ -503,6 +503,20 @@ static inline void rig_cow_app_paths(char *app, char *cubin)
 		skip_all("tests/apps/cow_app or its cubin is not built (the cubin needs nvcc)");
 }
 
+/* Writes an executable script at path, its text fmt; bails if it cannot. */
+__attribute__((format(printf, 2, 3))) static inline void rig_script(const char *path, const char *fmt, ...)
+{
+	FILE *f = fopen(path, "w");
+	if (!f)
+		bail("cannot write %s", path);
+	va_list ap;
+	va_start(ap, fmt);
+	vfprintf(f, fmt, ap);
+	va_end(ap);
+	if (fclose(f) || chmod(path, 0755))
+		bail("cannot write %s", path);
+}
+
 /* The test program tests/<rel> (env names it elsewhere) into app
  * (PATH_MAX), or skips the whole test when it is not built. */
 static inline void rig_app_path(const char *env, const char *rel, char *app)

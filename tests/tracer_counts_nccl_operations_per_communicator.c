@@ -45,11 +45,7 @@ static int run(const char *argv0, wire_nccl_comm *v, int max, int *said)
 int main(int argc, char **argv)
 {
 	TRACER_TEST_MAIN(argc, argv);
-	char stub[PATH_MAX];
-	snprintf(stub, sizeof(stub), "%s", test_path("PHOS_NCCL_STUB", "apps/libnccl.so.2"));
-	if (access(stub, R_OK))
-		skip_all("tests/apps/libnccl.so.2 is not built");
-	setenv("PHOS_NCCL_STUB", stub, 1);
+	tracer_nccl_stub();
 	plan(5);
 	wire_nccl_comm v[8], w[8];
 	int said = 0, said2 = 0;

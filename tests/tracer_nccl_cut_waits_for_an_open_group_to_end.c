@@ -57,11 +57,7 @@ static int cut_done(traced *tr, int ms, perr *er)
 int main(int argc, char **argv)
 {
 	TRACER_TEST_MAIN(argc, argv);
-	char stub[PATH_MAX];
-	snprintf(stub, sizeof(stub), "%s", test_path("PHOS_NCCL_STUB", "apps/libnccl.so.2"));
-	if (access(stub, R_OK))
-		skip_all("tests/apps/libnccl.so.2 is not built");
-	setenv("PHOS_NCCL_STUB", stub, 1);
+	tracer_nccl_stub();
 	plan(7);
 	traced t;
 	if (traced_start(&t, argv[0], 1) || traced_hello(&t, 5000))

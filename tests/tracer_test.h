@@ -36,6 +36,18 @@ typedef struct traced {
 			skip_all("no libphos.so");                                           \
 	} while (0)
 
+/* Points PHOS_NCCL_STUB (which the app's NCCL commands dlopen) at the
+ * stub NCCL, tests/apps/libnccl.so.2, or skips the whole test when it is
+ * not built. */
+static inline void tracer_nccl_stub(void)
+{
+	char stub[PATH_MAX];
+	snprintf(stub, sizeof(stub), "%s", test_path("PHOS_NCCL_STUB", "apps/libnccl.so.2"));
+	if (access(stub, R_OK))
+		skip_all("tests/apps/libnccl.so.2 is not built");
+	setenv("PHOS_NCCL_STUB", stub, 1);
+}
+
 /* Starts the app under the tracer (or, with trace 0, with PHOS_TRACE=0),
  * registering with the test's peer, or with whatever listens on sock. */
 static inline int traced_start_at(traced *t, const char *argv0, int trace, const char *sock)
