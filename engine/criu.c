@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/syscall.h>
@@ -244,10 +245,11 @@ static int wait_child(pid_t c, int timeout_s, int *st)
 }
 
 /* Starts argv[0] with argv: stdin from /dev/null, stdout and stderr to
- * out (-1: /dev/null), fd 3 to status (-1: none), nothing else open; in
- * a process group of its own if group. One that cannot be run says so on
- * out and exits 127. Returns its pid, or fork's negative errno. */
-static pid_t spawn(char *const argv[], int out, int status, bool group)
+ * out (-1: /dev/null), the nkeep fds of keep as 3, 4, ... (a -1 there:
+ * /dev/null), nothing else open; in a process group of its own if group.
+ * One that cannot be run says so on out and exits 127. Returns its pid,
+ * or fork's negative errno. */
+static pid_t spawn(char *const argv[], int out, const int *keep, int nkeep, bool group)
 {
 	pid_t c = fork();
 	if (c < 0)
@@ -258,14 +260,16 @@ static pid_t spawn(char *const argv[], int out, int status, bool group)
 		if (group)
 			setpgid(0, 0);
 		int nul = open("/dev/null", O_RDWR);
+		/* Out of the way first: a kept fd may be another's target. */
+		int high[4];
+		for (int i = 0; i < nkeep && i < 4; i++)
+			high[i] = fcntl(keep[i] >= 0 ? keep[i] : nul, F_DUPFD, 64);
 		dup2(nul, 0);
 		dup2(out >= 0 ? out : nul, 1);
 		dup2(out >= 0 ? out : nul, 2);
-		if (status == 3)
-			fcntl(3, F_SETFD, 0); /* dup2 onto itself would leave it close-on-exec */
-		else if (status >= 0)
-			dup2(status, 3);
-		close_range(status >= 0 ? 4 : 3, ~0u, 0);
+		for (int i = 0; i < nkeep && i < 4; i++)
+			dup2(high[i], 3 + i);
+		close_range(3 + (unsigned)nkeep, ~0u, 0);
 		execvp(argv[0], argv);
 		dprintf(2, "Error (phos): cannot run %s: %s\n", argv[0], strerror(errno));
 		_exit(127);
@@ -296,14 +300,14 @@ static int ended(pid_t c, const char *log, const char *what, pid_t pid, uint64_t
 	return pr_err(er, -EIO, "criu %s failed: %s (log: %s)", what, why, log);
 }
 
-/* Starts criu (argv) with its log at log and fd 3 to status (-1: none),
- * in a process group of its own if group; *c is its pid. */
-static int start(char *const argv[], const char *log, int status, bool group, pid_t *c, perr *er)
+/* Starts criu (argv) with its log at log and the nkeep fds of keep as 3,
+ * 4, ..., in a process group of its own if group; *c is its pid. */
+static int start(char *const argv[], const char *log, const int *keep, int nkeep, bool group, pid_t *c, perr *er)
 {
 	int lfd = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
 	if (lfd < 0)
 		return pr_err(er, -errno, "cannot open CRIU's log %s: %s", log, strerror(errno));
-	*c = spawn(argv, lfd, status, group);
+	*c = spawn(argv, lfd, keep, nkeep, group);
 	close(lfd);
 	if (*c < 0)
 		return pr_perror(er, *c, "cannot start criu");
@@ -313,7 +317,7 @@ static int start(char *const argv[], const char *log, int status, bool group, pi
 static int run(char *const argv[], const char *log, const char *what, pid_t pid, int timeout_s, perr *er)
 {
 	pid_t c;
-	int e = start(argv, log, -1, false, &c, er);
+	int e = start(argv, log, NULL, 0, false, &c, er);
 	if (e)
 		return e;
 	return ended(c, log, what, pid, deadline_ns(timeout_s), timeout_s, er);
@@ -329,7 +333,7 @@ static const char *criu_help(const char *criu)
 		return help;
 	int out = memfd_create("criu-help", MFD_CLOEXEC);
 	char *argv[] = { (char *)criu, "--help", NULL };
-	pid_t c = out < 0 ? -1 : spawn(argv, out, -1, false);
+	pid_t c = out < 0 ? -1 : spawn(argv, out, NULL, 0, false);
 	int st = 0;
 	bool ok = c > 0 && wait_child(c, 5, &st) == 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0;
 	ssize_t n = ok ? pread(out, help, sizeof(help) - 1, 0) : -1;
@@ -348,6 +352,11 @@ bool criu_parallel_pages(const char *criu)
 bool criu_snapshot_pages(const char *criu)
 {
 	return strstr(criu_help(criu), "--snapshot-pages") != NULL;
+}
+
+bool criu_start_fd(const char *criu)
+{
+	return strstr(criu_help(criu), "--start-fd") != NULL;
 }
 
 /* Whether pid leads its own session: CRIU needs --shell-job otherwise. */
@@ -432,32 +441,32 @@ static int resumed(int status, pid_t c, uint64_t end_ns)
 	return 0;
 }
 
-int criu_dump(const char *criu, pid_t pid, const char *dir, bool kill, int timeout_s, const char *log,
-	      criu_tail *tail, perr *er)
+/* The argv of d's dump (into argv, 32 room), with --start-fd 4 if ahead. */
+static void dump_argv(criu_dumper *d, char **argv, bool ahead)
 {
-	char spid[16];
-	snprintf(spid, sizeof(spid), "%d", (int)pid);
-	char *argv[32]; /* room for every option below */
 	int n = 0;
-	argv[n++] = (char *)criu;
+	argv[n++] = d->criu;
 	argv[n++] = "dump";
 	argv[n++] = "-t";
-	argv[n++] = spid;
+	argv[n++] = d->spid;
 	argv[n++] = "-D";
-	argv[n++] = (char *)dir;
+	argv[n++] = d->dir;
 	argv[n++] = "-o";
-	argv[n++] = (char *)log;
+	argv[n++] = d->log;
 	argv[n++] = "-v2";
-	if (!kill)
+	if (!d->kill)
 		argv[n++] = "--leave-running";
-	bool snapshot = tail && !kill && criu_snapshot_pages(criu);
-	if (snapshot) {
+	if (d->snapshot) {
 		/* implies --parallel-pages; fd 3 says when the tree runs on */
 		argv[n++] = "--snapshot-pages";
 		argv[n++] = "--status-fd";
 		argv[n++] = "3";
-	} else if (criu_parallel_pages(criu)) {
+	} else if (criu_parallel_pages(d->criu)) {
 		argv[n++] = "--parallel-pages";
+	}
+	if (ahead) {
+		argv[n++] = "--start-fd";
+		argv[n++] = "4";
 	}
 	/* TCP connections are saved, their sockets in repair mode while CRIU
 	 * reads them, with no firewall rule around them: the checkpoint
@@ -468,9 +477,9 @@ int criu_dump(const char *criu, pid_t pid, const char *dir, bool kill, int timeo
 	argv[n++] = "--tcp-established";
 	argv[n++] = "--network-lock";
 	argv[n++] = "skip";
-	if (!session_leader(pid))
+	if (!session_leader(d->root))
 		argv[n++] = "--shell-job";
-	if (own_mounts(pid)) {
+	if (own_mounts(d->root)) {
 		argv[n++] = "--external";
 		argv[n++] = EXTERNAL_MOUNTS;
 	}
@@ -479,30 +488,118 @@ int criu_dump(const char *criu, pid_t pid, const char *dir, bool kill, int timeo
 		argv[n++] = (char *)engine_criu_plugins;
 	}
 	argv[n] = NULL;
+}
 
-	if (tail)
-		*tail = (criu_tail){ .pid = 0 };
+/* Starts d's CRIU (with go as its --start-fd when ahead), with a status
+ * pipe when it saves pages after the stall. */
+static int dump_spawn(criu_dumper *d, int go, perr *er)
+{
 	int status[2] = { -1, -1 };
-	if (snapshot && pipe2(status, O_CLOEXEC))
+	if (d->snapshot && pipe2(status, O_CLOEXEC))
 		return pr_perror(er, -errno, "cannot make a pipe for criu");
-	uint64_t end = deadline_ns(timeout_s);
-	pid_t c;
-	int e = start(argv, log, status[1], true, &c, er);
+	char *argv[32]; /* room for every option of dump_argv */
+	dump_argv(d, argv, go >= 0);
+	int keep[2] = { status[1], go };
+	int e = start(argv, d->log, keep, go >= 0 ? 2 : 1, true, &d->pid, er);
 	if (status[1] >= 0)
 		close(status[1]);
-	if (!e && snapshot && resumed(status[0], c, end ? end : UINT64_MAX)) {
+	if (e) {
+		if (status[0] >= 0)
+			close(status[0]);
+		d->pid = 0;
+		return e;
+	}
+	d->status = status[0];
+	return 0;
+}
+
+int criu_dump_ready(const char *criu, pid_t pid, const char *dir, bool kill, int timeout_s, const char *log,
+		    bool tail, criu_dumper *d, perr *er)
+{
+	*d = (criu_dumper){ .root = pid, .kill = kill, .timeout_s = timeout_s, .go = -1, .status = -1 };
+	if (snprintf(d->criu, sizeof(d->criu), "%s", criu) >= (int)sizeof(d->criu) ||
+	    snprintf(d->dir, sizeof(d->dir), "%s", dir) >= (int)sizeof(d->dir) ||
+	    snprintf(d->log, sizeof(d->log), "%s", log) >= (int)sizeof(d->log))
+		return pr_err(er, -ENAMETOOLONG, "a path for CRIU's dump of %d is too long (%s)", (int)pid, dir);
+	snprintf(d->spid, sizeof(d->spid), "%d", (int)pid);
+	d->snapshot = tail && !kill && criu_snapshot_pages(criu);
+	if (!criu_start_fd(criu))
+		return 0; /* it starts at criu_dump_go */
+	/* A socket, not a pipe: a byte for a CRIU that died is EPIPE, never
+	 * SIGPIPE. */
+	int go[2];
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, go))
+		return pr_perror(er, -errno, "cannot make a socket pair for criu");
+	int e = dump_spawn(d, go[0], er);
+	close(go[0]);
+	if (e) {
+		close(go[1]);
+		return e;
+	}
+	d->go = go[1];
+	return 0;
+}
+
+int criu_dump_go(criu_dumper *d, criu_tail *tail, perr *er)
+{
+	uint64_t end = deadline_ns(d->timeout_s);
+	int e = 0;
+	if (d->go >= 0) {
+		/* A CRIU that died while it waited reads nothing: EPIPE here,
+		 * and its log says why below. */
+		char b = 1;
+		while (send(d->go, &b, 1, MSG_NOSIGNAL) < 0 && errno == EINTR)
+			;
+		close(d->go);
+		d->go = -1;
+	} else {
+		e = dump_spawn(d, -1, er);
+	}
+	if (tail)
+		*tail = (criu_tail){ .pid = 0 };
+	pid_t c = d->pid;
+	d->pid = 0;
+	if (!e && d->snapshot && resumed(d->status, c, end ? end : UINT64_MAX)) {
 		/* The tree runs on; CRIU writes its pages (criu_dump_wait). */
-		close(status[0]);
-		*tail = (criu_tail){ .pid = c, .root = pid, .end_ns = end, .timeout_s = timeout_s };
-		snprintf(tail->log, sizeof(tail->log), "%s", log);
-		snprintf(tail->dir, sizeof(tail->dir), "%s", dir);
+		close(d->status);
+		d->status = -1;
+		*tail = (criu_tail){ .pid = c, .root = d->root, .end_ns = end, .timeout_s = d->timeout_s };
+		snprintf(tail->log, sizeof(tail->log), "%s", d->log);
+		snprintf(tail->dir, sizeof(tail->dir), "%s", d->dir);
 		return 0;
 	}
-	if (status[0] >= 0)
-		close(status[0]);
+	if (d->status >= 0)
+		close(d->status);
+	d->status = -1;
 	if (!e)
-		e = ended(c, log, "dump", pid, end, timeout_s, er);
-	return dump_failed(e, dir, er);
+		e = ended(c, d->log, "dump", d->root, end, d->timeout_s, er);
+	return dump_failed(e, d->dir, er);
+}
+
+void criu_dump_drop(criu_dumper *d)
+{
+	if (d->go >= 0)
+		close(d->go); /* EOF: CRIU ends without touching the tree */
+	d->go = -1;
+	if (d->status >= 0)
+		close(d->status);
+	d->status = -1;
+	if (d->pid > 0) {
+		int st;
+		wait_child(d->pid, 10, &st);
+	}
+	d->pid = 0;
+}
+
+int criu_dump(const char *criu, pid_t pid, const char *dir, bool kill, int timeout_s, const char *log,
+	      criu_tail *tail, perr *er)
+{
+	criu_dumper d;
+	int e = criu_dump_ready(criu, pid, dir, kill, timeout_s, log, tail != NULL, &d, er);
+	if (!e)
+		e = criu_dump_go(&d, tail, er);
+	criu_dump_drop(&d);
+	return e;
 }
 
 int criu_dump_wait(criu_tail *tail, perr *er)
@@ -578,7 +675,7 @@ int criu_pages_start(const char *criu, const char *dir, const char *work, const 
 	/* --status-fd: CRIU writes a byte there once it listens. */
 	char *argv[] = { (char *)criu, "lazy-pages", "-D", (char *)dir, "-W", (char *)work, "-o", (char *)log,
 			 "-v2", "--status-fd", "3", NULL };
-	pid_t c = spawn(argv, -1, ready[1], false);
+	pid_t c = spawn(argv, -1, &ready[1], 1, false);
 	close(ready[1]);
 	if (c < 0) {
 		close(ready[0]);

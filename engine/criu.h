@@ -28,6 +28,11 @@ bool criu_parallel_pages(const char *criu);
  * after the tree runs on. Asked as criu_parallel_pages. */
 bool criu_snapshot_pages(const char *criu);
 
+/* Whether criu takes --start-fd (mk/criu-patches/): its dump then readies
+ * itself and waits for a byte before it seizes the tree. Asked as
+ * criu_parallel_pages. */
+bool criu_start_fd(const char *criu);
+
 /* A dump whose tree runs on while CRIU still writes its pages. */
 typedef struct criu_tail {
 	pid_t pid;          /* CRIU; 0 when nothing is left to wait for */
@@ -37,6 +42,35 @@ typedef struct criu_tail {
 	char log[PATH_MAX];
 	char dir[PATH_MAX];
 } criu_tail;
+
+/* A dump made ready ahead of its tree's stall (criu_dump_ready). */
+typedef struct criu_dumper {
+	pid_t pid;  /* CRIU, when started; 0 otherwise */
+	int go;     /* its --start-fd's write end, or -1 */
+	int status; /* its --status-fd's read end, or -1 */
+	pid_t root;
+	bool kill, snapshot;
+	int timeout_s;
+	char spid[16];
+	char criu[PATH_MAX], dir[PATH_MAX], log[PATH_MAX];
+} criu_dumper;
+
+/* Readies criu_dump's dump of pid's tree (same arguments; tail: whether
+ * criu_dump_go will be given one): where criu takes --start-fd, CRIU
+ * starts now and readies all it can without the tree; it seizes nothing
+ * before criu_dump_go. The dump's timeout counts from criu_dump_go.
+ * criu_dump_drop ends d either way. Errors: -ENAMETOOLONG, pipe's and
+ * fork's (er says which). */
+int criu_dump_ready(const char *criu, pid_t pid, const char *dir, bool kill, int timeout_s, const char *log,
+		    bool tail, criu_dumper *d, perr *er);
+
+/* Lets d's dump seize its tree (starting CRIU now where it did not start
+ * ahead), and returns as criu_dump. Errors: as criu_dump's. */
+int criu_dump_go(criu_dumper *d, criu_tail *tail, perr *er);
+
+/* Ends what is left of d: a CRIU still waiting to start is told not to
+ * (it ends without touching the tree) and reaped, killed after 10 s. */
+void criu_dump_drop(criu_dumper *d);
 
 /* Runs `criu dump` of pid's tree into dir (with --parallel-pages where
  * criu has it), leaving it running unless kill; CRIU is stopped after

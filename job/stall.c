@@ -488,20 +488,26 @@ static void dump_stats(ckpt *k)
 int stall_freeze(ckpt *k, perr *er)
 {
 	engine_step(k->prog, STEP_LOCK);
+	/* CRIU readies itself (--start-fd) while the driver works: it seizes
+	 * the tree at criu_dump_go. */
+	criu_dumper d;
+	int e = criu_dump_ready(k->a->criu, k->a->pid, phosimg_writer_criu_dir(k->w), k->a->kill, k->dump_timeout_s,
+				k->a->log, true, &d, er);
 	/* Every CUDA member is locked at once, each within the checkpoint's
 	 * timeout (one that waits for a locked peer would wait for ever);
 	 * then the driver checkpoints them at once. */
-	int e = on_members(k, is_cuda, -1, NULL, true, lock_one, er);
+	if (!e)
+		e = on_members(k, is_cuda, -1, NULL, true, lock_one, er);
 	if (!e)
 		e = on_members(k, is_locked, -1, NULL, true, checkpoint_one, er);
 	if (!e) {
 		engine_step(k->prog, STEP_DUMP);
-		e = criu_dump(k->a->criu, k->a->pid, phosimg_writer_criu_dir(k->w), k->a->kill, k->dump_timeout_s,
-			      k->a->log, &k->tail, er);
+		e = criu_dump_go(&d, &k->tail, er);
 		k->dumped = !e;
 		if (!e && !k->tail.pid)
 			dump_stats(k);
 	}
+	criu_dump_drop(&d);
 	return e;
 }
 

@@ -18,6 +18,8 @@
  *   e  end that group                          -> 'y' or 'n'
  *   a  one more all-reduce in that group, on a second communicator of
  *      one rank                                -> 'y' or 'n'
+ *   k  set its context's stack limit to APP_STACK bytes -> 'y' or 'n'
+ *   K  check that the limit is APP_STACK       -> 'y' or 'n'
  *   q  quit
  *
  * Besides its cuMemAlloc buffers, it maps a VMM allocation of its own
@@ -44,6 +46,7 @@
 #define APP_N (1u << 20) /* floats in a, b, c */
 #define APP_NBUF 7
 #define APP_THREADS 8
+#define APP_STACK 4096 /* 'k': bytes per GPU thread */
 
 enum { BUF_A, BUF_B, BUF_C, BUF_S1, BUF_S2, BUF_S3, BUF_BIG };
 static const size_t app_sizes[APP_NBUF] = { APP_N * 4, APP_N * 4, APP_N * 4, 1000, 300, 4000, 6u << 20 };
@@ -322,6 +325,11 @@ report:
 			for (int i = 0; i < made; i++)
 				cuMemFree(v[i]);
 			free(v);
+		} else if (c == 'k') {
+			r = cuCtxSetLimit(CU_LIMIT_STACK_SIZE, APP_STACK) == CUDA_SUCCESS ? 'y' : 'n';
+		} else if (c == 'K') {
+			size_t v = 0;
+			r = cuCtxGetLimit(&v, CU_LIMIT_STACK_SIZE) == CUDA_SUCCESS && v == APP_STACK ? 'y' : 'n';
 		} else if (c == 'n') {
 			r = app_nccl() ? 'y' : 'n';
 		} else if (c == 'g') {

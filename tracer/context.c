@@ -5,6 +5,7 @@
  */
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -218,10 +219,12 @@ TR_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx)
 	return real_cuCtxDestroy_v2(ctx);
 }
 
+/* The primary contexts the tracer retained, by device; guarded by lock. */
+static CUcontext primary[MAX_CTX];
+
 CUcontext ctx_primary(CUdevice dev)
 {
 	REAL(CUresult, cuDevicePrimaryCtxRetain, (CUcontext *, CUdevice));
-	static CUcontext primary[MAX_CTX]; /* guarded by lock */
 	if (dev < 0 || dev >= MAX_CTX)
 		return NULL;
 	pthread_mutex_lock(&lock);
@@ -277,4 +280,90 @@ TR_EXPORT CUresult cuCtxDisablePeerAccess(CUcontext peer)
 	if (r || !known)
 		return r;
 	return alloc_peer_access(me, other, false);
+}
+
+/* The stack limit of each context that a park shrank, to set again at
+ * unpark; the control thread's alone. */
+static struct {
+	CUcontext ctx;
+	size_t limit;
+} shrunk[2 * MAX_CTX];
+static int nshrunk;
+
+/* Whether parks shrink the stack limit: PHOS_STACK_SHRINK unset or not 0. */
+static bool shrink_wanted(void)
+{
+	static int wanted = -1;
+	if (wanted < 0) {
+		const char *e = getenv("PHOS_STACK_SHRINK");
+		wanted = !e || strcmp(e, "0") != 0;
+	}
+	return wanted;
+}
+
+/* Sets limit `limit` of ctx to value, or reads it (value NULL, into *old). */
+static CUresult stack_limit(CUcontext ctx, const size_t *value, size_t *old)
+{
+	REAL(CUresult, cuCtxPushCurrent_v2, (CUcontext));
+	REAL(CUresult, cuCtxPopCurrent_v2, (CUcontext *));
+	REAL(CUresult, cuCtxGetLimit, (size_t *, CUlimit));
+	REAL(CUresult, cuCtxSetLimit, (CUlimit, size_t));
+	if (!real_cuCtxGetLimit || !real_cuCtxSetLimit)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	CUresult r = real_cuCtxPushCurrent_v2(ctx);
+	if (r)
+		return r;
+	r = value ? real_cuCtxSetLimit(CU_LIMIT_STACK_SIZE, *value) : real_cuCtxGetLimit(old, CU_LIMIT_STACK_SIZE);
+	CUcontext popped;
+	real_cuCtxPopCurrent_v2(&popped);
+	return r;
+}
+
+int ctx_stack_shrink(void)
+{
+	if (!shrink_wanted())
+		return 0;
+	CUcontext list[2 * MAX_CTX];
+	pthread_mutex_lock(&lock);
+	int n = nctx;
+	memcpy(list, ctxs, (size_t)n * sizeof(*list));
+	for (int d = 0; d < MAX_CTX; d++) {
+		int i = 0;
+		while (primary[d] && i < n && list[i] != primary[d])
+			i++;
+		if (primary[d] && i == n)
+			list[n++] = primary[d];
+	}
+	pthread_mutex_unlock(&lock);
+	const size_t zero = 0;
+	nshrunk = 0;
+	for (int i = 0; i < n; i++) {
+		size_t old = 0;
+		/* A context the application let go of (a released primary
+		 * context) refuses to be made current: it has no local memory. */
+		if (stack_limit(list[i], NULL, &old) != CUDA_SUCCESS || old == 0)
+			continue;
+		CUresult r = stack_limit(list[i], &zero, NULL);
+		if (r) {
+			tr_log("cannot lower a context's stack limit for the checkpoint (CUDA error %d): the driver "
+			       "saves its local memory too",
+			       (int)r);
+			continue;
+		}
+		shrunk[nshrunk].ctx = list[i];
+		shrunk[nshrunk++].limit = old;
+	}
+	return nshrunk;
+}
+
+void ctx_stack_restore(void)
+{
+	for (int i = 0; i < nshrunk; i++) {
+		CUresult r = stack_limit(shrunk[i].ctx, &shrunk[i].limit, NULL);
+		if (r)
+			tr_log("cannot set a context's stack limit back to %zu bytes (CUDA error %d): the driver "
+			       "grows it again for a kernel that needs it",
+			       shrunk[i].limit, (int)r);
+	}
+	nshrunk = 0;
 }

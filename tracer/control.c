@@ -7,8 +7,10 @@
  *   LIST   the buffer table;
  *   KERNELS the speculation counters of each kernel;
  *   PARK   quiesce, hand every device memory object over as an fd, release
- *          it, close the socket, and wait for WIRE_WAKE_SIGNAL; then
- *          connect again, take the fds back, map them, resume.
+ *          it, lower the contexts' stack limits (their local memory is
+ *          device memory the driver would save), close the socket, and
+ *          wait for WIRE_WAKE_SIGNAL; then connect again, take the fds
+ *          back, map them, set the limits back, resume.
  *
  * After a lazy restore the connection is the restore job's until it says
  * END: it sends each object as it fills it (OBJECTS), and this thread
@@ -217,6 +219,9 @@ static int unpark(void)
 				send_error(sock, msg);
 				e = -ENOENT;
 			} else {
+				uint64_t t0 = table_now_ns();
+				ctx_stack_restore();
+				tr_debug("unpark: the stack limits set back in %.1f ms", ms_since(t0));
 				e = wire_send(sock, WIRE_UNPARKED, NULL, 0, 0, NULL, 0);
 				gate_resume();
 				nccl_cut_end();
@@ -365,9 +370,12 @@ static int park(int sock, const wire_header *h, const void *payload)
 		double got = ms_since(t0);
 		alloc_release();
 		vmm_let_go();
+		double released = ms_since(t0);
+		int lowered = ctx_stack_shrink();
 		tr_debug("park: arrived at %.3f s (CLOCK_MONOTONIC), settled at %.1f ms, quiesced at %.1f ms, %d objects "
-			 "handed over at %.1f ms, held at %.1f ms, released at %.1f ms",
-			 (double)t0 / 1e9, settled, quiesced, emitted, sent, got, ms_since(t0));
+			 "handed over at %.1f ms, held at %.1f ms, released at %.1f ms, the stack limit of %d "
+			 "contexts lowered at %.1f ms",
+			 (double)t0 / 1e9, settled, quiesced, emitted, sent, got, released, lowered, ms_since(t0));
 		return 1;
 	}
 	/* phosfs does not hold them, or is gone: the memory is still ours. */

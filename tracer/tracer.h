@@ -90,6 +90,15 @@ int ctx_synchronize_until(uint64_t deadline, char *why, size_t len);
 /* Device dev's primary context, retained once for the life of the process
  * (for peer copies the tracer makes); NULL if the driver refuses it. */
 CUcontext ctx_primary(CUdevice dev);
+/* Lowers the stack limit (CU_LIMIT_STACK_SIZE) of every context to 0,
+ * keeping the old values: the local memory it sizes is device memory the
+ * driver's checkpoint would save and restore (half of a bare context's).
+ * Only while quiesced, by the control thread; PHOS_STACK_SHRINK=0 turns it
+ * off. Returns how many contexts it lowered; a refusal is logged. */
+int ctx_stack_shrink(void);
+/* Sets back the limits ctx_stack_shrink lowered (a failure is logged: the
+ * driver grows the stack again for a kernel that needs it). */
+void ctx_stack_restore(void);
 
 /* alloc.c: device memory. Every allocation the application asks for is a
  * VMM allocation the tracer made with a POSIX fd handle type (an "object"),

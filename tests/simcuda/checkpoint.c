@@ -17,7 +17,8 @@
  * then blocks every new call until unlock. Past its timeoutMs it opens
  * the gate again and answers CUDA_ERROR_NOT_READY, as the r580 driver
  * does. Checkpoint records how many
- * device bytes the driver would have had to copy to host memory.
+ * device bytes the driver would have had to copy to host memory: the
+ * process's allocations, and apart from them its contexts' local memory.
  *
  * Restore may move the process's GPUs (gpuPairs), as the driver does: the
  * caller checks that each new GPU is one of its machine's and sends its
@@ -76,11 +77,12 @@ struct reply {
 	int32_t tid;
 	uint32_t have_bytes;
 	CUuuid uuid; /* OP_UUID */
+	uint64_t local_bytes;
 };
 
 /* Owned by the control thread alone. */
 static CUprocessState state = CU_PROCESS_STATE_RUNNING;
-static uint64_t last_bytes;
+static uint64_t last_bytes, last_local;
 static bool have_bytes;
 static int server_tid;
 
@@ -161,6 +163,7 @@ static struct reply handle(const struct request *q)
 			r.result = CUDA_ERROR_ILLEGAL_STATE;
 		} else {
 			last_bytes = sc_mem_physical_bytes();
+			last_local = sc_ctx_local_bytes();
 			have_bytes = true;
 			state = CU_PROCESS_STATE_CHECKPOINTED;
 		}
@@ -196,6 +199,7 @@ static struct reply handle(const struct request *q)
 	}
 	r.state = (uint32_t)state;
 	r.bytes = last_bytes;
+	r.local_bytes = last_local;
 	r.have_bytes = have_bytes;
 	r.tid = server_tid;
 	return r;
@@ -483,6 +487,19 @@ SC_EXPORT int simcuda_checkpoint_bytes(int pid, uint64_t *bytes)
 	if (!r.have_bytes)
 		return -ENODATA;
 	*bytes = r.bytes;
+	return 0;
+}
+
+SC_EXPORT int simcuda_checkpoint_local_bytes(int pid, uint64_t *bytes)
+{
+	struct reply r;
+	if (!bytes)
+		return -EINVAL;
+	if (call(pid, OP_BYTES, 0, &r) != CUDA_SUCCESS)
+		return -ESRCH;
+	if (!r.have_bytes)
+		return -ENODATA;
+	*bytes = r.local_bytes;
 	return 0;
 }
 

@@ -8,9 +8,15 @@
 
 #define STACK_DEPTH 32
 
-/* Guarded by ctx_lock: the primary contexts' refs and flags. */
+/* Guarded by ctx_lock: the primary contexts' refs, flags and limits, the
+ * created contexts' list and limits. */
 static pthread_mutex_t ctx_lock = PTHREAD_MUTEX_INITIALIZER;
 static sc_ctx primary[SC_DEVICE_MAX];
+static sc_ctx *made;
+
+/* The driver's defaults of CU_LIMIT_STACK_SIZE, _PRINTF_FIFO_SIZE and
+ * _MALLOC_HEAP_SIZE. */
+static const size_t limit_default[3] = { 1024, 1u << 20, 8u << 20 };
 /* Devices a context was ever made on (bit per ordinal). */
 static atomic_uint used;
 static atomic_ullong next_id = 1;
@@ -52,6 +58,10 @@ static CUresult create(CUcontext *pctx, unsigned flags, CUdevice dev)
 	c->flags = flags;
 	c->id = atomic_fetch_add(&next_id, 1);
 	atomic_fetch_or(&used, 1u << dev);
+	pthread_mutex_lock(&ctx_lock);
+	c->next = made;
+	made = c;
+	pthread_mutex_unlock(&ctx_lock);
 	stack[depth++] = (CUcontext)c;
 	*pctx = (CUcontext)c;
 	return CUDA_SUCCESS;
@@ -102,6 +112,13 @@ SC_EXPORT CUresult cuCtxDestroy(CUcontext ctx)
 		return CUDA_ERROR_INVALID_CONTEXT;
 	sc_streams_drain();
 	forget(ctx);
+	pthread_mutex_lock(&ctx_lock);
+	sc_ctx **pp = &made;
+	while (*pp && *pp != (sc_ctx *)ctx)
+		pp = &(*pp)->next;
+	if (*pp)
+		*pp = (*pp)->next;
+	pthread_mutex_unlock(&ctx_lock);
 	free(ctx);
 	return CUDA_SUCCESS;
 }
@@ -229,6 +246,7 @@ SC_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
 	if (c->refs++ == 0) {
 		c->dev = dev;
 		c->primary = true;
+		memset(c->limits, 0, sizeof(c->limits));
 		if (!c->id)
 			c->id = atomic_fetch_add(&next_id, 1);
 	}
@@ -361,4 +379,75 @@ SC_EXPORT CUresult cuCtxDisablePeerAccess(CUcontext peer)
 {
 	SC_API();
 	return peer_access(peer, false);
+}
+
+static size_t limit_of(const sc_ctx *c, int k)
+{
+	return c->limits[k] ? c->limits[k] - 1 : limit_default[k];
+}
+
+uint64_t sc_ctx_local_bytes(void)
+{
+	uint64_t n = 0;
+	pthread_mutex_lock(&ctx_lock);
+	for (int d = 0; d < SC_DEVICE_MAX; d++)
+		if (primary[d].refs > 0)
+			n += (uint64_t)limit_of(&primary[d], 0) * SC_LOCAL_THREADS;
+	for (const sc_ctx *c = made; c; c = c->next)
+		n += (uint64_t)limit_of(c, 0) * SC_LOCAL_THREADS;
+	pthread_mutex_unlock(&ctx_lock);
+	return n;
+}
+
+/* The current context's limit k, or -1 for a limit simcuda does not keep. */
+static int limit_index(CUlimit limit)
+{
+	switch (limit) {
+	case CU_LIMIT_STACK_SIZE:
+		return 0;
+	case CU_LIMIT_PRINTF_FIFO_SIZE:
+		return 1;
+	case CU_LIMIT_MALLOC_HEAP_SIZE:
+		return 2;
+	default:
+		return -1;
+	}
+}
+
+SC_EXPORT CUresult cuCtxGetLimit(size_t *value, CUlimit limit)
+{
+	if (!value)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult r = sc_ctx_require();
+	if (r)
+		return r;
+	int k = limit_index(limit);
+	if (k < 0)
+		return CUDA_ERROR_UNSUPPORTED_LIMIT;
+	pthread_mutex_lock(&ctx_lock);
+	*value = limit_of((sc_ctx *)sc_ctx_current(), k);
+	pthread_mutex_unlock(&ctx_lock);
+	return CUDA_SUCCESS;
+}
+
+/* As the driver: a new stack limit waits for the context's work (its local
+ * memory is reallocated); the others may not change once work ran, which
+ * simcuda does not check. */
+SC_EXPORT CUresult cuCtxSetLimit(CUlimit limit, size_t value)
+{
+	SC_API();
+	CUresult r = sc_ctx_require();
+	if (r)
+		return r;
+	int k = limit_index(limit);
+	if (k < 0)
+		return CUDA_ERROR_UNSUPPORTED_LIMIT;
+	if (value == SIZE_MAX)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (k == 0)
+		sc_streams_drain();
+	pthread_mutex_lock(&ctx_lock);
+	((sc_ctx *)sc_ctx_current())->limits[k] = value + 1;
+	pthread_mutex_unlock(&ctx_lock);
+	return CUDA_SUCCESS;
 }

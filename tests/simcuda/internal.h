@@ -84,8 +84,16 @@ typedef struct sc_ctx {
 	bool primary;
 	int refs; /* retains of a primary context */
 	unsigned long long id;
+	size_t limits[3]; /* stack, printf FIFO, malloc heap; 0: the default */
+	struct sc_ctx *next; /* the list of created contexts (ctx_lock) */
 } sc_ctx;
+/* The threads one context's local memory serves: an H200's 132 SMs of
+ * 2048 threads, each with CU_LIMIT_STACK_SIZE bytes. */
+#define SC_LOCAL_THREADS (132u * 2048u)
 CUresult sc_ctx_require(void);
+/* The local memory (stack limit x SC_LOCAL_THREADS) of every live
+ * context: device memory the driver's checkpoint copies too. */
+uint64_t sc_ctx_local_bytes(void);
 CUcontext sc_ctx_current(void);
 /* Whether device from's contexts may reach device owner's cuMemAlloc
  * memory: the same device, or peer access enabled from one to the other. */

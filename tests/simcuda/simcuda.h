@@ -48,6 +48,11 @@ int simcuda_register_kernel(const char *name, simcuda_kernel_fn fn);
  * pid runs no simcuda driver, -ENODATA when it was never checkpointed. */
 int simcuda_checkpoint_bytes(int pid, uint64_t *bytes);
 
+/* The local memory of `pid`'s contexts that its last checkpoint saved
+ * besides: each live context's CU_LIMIT_STACK_SIZE times 132 x 2048
+ * threads, as on an H200. Returns as simcuda_checkpoint_bytes. */
+int simcuda_checkpoint_local_bytes(int pid, uint64_t *bytes);
+
 /* The 16 bytes of the UUID that device `ordinal` of process `pid` has now:
  * after a restore whose gpuPairs moved it, the new GPU's. Returns 0,
  * -ESRCH when pid runs no simcuda driver, -EINVAL for an ordinal it does
