@@ -8,21 +8,6 @@
  */
 #include "tracer_test.h"
 
-/* Park, the driver's checkpoint and restore, unpark: the local bytes the
- * checkpoint saved, in *local. */
-static int cycle(traced *t, uint64_t *local, char *err, size_t errlen)
-{
-	int e = peer_park(&t->p, err, errlen);
-	if (e)
-		return e;
-	*local = UINT64_MAX;
-	if (cuCheckpointProcessLock(t->pid, NULL) || cuCheckpointProcessCheckpoint(t->pid, NULL) ||
-	    simcuda_checkpoint_local_bytes(t->pid, local) || cuCheckpointProcessRestore(t->pid, NULL) ||
-	    cuCheckpointProcessUnlock(t->pid, NULL))
-		return -EIO;
-	return peer_unpark(&t->p);
-}
-
 int main(int argc, char **argv)
 {
 	TRACER_TEST_MAIN(argc, argv);
@@ -37,7 +22,7 @@ int main(int argc, char **argv)
 		if (traced_start(&t, argv[0], 1) || traced_hello(&t, 5000))
 			bail("the traced program did not start");
 		int set = traced_cmd(&t, 'k') == 'y' && traced_cmd(&t, 'l') == 'y';
-		int e = cycle(&t, &local, err, sizeof(err));
+		int e = traced_cycle(&t, simcuda_checkpoint_local_bytes, &local, err, sizeof(err));
 		if (!keep) {
 			ok(set && e == 0 && local == 0,
 			   "with its stack limit at %d bytes, the driver's checkpoint of the parked program saves "
@@ -45,7 +30,7 @@ int main(int argc, char **argv)
 			   APP_STACK, (unsigned long long)local, err);
 			ok(traced_cmd(&t, 'K') == 'y' && traced_cmd(&t, 'v') == 'y',
 			   "after unpark its limit is %d bytes again and its buffers are intact", APP_STACK);
-			e = cycle(&t, &local, err, sizeof(err));
+			e = traced_cycle(&t, simcuda_checkpoint_local_bytes, &local, err, sizeof(err));
 			ok(e == 0 && local == 0 && traced_cmd(&t, 'K') == 'y', "so too at a second park");
 		} else {
 			ok(set && e == 0 && local == want,

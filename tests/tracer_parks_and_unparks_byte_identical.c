@@ -8,19 +8,6 @@
  */
 #include "tracer_test.h"
 
-static int cycle(traced *t, uint64_t *bytes, char *err, size_t errlen)
-{
-	int e = peer_park(&t->p, err, errlen);
-	if (e)
-		return e;
-	*bytes = 1;
-	if (cuCheckpointProcessLock(t->pid, NULL) || cuCheckpointProcessCheckpoint(t->pid, NULL) ||
-	    simcuda_checkpoint_bytes(t->pid, bytes) || cuCheckpointProcessRestore(t->pid, NULL) ||
-	    cuCheckpointProcessUnlock(t->pid, NULL))
-		return -EIO;
-	return peer_unpark(&t->p);
-}
-
 int main(int argc, char **argv)
 {
 	TRACER_TEST_MAIN(argc, argv);
@@ -57,7 +44,7 @@ int main(int argc, char **argv)
 	   "the buffers are listed present again, and a new state table mirrors them");
 
 	free(v);
-	e = cycle(&t, &bytes, err, sizeof(err));
+	e = traced_cycle(&t, simcuda_checkpoint_bytes, &bytes, err, sizeof(err));
 	ok(e == 0 && bytes == 0 && traced_cmd(&t, 'v') == 'y', "a second park and unpark keeps them intact too");
 	ok(traced_cmd(&t, 'r') == 'y', "the program unmaps and releases its own allocation by its original handle");
 	int gone = peer_list(&t.p, &v, &n) == 0 && n == APP_NBUF && !find_buffer(v, n, t.lay.vmm_va);

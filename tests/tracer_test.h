@@ -125,6 +125,22 @@ static inline int traced_stop(traced *t)
 	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
+/* Park under the test's peer, the driver's checkpoint and restore,
+ * unpark: *bytes is what count (simcuda_checkpoint_bytes or
+ * simcuda_checkpoint_local_bytes) says the checkpoint saved. Returns 0,
+ * peer_park's error (said in err), -EIO, or peer_unpark's error. */
+static inline int traced_cycle(traced *t, int (*count)(int, uint64_t *), uint64_t *bytes, char *err, size_t errlen)
+{
+	int e = peer_park(&t->p, err, errlen);
+	if (e)
+		return e;
+	*bytes = UINT64_MAX;
+	if (cuCheckpointProcessLock(t->pid, NULL) || cuCheckpointProcessCheckpoint(t->pid, NULL) ||
+	    count(t->pid, bytes) || cuCheckpointProcessRestore(t->pid, NULL) || cuCheckpointProcessUnlock(t->pid, NULL))
+		return -EIO;
+	return peer_unpark(&t->p);
+}
+
 /* The listed buffer at va, or NULL. */
 static inline const wire_buffer *find_buffer(const wire_buffer *v, size_t n, uint64_t va)
 {

@@ -477,7 +477,9 @@ SC_EXPORT CUresult cuCheckpointProcessUnlock(int pid, CUcheckpointUnlockArgs *ar
 	return call(pid, OP_UNLOCK, 0, &r);
 }
 
-SC_EXPORT int simcuda_checkpoint_bytes(int pid, uint64_t *bytes)
+/* The last checkpoint's device bytes of pid: its allocations', or with
+ * local, its contexts' local memory. */
+static int checkpoint_bytes(int pid, bool local, uint64_t *bytes)
 {
 	struct reply r;
 	if (!bytes)
@@ -486,21 +488,18 @@ SC_EXPORT int simcuda_checkpoint_bytes(int pid, uint64_t *bytes)
 		return -ESRCH;
 	if (!r.have_bytes)
 		return -ENODATA;
-	*bytes = r.bytes;
+	*bytes = local ? r.local_bytes : r.bytes;
 	return 0;
+}
+
+SC_EXPORT int simcuda_checkpoint_bytes(int pid, uint64_t *bytes)
+{
+	return checkpoint_bytes(pid, false, bytes);
 }
 
 SC_EXPORT int simcuda_checkpoint_local_bytes(int pid, uint64_t *bytes)
 {
-	struct reply r;
-	if (!bytes)
-		return -EINVAL;
-	if (call(pid, OP_BYTES, 0, &r) != CUDA_SUCCESS)
-		return -ESRCH;
-	if (!r.have_bytes)
-		return -ENODATA;
-	*bytes = r.local_bytes;
-	return 0;
+	return checkpoint_bytes(pid, true, bytes);
 }
 
 SC_EXPORT int simcuda_device_uuid(int pid, int ordinal, unsigned char uuid[16])

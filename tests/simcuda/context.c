@@ -399,31 +399,34 @@ uint64_t sc_ctx_local_bytes(void)
 	return n;
 }
 
-/* The current context's limit k, or -1 for a limit simcuda does not keep. */
-static int limit_index(CUlimit limit)
+/* The index of limit in sc_ctx.limits (*k), once a context is current.
+ * Returns CUDA_ERROR_UNSUPPORTED_LIMIT for a limit simcuda does not keep. */
+static CUresult limit_index(CUlimit limit, int *k)
 {
+	CUresult r = sc_ctx_require();
+	if (r)
+		return r;
 	switch (limit) {
 	case CU_LIMIT_STACK_SIZE:
-		return 0;
+		*k = 0;
+		return CUDA_SUCCESS;
 	case CU_LIMIT_PRINTF_FIFO_SIZE:
-		return 1;
+		*k = 1;
+		return CUDA_SUCCESS;
 	case CU_LIMIT_MALLOC_HEAP_SIZE:
-		return 2;
+		*k = 2;
+		return CUDA_SUCCESS;
 	default:
-		return -1;
+		return CUDA_ERROR_UNSUPPORTED_LIMIT;
 	}
 }
 
 SC_EXPORT CUresult cuCtxGetLimit(size_t *value, CUlimit limit)
 {
-	if (!value)
-		return CUDA_ERROR_INVALID_VALUE;
-	CUresult r = sc_ctx_require();
+	int k;
+	CUresult r = value ? limit_index(limit, &k) : CUDA_ERROR_INVALID_VALUE;
 	if (r)
 		return r;
-	int k = limit_index(limit);
-	if (k < 0)
-		return CUDA_ERROR_UNSUPPORTED_LIMIT;
 	pthread_mutex_lock(&ctx_lock);
 	*value = limit_of((sc_ctx *)sc_ctx_current(), k);
 	pthread_mutex_unlock(&ctx_lock);
@@ -436,14 +439,10 @@ SC_EXPORT CUresult cuCtxGetLimit(size_t *value, CUlimit limit)
 SC_EXPORT CUresult cuCtxSetLimit(CUlimit limit, size_t value)
 {
 	SC_API();
-	CUresult r = sc_ctx_require();
+	int k;
+	CUresult r = value == SIZE_MAX ? CUDA_ERROR_INVALID_VALUE : limit_index(limit, &k);
 	if (r)
 		return r;
-	int k = limit_index(limit);
-	if (k < 0)
-		return CUDA_ERROR_UNSUPPORTED_LIMIT;
-	if (value == SIZE_MAX)
-		return CUDA_ERROR_INVALID_VALUE;
 	if (k == 0)
 		sc_streams_drain();
 	pthread_mutex_lock(&ctx_lock);
