@@ -260,15 +260,20 @@ static pid_t spawn(char *const argv[], int out, const int *keep, int nkeep, bool
 		if (group)
 			setpgid(0, 0);
 		int nul = open("/dev/null", O_RDWR);
-		/* Out of the way first: a kept fd may be another's target. */
+		/* Above the targets first: a kept fd may be another's target. */
 		int high[4];
-		for (int i = 0; i < nkeep && i < 4; i++)
-			high[i] = fcntl(keep[i] >= 0 ? keep[i] : nul, F_DUPFD, 64);
-		dup2(nul, 0);
-		dup2(out >= 0 ? out : nul, 1);
-		dup2(out >= 0 ? out : nul, 2);
-		for (int i = 0; i < nkeep && i < 4; i++)
-			dup2(high[i], 3 + i);
+		bool moved = nul >= 0 && nkeep <= 4;
+		for (int i = 0; moved && i < nkeep; i++)
+			moved = (high[i] = fcntl(keep[i] >= 0 ? keep[i] : nul, F_DUPFD, 3 + nkeep)) >= 0;
+		moved = moved && dup2(nul, 0) == 0 && dup2(out >= 0 ? out : nul, 1) == 1 &&
+			dup2(out >= 0 ? out : nul, 2) == 2;
+		for (int i = 0; moved && i < nkeep; i++)
+			moved = dup2(high[i], 3 + i) == 3 + i;
+		if (!moved) {
+			dprintf(out >= 0 ? out : 2, "Error (phos): cannot set up %s's descriptors: %s\n", argv[0],
+				strerror(errno));
+			_exit(127);
+		}
 		close_range(3 + (unsigned)nkeep, ~0u, 0);
 		execvp(argv[0], argv);
 		dprintf(2, "Error (phos): cannot run %s: %s\n", argv[0], strerror(errno));
@@ -559,7 +564,9 @@ int criu_dump_go(criu_dumper *d, criu_tail *tail, perr *er)
 		*tail = (criu_tail){ .pid = 0 };
 	pid_t c = d->pid;
 	d->pid = 0;
-	if (!e && d->snapshot && resumed(d->status, c, end ? end : UINT64_MAX)) {
+	/* Without tail, the byte is read all the same (CRIU must not write
+	 * into a closed pipe), and the whole dump waited for below. */
+	if (!e && d->snapshot && resumed(d->status, c, end ? end : UINT64_MAX) && tail) {
 		/* The tree runs on; CRIU writes its pages (criu_dump_wait). */
 		close(d->status);
 		d->status = -1;
@@ -585,8 +592,10 @@ void criu_dump_drop(criu_dumper *d)
 		close(d->status);
 	d->status = -1;
 	if (d->pid > 0) {
+		/* It has seized nothing: one that does not end at once is
+		 * killed, with whatever it started. */
 		int st;
-		wait_child(d->pid, 10, &st);
+		wait_child(d->pid, 2, &st);
 	}
 	d->pid = 0;
 }

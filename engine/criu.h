@@ -59,8 +59,9 @@ typedef struct criu_dumper {
  * criu_dump_go will be given one): where criu takes --start-fd, CRIU
  * starts now and readies all it can without the tree; it seizes nothing
  * before criu_dump_go. The dump's timeout counts from criu_dump_go.
- * criu_dump_drop ends d either way. Errors: -ENAMETOOLONG, pipe's and
- * fork's (er says which). */
+ * criu_dump_drop ends d either way. Errors: -ENAMETOOLONG, socketpair's,
+ * pipe's and fork's, or CRIU's log that cannot be opened (er says
+ * which). */
 int criu_dump_ready(const char *criu, pid_t pid, const char *dir, bool kill, int timeout_s, const char *log,
 		    bool tail, criu_dumper *d, perr *er);
 
@@ -69,7 +70,8 @@ int criu_dump_ready(const char *criu, pid_t pid, const char *dir, bool kill, int
 int criu_dump_go(criu_dumper *d, criu_tail *tail, perr *er);
 
 /* Ends what is left of d: a CRIU still waiting to start is told not to
- * (it ends without touching the tree) and reaped, killed after 10 s. */
+ * (it ends without touching the tree, and says so in its log) and reaped,
+ * killed with its process group after 2 s. */
 void criu_dump_drop(criu_dumper *d);
 
 /* Runs `criu dump` of pid's tree into dir (with --parallel-pages where

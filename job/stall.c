@@ -4,8 +4,9 @@
  *
  *   0.   stall_begin: the tree, staging, the image's writer
  *   1-2. stall_enter: quiesce and park (traced processes only)
- *   3-4. stall_freeze: driver lock and checkpoint (CUDA processes only),
- *        then criu dump, --leave-running unless kill
+ *   3-4. stall_freeze: CRIU started (it readies itself), driver lock and
+ *        checkpoint (CUDA processes only), then CRIU told to dump,
+ *        --leave-running unless kill
  *   6-7. stall_leave: driver restore and unlock, unpark (with the CoW
  *        table when the protocol made one); the stall ends here
  *   9.   stall_publish

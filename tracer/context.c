@@ -151,6 +151,8 @@ int ctx_synchronize_until(uint64_t deadline, char *why, size_t len)
 	return e;
 }
 
+static void shrunk_forget(CUcontext ctx);
+
 static void forget(CUcontext ctx)
 {
 	pthread_mutex_lock(&sync_lock);
@@ -159,6 +161,7 @@ static void forget(CUcontext ctx)
 		if (ctxs[i] == ctx)
 			ctxs[i] = ctxs[--nctx];
 	pthread_mutex_unlock(&lock);
+	shrunk_forget(ctx);
 	pthread_mutex_unlock(&sync_lock);
 }
 
@@ -283,12 +286,21 @@ TR_EXPORT CUresult cuCtxDisablePeerAccess(CUcontext peer)
 }
 
 /* The stack limit of each context that a park shrank, to set again at
- * unpark; the control thread's alone. */
+ * unpark; guarded by sync_lock (a context the application destroys
+ * meanwhile, which no gate holds back, leaves it). */
 static struct {
 	CUcontext ctx;
 	size_t limit;
 } shrunk[2 * MAX_CTX];
 static int nshrunk;
+
+/* sync_lock held. */
+static void shrunk_forget(CUcontext ctx)
+{
+	for (int i = 0; i < nshrunk; i++)
+		if (shrunk[i].ctx == ctx)
+			shrunk[i--] = shrunk[--nshrunk];
+}
 
 /* Whether parks shrink the stack limit: PHOS_STACK_SHRINK unset or not 0. */
 static bool shrink_wanted(void)
@@ -324,6 +336,8 @@ int ctx_stack_shrink(void)
 	if (!shrink_wanted())
 		return 0;
 	CUcontext list[2 * MAX_CTX];
+	/* sync_lock: no context is destroyed while its limit is changed. */
+	pthread_mutex_lock(&sync_lock);
 	pthread_mutex_lock(&lock);
 	int n = nctx;
 	memcpy(list, ctxs, (size_t)n * sizeof(*list));
@@ -339,8 +353,8 @@ int ctx_stack_shrink(void)
 	nshrunk = 0;
 	for (int i = 0; i < n; i++) {
 		size_t old = 0;
-		/* A context the application let go of (a released primary
-		 * context) refuses to be made current: it has no local memory. */
+		/* One whose limit cannot be read (a primary context the
+		 * application released) or is 0 already is left as it is. */
 		if (stack_limit(list[i], NULL, &old) != CUDA_SUCCESS || old == 0)
 			continue;
 		CUresult r = stack_limit(list[i], &zero, NULL);
@@ -353,11 +367,14 @@ int ctx_stack_shrink(void)
 		shrunk[nshrunk].ctx = list[i];
 		shrunk[nshrunk++].limit = old;
 	}
-	return nshrunk;
+	int lowered = nshrunk;
+	pthread_mutex_unlock(&sync_lock);
+	return lowered;
 }
 
 void ctx_stack_restore(void)
 {
+	pthread_mutex_lock(&sync_lock);
 	for (int i = 0; i < nshrunk; i++) {
 		CUresult r = stack_limit(shrunk[i].ctx, &shrunk[i].limit, NULL);
 		if (r)
@@ -366,4 +383,5 @@ void ctx_stack_restore(void)
 			       shrunk[i].limit, (int)r);
 	}
 	nshrunk = 0;
+	pthread_mutex_unlock(&sync_lock);
 }
