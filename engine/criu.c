@@ -446,14 +446,16 @@ static int resumed(int status, pid_t c, uint64_t end_ns)
 	return 0;
 }
 
-/* The argv of d's dump (into argv, 32 room), with --start-fd 4 if ahead. */
-static void dump_argv(criu_dumper *d, char **argv, bool ahead)
+/* The argv of d's dump (into argv, 32 room; spid holds its pid), with
+ * --start-fd 4 if ahead. */
+static void dump_argv(criu_dumper *d, char **argv, char spid[16], bool ahead)
 {
 	int n = 0;
+	snprintf(spid, 16, "%d", (int)d->root);
 	argv[n++] = d->criu;
 	argv[n++] = "dump";
 	argv[n++] = "-t";
-	argv[n++] = d->spid;
+	argv[n++] = spid;
 	argv[n++] = "-D";
 	argv[n++] = d->dir;
 	argv[n++] = "-o";
@@ -502,8 +504,8 @@ static int dump_spawn(criu_dumper *d, int go, perr *er)
 	int status[2] = { -1, -1 };
 	if (d->snapshot && pipe2(status, O_CLOEXEC))
 		return pr_perror(er, -errno, "cannot make a pipe for criu");
-	char *argv[32]; /* room for every option of dump_argv */
-	dump_argv(d, argv, go >= 0);
+	char *argv[32], spid[16]; /* room for every option of dump_argv */
+	dump_argv(d, argv, spid, go >= 0);
 	int keep[2] = { status[1], go };
 	int e = start(argv, d->log, keep, go >= 0 ? 2 : 1, true, &d->pid, er);
 	if (status[1] >= 0)
@@ -526,7 +528,6 @@ int criu_dump_ready(const char *criu, pid_t pid, const char *dir, bool kill, int
 	    snprintf(d->dir, sizeof(d->dir), "%s", dir) >= (int)sizeof(d->dir) ||
 	    snprintf(d->log, sizeof(d->log), "%s", log) >= (int)sizeof(d->log))
 		return pr_err(er, -ENAMETOOLONG, "a path for CRIU's dump of %d is too long (%s)", (int)pid, dir);
-	snprintf(d->spid, sizeof(d->spid), "%d", (int)pid);
 	d->snapshot = tail && !kill && criu_snapshot_pages(criu);
 	if (!criu_start_fd(criu))
 		return 0; /* it starts at criu_dump_go */

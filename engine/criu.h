@@ -51,7 +51,6 @@ typedef struct criu_dumper {
 	pid_t root;
 	bool kill, snapshot;
 	int timeout_s;
-	char spid[16];
 	char criu[PATH_MAX], dir[PATH_MAX], log[PATH_MAX];
 } criu_dumper;
 

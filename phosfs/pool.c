@@ -4,9 +4,9 @@
  * has loaded the driver (dlopen and cuInit, which a restore's first step
  * would otherwise pay) and waits for its request (job/main.c). A restore
  * takes a ready one instead of starting a process: phosfs writes the
- * request into the memory they share, then a byte on its wake pipe, and
+ * request into the memory they share, then a byte on its wake socket, and
  * starts another in its place. When phosfs lets go of the pool (or dies),
- * the wake pipes close and the waiting jobs end.
+ * the wake sockets close and the waiting jobs end.
  *
  * The pool holds no CUDA context: a context would hold device memory and
  * a GPU in exclusive-process mode.
@@ -18,8 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "phosfs.h"
@@ -27,7 +27,7 @@
 typedef struct pooled {
 	job_shared *sh; /* mapped, or NULL: an empty slot */
 	pid_t child;
-	int wake; /* the write end of its wake pipe (close-on-exec here) */
+	int wake; /* phosfs's end of its wake socket (close-on-exec here) */
 } pooled;
 
 /* Guarded by lock: slots (nslots of them, fixed at pool_start). */
@@ -42,7 +42,9 @@ static void start_one(pooled *p)
 	int sfd = -1, w[2] = { -1, -1 };
 	*p = (pooled){ .wake = -1 };
 	job_shared *sh = job_shared_make(&sfd);
-	if (!sh || pipe2(w, O_CLOEXEC)) {
+	/* A socket, not a pipe: a byte for a job that died is EPIPE, never
+	 * SIGPIPE, which would end phosfs. */
+	if (!sh || socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, w)) {
 		if (sh)
 			munmap(sh, sizeof(*sh));
 		if (sfd >= 0)
@@ -94,24 +96,15 @@ static void let_go(pooled *p)
 	forget(p);
 }
 
-/* Writes the byte that wakes a job of the pool. One that died since
- * would raise SIGPIPE, which must not end phosfs: it is blocked on this
- * thread meanwhile, and taken if it came. Errors: -EPIPE. */
+/* Writes the byte that wakes a job of the pool. Errors: -EPIPE (it died
+ * since). */
 static int wake(int fd)
 {
-	sigset_t pipe_only, was;
-	sigemptyset(&pipe_only);
-	sigaddset(&pipe_only, SIGPIPE);
-	pthread_sigmask(SIG_BLOCK, &pipe_only, &was);
 	char go = 1;
-	ssize_t n = write(fd, &go, 1);
-	int e = n == 1 ? 0 : -EPIPE;
-	struct timespec none = { 0, 0 };
-	if (e && !sigismember(&was, SIGPIPE))
-		while (sigtimedwait(&pipe_only, NULL, &none) == SIGPIPE)
-			;
-	pthread_sigmask(SIG_SETMASK, &was, NULL);
-	return e;
+	ssize_t n;
+	while ((n = send(fd, &go, 1, MSG_NOSIGNAL)) < 0 && errno == EINTR)
+		;
+	return n == 1 ? 0 : -EPIPE;
 }
 
 int pool_start(int n)
@@ -145,7 +138,7 @@ int pool_take(const job_request *req, spawn *s)
 		if (!p->sh || !atomic_load(&p->sh->pool_ready))
 			continue;
 		p->sh->req = *req;
-		/* its wake pipe is read by it alone; a full pipe cannot be */
+		/* its wake socket is read by it alone; a full one cannot be */
 		if (wake(p->wake)) {
 			let_go(p);
 			start_one(p);

@@ -5,7 +5,6 @@
  */
 #include <errno.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -306,10 +305,8 @@ static void shrunk_forget(CUcontext ctx)
 static bool shrink_wanted(void)
 {
 	static int wanted = -1;
-	if (wanted < 0) {
-		const char *e = getenv("PHOS_STACK_SHRINK");
-		wanted = !e || strcmp(e, "0") != 0;
-	}
+	if (wanted < 0)
+		wanted = tr_env_on("PHOS_STACK_SHRINK", true);
 	return wanted;
 }
 

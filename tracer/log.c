@@ -21,13 +21,17 @@ void tr_log(const char *fmt, ...)
 	va_end(ap);
 }
 
+bool tr_env_on(const char *name, bool unset)
+{
+	const char *e = getenv(name);
+	return e ? strcmp(e, "0") != 0 : unset;
+}
+
 void tr_debug(const char *fmt, ...)
 {
 	static int on = -1;
-	if (on < 0) {
-		const char *e = getenv("PHOS_DEBUG");
-		on = e && strcmp(e, "0") != 0;
-	}
+	if (on < 0)
+		on = tr_env_on("PHOS_DEBUG", false);
 	if (!on)
 		return;
 	va_list ap;
@@ -39,18 +43,15 @@ void tr_debug(const char *fmt, ...)
 bool tr_enabled(void)
 {
 	static int on = -1;
-	if (on < 0) {
-		const char *e = getenv("PHOS_TRACE");
-		on = !(e && strcmp(e, "0") == 0);
-	}
+	if (on < 0)
+		on = tr_env_on("PHOS_TRACE", true);
 	return on;
 }
 
 /* With PHOS_DEBUG=1, what the tracer saw, when the process exits. */
 __attribute__((destructor)) static void summary(void)
 {
-	const char *e = getenv("PHOS_DEBUG");
-	if (!e || !strcmp(e, "0") || !tr_enabled())
+	if (!tr_env_on("PHOS_DEBUG", false) || !tr_enabled())
 		return;
 	uint64_t bufs, objs, bytes, kernels, layouts, launches;
 	alloc_stats(&bufs, &objs, &bytes);

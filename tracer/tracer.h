@@ -31,6 +31,8 @@
 void tr_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void tr_debug(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 bool tr_enabled(void); /* PHOS_TRACE is not 0 */
+/* Whether environment variable name is set and not "0" (unset: unset). */
+bool tr_env_on(const char *name, bool unset);
 
 /* hooks.c: the real driver. tr_real resolves a symbol of libcuda.so.1
  * (loading it if needed); NULL if it has none. REAL(sym) caches it. */
