@@ -191,7 +191,13 @@ $(PHOS_IMAGE): image-format/phos-image.c $(LIBPHOSIMG)
 
 # bench/fill too, though it runs only on the GPU machine: it links the engine.
 bench: $(BUILD)/bench/image-bench $(BUILD)/bench/store-bw $(BUILD)/bench/read-path $(BUILD)/bench/fill \
-	$(BUILD)/bench/shares-take $(BUILD)/bench/fork-snapshot
+	$(BUILD)/bench/shares-take $(BUILD)/bench/fork-snapshot $(BUILD)/bench/page-restore
+
+# How fast saved pages come back into fresh memory, CRIU's restore's share
+# that grows with the process (issue 29).
+$(BUILD)/bench/page-restore: bench/page-restore.c
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) $(XCFLAGS) $(CFLAGS) -o $@ $< $(XLDFLAGS) $(LDFLAGS) -lpthread
 
 # What a copy-on-write snapshot of host memory by fork costs (issue 29).
 $(BUILD)/bench/fork-snapshot: bench/fork-snapshot.c
@@ -265,7 +271,7 @@ $(BUILD)/tests/apps/tcp_app: tests/apps/tcp_app.c
 
 # Tests that call into engine/ directly link its objects.
 ENGINE_TESTS := $(BUILD)/tests/phosfs_criu_errors_name_the_real_cause $(BUILD)/tests/restore_gives_clones_free_socket_names \
-		$(BUILD)/tests/restore_ends_closed_connections_that_hold_its_ports $(BUILD)/tests/criu_dump_stats_are_read_from_the_image \
+		$(BUILD)/tests/restore_ends_closed_connections_that_hold_its_ports $(BUILD)/tests/criu_stats_are_read_from_the_image \
 		$(BUILD)/tests/shares_find_the_owner_of_every_import $(BUILD)/tests/criu_dump_writes_pages_at_once_where_criu_can \
 		$(BUILD)/tests/tracer_nccl_cut_waits_for_an_open_group_to_end \
 		$(BUILD)/tests/criu_dump_made_ready_ahead_seizes_the_tree_when_told
@@ -428,12 +434,12 @@ $(BUNDLE)/examples/counter: examples/counter.c
 	$(CC) $(CPPFLAGS) $(XCFLAGS) $(CFLAGS) -o $@ $< -L$(CUDA_HOME)/lib64/stubs -lcuda
 
 gpu-bundle: $(GPU_BIN) $(GPU_KERNELS) $(GPU_BENCH) $(PHOS_IMAGE) $(BUILD)/bench/image-bench $(BUILD)/bench/store-bw $(BUILD)/bench/fork-snapshot \
-	    $(BUILD)/bench/fill $(BUILD)/bench/read-path $(LIBPHOS) \
+	    $(BUILD)/bench/page-restore $(BUILD)/bench/fill $(BUILD)/bench/read-path $(LIBPHOS) \
 	    $(PHOSFS) $(PHOS_CLI) $(BUNDLE)/examples/counter $(CRIU_PLUGIN)
 	@test -x $(CRIU) || { echo "no CRIU in $(CRIU_PREFIX): run 'make deps' first" >&2; exit 1; }
 	@test "$(HAVE_NVCC)" = 1 || { echo "no nvcc under $(CUDA_HOME): the GPU programs need it" >&2; exit 1; }
 	mk/gpu-bundle.sh $(BUNDLE) bin:$(CRIU) bin:$(PHOS_IMAGE) bin:$(BUILD)/bench/image-bench bin:$(BUILD)/bench/store-bw bin:$(BUILD)/bench/fork-snapshot \
-		bin:$(BUILD)/bench/fill bin:$(BUILD)/bench/read-path lib:$(LIBPHOS) \
+		bin:$(BUILD)/bench/page-restore bin:$(BUILD)/bench/fill bin:$(BUILD)/bench/read-path lib:$(LIBPHOS) \
 		bin:$(PHOSFS) bin:$(PHOS_CLI) \
 		$(addprefix test:,$(GPU_SH)) share:tests/gpu/rig.sh:gpu-rig.sh
 	install -d $(BUNDLE)/criu-plugins

@@ -178,16 +178,50 @@ static int take_dump_stats(uint8_t *body, size_t len, void *arg)
 	return 1;
 }
 
-int criu_dump_stats_read(const char *dir, criu_dump_stats *st)
+/* Takes stats_entry's restore_stats_entry (body, len) into the stats. */
+static int take_restore_stats(uint8_t *body, size_t len, void *arg)
+{
+	criu_restore_stats *st = arg;
+	const uint8_t *p = body, *end = body + len;
+	while (p < end) {
+		pb_item f;
+		if (!pb_next(&p, end, &f))
+			return -EBADMSG;
+		uint64_t v = f.wt == 0 ? f.v : 0;
+		switch (f.field) {
+		case 1: st->pages_compared = v; break;
+		case 2: st->pages_skipped_cow = v; break;
+		case 3: st->forking_us = (uint32_t)v; break;
+		case 4: st->restore_us = (uint32_t)v; break;
+		case 5: st->pages_restored = v; break;
+		}
+	}
+	return 1;
+}
+
+/* Reads the stats image dir/name: its stats_entry's field `which`, by fn
+ * into st (zeroed first). */
+static int stats_read(const char *dir, const char *name, unsigned which, int (*fn)(uint8_t *, size_t, void *),
+		      void *st, size_t size_of)
 {
 	uint8_t *buf;
 	size_t size;
-	memset(st, 0, sizeof(*st));
-	int e = image_read(dir, "stats-dump", &buf, &size);
+	memset(st, 0, size_of);
+	int e = image_read(dir, name, &buf, &size);
 	if (e)
 		return e;
-	e = image_each(buf, size, CRIU_SERVICE_MAGIC, CRIU_STATS_MAGIC, 1, take_dump_stats, st);
+	e = image_each(buf, size, CRIU_SERVICE_MAGIC, CRIU_STATS_MAGIC, which, fn, st);
 	free(buf);
 	/* 1: the entry was read; 0: the image held none. */
 	return e == 1 ? 0 : e ? e : -EBADMSG;
+}
+
+int criu_dump_stats_read(const char *dir, criu_dump_stats *st)
+{
+	return stats_read(dir, "stats-dump", 1, take_dump_stats, st, sizeof(*st));
+}
+
+int criu_restore_stats_read(const char *dir, criu_restore_stats *st)
+{
+	return stats_read(dir, "stats-restore", 2, take_restore_stats, st, sizeof(*st));
 }

@@ -23,6 +23,15 @@ typedef struct criu_dump_stats {
 	uint64_t pages_scanned, pages_written, shpages_written;
 } criu_dump_stats;
 
+/* What CRIU's restore measured (its stats-restore, images/stats.proto):
+ * microseconds forking the tree, and restoring it (from the start until
+ * every task had its state back, before they run); pages it restored,
+ * and pages it compared with a parent image and skipped. */
+typedef struct criu_restore_stats {
+	uint32_t forking_us, restore_us;
+	uint64_t pages_restored, pages_compared, pages_skipped_cow;
+} criu_restore_stats;
+
 /* Reads dir/files.img whole into *buf (size bytes, the caller frees it).
  * Errors: -errno of opening or reading it (-ENOENT: there is none),
  * -ENAMETOOLONG, -EBADMSG (cut short), -ENOMEM. */
@@ -40,6 +49,11 @@ int criu_files_each(uint8_t *buf, size_t size, unsigned which, int (*fn)(uint8_t
  * (-ENOENT: there is none), -ENAMETOOLONG, -EBADMSG (not a stats image,
  * or malformed), -ENOMEM. */
 int criu_dump_stats_read(const char *dir, criu_dump_stats *st);
+
+/* Reads the statistics CRIU wrote at the end of a restore into its work
+ * directory dir (dir/stats-restore) into *st. Errors: as
+ * criu_dump_stats_read's (-EBADMSG for a dump's stats). */
+int criu_restore_stats_read(const char *dir, criu_restore_stats *st);
 
 /* A protobuf varint at *p (below end) into *v; false if it runs past end. */
 bool pb_varint(const uint8_t **p, const uint8_t *end, uint64_t *v);

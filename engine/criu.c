@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "criu.h"
+#include "criu-image.h"
 #include "progress.h"
 
 const char *engine_criu_plugins;
@@ -364,6 +365,22 @@ bool criu_start_fd(const char *criu)
 	return strstr(criu_help(criu), "--start-fd") != NULL;
 }
 
+int criu_pages_threads(const char *criu)
+{
+	if (!strstr(criu_help(criu), "--pages-threads"))
+		return 0;
+	const char *env = getenv("PHOS_RESTORE_PAGE_THREADS");
+	char *end;
+	long n = env && *env ? strtol(env, &end, 10) : -1;
+	if (env && *env && (*end || n < 0 || n > 64))
+		n = -1; /* not a count: the default */
+	if (n < 0) {
+		long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+		n = cpus < 1 ? 1 : cpus < 8 ? cpus : 8;
+	}
+	return (int)n;
+}
+
 /* Whether pid leads its own session: CRIU needs --shell-job otherwise. */
 static bool session_leader(pid_t pid)
 {
@@ -621,15 +638,18 @@ int criu_dump_wait(criu_tail *tail, perr *er)
 	return dump_failed(e, tail->dir, er);
 }
 
-int criu_restore(const char *criu, const char *dir, const char *lazy_dir, const char *log, pid_t *root, perr *er)
+int criu_restore(const char *criu, const char *dir, const char *lazy_dir, const char *script, const char *log,
+		 pid_t *root, criu_restore_stats *st, perr *er)
 {
 	char pidfile[PATH_MAX];
 	if (snprintf(pidfile, sizeof(pidfile), "%s.pid", log) >= (int)sizeof(pidfile))
 		return pr_err(er, -ENAMETOOLONG, "CRIU's log path %s is too long", log);
 	unlink(pidfile);
-	/* room for every option below (21 at most) */
-	/* -v3: CRIU logs some causes of a failed restore at info level only. */
-	char *argv[32] = { (char *)criu, "restore", "-D", (char *)dir, "-o", (char *)log, "-v3", "-d", "--shell-job",
+	/* room for every option below (25 at most) */
+	/* -v3: CRIU logs some causes of a failed restore at info level only;
+	 * with PHOS_DEBUG, -v4: every step, timed. */
+	const char *level = getenv("PHOS_DEBUG") && *getenv("PHOS_DEBUG") ? "-v4" : "-v3";
+	char *argv[32] = { (char *)criu, "restore", "-D", (char *)dir, "-o", (char *)log, (char *)level, "-d", "--shell-job",
 			   "--pidfile", pidfile, "--tcp-established" };
 	int n = 12;
 	if (engine_criu_plugins && *engine_criu_plugins) {
@@ -654,8 +674,21 @@ int criu_restore(const char *criu, const char *dir, const char *lazy_dir, const 
 		argv[n++] = "--external";
 		argv[n++] = EXTERNAL_MOUNTS;
 	}
+	if (script) {
+		argv[n++] = "--action-script";
+		argv[n++] = (char *)script;
+	}
+	char threads[16];
+	int nt = criu_pages_threads(criu);
+	if (nt > 1) {
+		snprintf(threads, sizeof(threads), "%d", nt);
+		argv[n++] = "--pages-threads";
+		argv[n++] = threads;
+	}
 	argv[n] = NULL;
 	int e = run(argv, log, "restore", 0, 0, er);
+	if (st && criu_restore_stats_read(lazy_dir ? lazy_dir : work, st))
+		memset(st, 0, sizeof(*st));
 	if (!lazy_dir) {
 		char stats[PATH_MAX + 32];
 		snprintf(stats, sizeof(stats), "%s/stats-restore", work);

@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <sys/types.h>
 
+#include "criu-image.h"
 #include "error.h"
 
 /* CRIU plugins (criu -L): phos's, for device files that forked children
@@ -32,6 +33,12 @@ bool criu_snapshot_pages(const char *criu);
  * itself and waits for a byte before it seizes the tree. Asked as
  * criu_parallel_pages. */
 bool criu_start_fd(const char *criu);
+
+/* How many threads criu restore reads each task's pages with
+ * (--pages-threads, mk/criu-patches/): the CPUs, at most 8, or
+ * $PHOS_RESTORE_PAGE_THREADS (0 to 64); 0 where criu lacks the option.
+ * Asked as criu_parallel_pages. */
+int criu_pages_threads(const char *criu);
 
 /* A dump whose tree runs on while CRIU still writes its pages. */
 typedef struct criu_tail {
@@ -93,8 +100,12 @@ int criu_dump_wait(criu_tail *tail, perr *er);
  * tree's root as this (the host's) pid namespace sees it: its old pid, or
  * any, for a tree CRIU gave a pid namespace of its own. With lazy_dir (a
  * criu_pages_start's work directory), the tree runs before its CPU pages
- * are back. Errors as criu_dump, and -EIO when CRIU says no root. */
-int criu_restore(const char *criu, const char *dir, const char *lazy_dir, const char *log, pid_t *root, perr *er);
+ * are back. With script (or NULL), CRIU runs it at each of its actions
+ * (--action-script; a gate's: criu-gate.h). st (or NULL) gets what CRIU
+ * measured (all 0 where it wrote no statistics). With PHOS_DEBUG set,
+ * CRIU logs at -v4. Errors as criu_dump, and -EIO when CRIU says no root. */
+int criu_restore(const char *criu, const char *dir, const char *lazy_dir, const char *script, const char *log,
+		 pid_t *root, criu_restore_stats *st, perr *er);
 
 /* Starts `criu lazy-pages` for the image in dir, with work directory
  * work (its socket; one per restore) and its log at log, and waits until

@@ -109,6 +109,13 @@ typedef struct engine_progress {
 	 * its release), and what the job did with it then; the objects it
 	 * took. */
 	_Atomic uint64_t park_handed_ns, park_released_ns, park_kept_ns, park_objects;
+	/* Restore: what ran beside CRIU's restore, in nanoseconds: checking
+	 * the checksums of CRIU's page data, and opening the driver and
+	 * placing the GPUs; then what CRIU's restore measured
+	 * (its stats-restore): microseconds forking the tree and restoring it,
+	 * and the pages it restored. */
+	_Atomic uint64_t prepare_checks_ns, prepare_driver_ns;
+	_Atomic uint64_t criu_forking_us, criu_restore_us, criu_restored_pages;
 	/* cow and recopy: nanoseconds making the CoW tables, in the stall. */
 	_Atomic uint64_t cow_prepare_ns;
 } engine_progress;

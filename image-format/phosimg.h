@@ -329,13 +329,19 @@ int phosimg_stream_end(phosimg_stream *s);
  * with phosimg_last_error() describing it. */
 int phosimg_verify(phosimg *img);
 
+/* Which CRIU files phosimg_verify_criu checks the checksums of (every
+ * byte is read): the page data (CRIU's pages-*.img), the rest, or both. */
+#define PHOSIMG_SUMS_PAGES 1u
+#define PHOSIMG_SUMS_REST 2u
+#define PHOSIMG_SUMS_ALL (PHOSIMG_SUMS_PAGES | PHOSIMG_SUMS_REST)
+
 /* Checks the image's own CRIU files against its manifest's CRIU section
- * (every format version has one): each one listed is there, of its size
- * (and with checksums, of its checksum: every byte is read), and no other
- * is. Errors: -ENOENT (a file is missing), -EBADMSG (a size, a checksum,
- * a file not listed), -ENOMEM, with phosimg_last_error() naming the
- * file. */
-int phosimg_verify_criu(phosimg *img, bool checksums);
+ * (every format version has one): each one listed is there, of its size,
+ * and no other is; and the checksums of those that sums (PHOSIMG_SUMS_*,
+ * 0 for none) names. Errors: -ENOENT (a file is missing), -EBADMSG (a
+ * size, a checksum, a file not listed), -ENOMEM, with
+ * phosimg_last_error() naming the file. */
+int phosimg_verify_criu(phosimg *img, unsigned sums);
 
 /* The message for the last error of this thread, or "" if none. */
 const char *phosimg_last_error(void);

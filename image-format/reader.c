@@ -4,6 +4,7 @@
  * chunk's checksum as it is read.
  */
 #include <errno.h>
+#include <stdatomic.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
@@ -681,46 +682,129 @@ out:
 	return err;
 }
 
+/* Whether f holds CRIU's page data (pages-*.img), by its name. */
+static bool criu_page_data(const char *name)
+{
+	size_t n = strlen(name);
+	return !strncmp(name, "pages-", 6) && n > 10 && !strcmp(name + n - 4, ".img");
+}
+
+/* Checks CRIU file f's checksum (dfd: the CRIU folder), reading it into
+ * s. Errors: -EBADMSG (cut, or a mismatch), -ENOENT, -ENOMEM, with the
+ * calling thread's last error naming the file. */
+static int sum_file(phosimg *img, int dfd, const phosimg_criu_file *f)
+{
+	int fd = openat(dfd, f->name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0)
+		return fmt_fail(-ENOENT, "%s/%s: missing", img->criu_path, f->name);
+	scratch *s = scratch_get(img, 1u << 20);
+	XXH3_state_t *st3 = s ? XXH3_createState() : NULL;
+	int err = st3 ? 0 : fmt_fail(-ENOMEM, "out of memory");
+	if (st3)
+		XXH3_128bits_reset(st3);
+	for (uint64_t off = 0; !err && off < f->size;) {
+		size_t n = f->size - off < s->cap ? (size_t)(f->size - off) : s->cap;
+		if (fmt_read_all(fd, s->p, n, off))
+			err = fmt_fail(-EBADMSG, "%s/%s: offset %llu: cannot read", img->criu_path, f->name,
+				       (unsigned long long)off);
+		else
+			XXH3_128bits_update(st3, s->p, n);
+		off += n;
+	}
+	if (!err) {
+		XXH128_hash_t h = XXH3_128bits_digest(st3);
+		uint8_t hb[16];
+		put64(hb, h.low64);
+		put64(hb + 8, h.high64);
+		if (memcmp(hb, f->hash, 16) != 0)
+			err = fmt_fail(-EBADMSG, "%s/%s: checksum mismatch", img->criu_path, f->name);
+	}
+	if (st3)
+		XXH3_freeState(st3);
+	if (s)
+		scratch_put(img, s);
+	close(fd);
+	return err;
+}
+
+/* The checksums of several files, by up to SUM_THREADS threads: each
+ * takes the next file. */
+#define SUM_THREADS 4
+
+typedef struct sums {
+	phosimg *img;
+	int dfd;
+	const uint32_t *which; /* indexes into the manifest's CRIU files */
+	uint32_t n;
+	_Atomic uint32_t next;
+	int *errs;	      /* each file's result */
+	char (*msgs)[512];    /* and its message */
+} sums;
+
+static void *sum_files(void *arg)
+{
+	sums *j = arg;
+	for (uint32_t k; (k = atomic_fetch_add(&j->next, 1)) < j->n;) {
+		j->errs[k] = sum_file(j->img, j->dfd, &j->img->m.criu[j->which[k]]);
+		if (j->errs[k])
+			snprintf(j->msgs[k], sizeof(j->msgs[k]), "%s", phosimg_last_error());
+	}
+	return NULL;
+}
+
+/* Checks the checksums of the files `which` names (n of them), beside each
+ * other; the error of the first in the manifest's order that fails. */
+static int sum_all(phosimg *img, int dfd, const uint32_t *which, uint32_t n)
+{
+	if (!n)
+		return 0;
+	sums j = { .img = img, .dfd = dfd, .which = which, .n = n };
+	j.errs = calloc(n, sizeof(*j.errs));
+	j.msgs = calloc(n, sizeof(*j.msgs));
+	if (!j.errs || !j.msgs) {
+		free(j.errs);
+		free(j.msgs);
+		return fmt_fail(-ENOMEM, "out of memory");
+	}
+	pthread_t th[SUM_THREADS - 1];
+	int made = 0;
+	for (uint32_t t = 1; t < SUM_THREADS && t < n; t++)
+		if (pthread_create(&th[made], NULL, sum_files, &j) == 0)
+			made++;
+	sum_files(&j);
+	for (int t = 0; t < made; t++)
+		pthread_join(th[t], NULL);
+	int err = 0;
+	for (uint32_t k = 0; k < n && !err; k++)
+		if (j.errs[k])
+			err = fmt_fail(j.errs[k], "%s", j.msgs[k]);
+	free(j.errs);
+	free(j.msgs);
+	return err;
+}
+
 /* Checks the CRIU files against the manifest: the listed ones, of their
- * sizes (and with sums, their checksums), and no others. */
-static int verify_criu(phosimg *img, bool sums)
+ * sizes (and the checksums of those sums names, several files at once),
+ * and no others. */
+static int verify_criu(phosimg *img, unsigned sums_of)
 {
 	const manifest *m = &img->m;
 	int dfd = openat(img->dirfd, CRIU_DIR, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (dfd < 0)
 		return m->info.criu_file_count ? fmt_fail(-errno, "%s: cannot open: %m", img->criu_path) : 0;
-	scratch *s = scratch_get(img, 1u << 20);
-	int err = s ? 0 : -ENOMEM;
+	uint32_t *which = calloc(m->info.criu_file_count ? m->info.criu_file_count : 1, sizeof(*which));
+	uint32_t n = 0;
+	int err = which ? 0 : fmt_fail(-ENOMEM, "out of memory");
 	for (uint32_t i = 0; i < m->info.criu_file_count && !err; i++) {
 		const phosimg_criu_file *f = &m->criu[i];
-		int fd = openat(dfd, f->name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 		struct stat st;
-		if (fd < 0 || fstat(fd, &st) != 0) {
+		if (fstatat(dfd, f->name, &st, AT_SYMLINK_NOFOLLOW) != 0)
 			err = fmt_fail(-ENOENT, "%s/%s: missing", img->criu_path, f->name);
-		} else if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size != f->size) {
+		else if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size != f->size)
 			err = fmt_fail(-EBADMSG, "%s/%s: %lld bytes, the manifest says %llu", img->criu_path, f->name,
 				       (long long)st.st_size, (unsigned long long)f->size);
-		} else if (sums) {
-			XXH3_state_t *st3 = XXH3_createState();
-			XXH3_128bits_reset(st3);
-			for (uint64_t off = 0; off < f->size && !err;) {
-				size_t n = f->size - off < s->cap ? (size_t)(f->size - off) : s->cap;
-				if (fmt_read_all(fd, s->p, n, off))
-					err = fmt_fail(-EBADMSG, "%s/%s: offset %llu: cannot read", img->criu_path,
-						       f->name, (unsigned long long)off);
-				XXH3_128bits_update(st3, s->p, n);
-				off += n;
-			}
-			XXH128_hash_t h = XXH3_128bits_digest(st3);
-			XXH3_freeState(st3);
-			uint8_t hb[16];
-			put64(hb, h.low64);
-			put64(hb + 8, h.high64);
-			if (!err && memcmp(hb, f->hash, 16) != 0)
-				err = fmt_fail(-EBADMSG, "%s/%s: checksum mismatch", img->criu_path, f->name);
-		}
-		if (fd >= 0)
-			close(fd);
+		else if (sums_of & (criu_page_data(f->name) ? PHOSIMG_SUMS_PAGES : PHOSIMG_SUMS_REST))
+			which[n++] = i;
 	}
 	/* No file may be there that the manifest does not list. */
 	DIR *d = err ? NULL : fdopendir(dup(dfd));
@@ -737,18 +821,19 @@ static int verify_criu(phosimg *img, bool sums)
 	}
 	if (d)
 		closedir(d);
+	if (!err)
+		err = sum_all(img, dfd, which, n);
+	free(which);
 	close(dfd);
-	if (s)
-		scratch_put(img, s);
 	return err;
 }
 
-int phosimg_verify_criu(phosimg *img, bool checksums)
+int phosimg_verify_criu(phosimg *img, unsigned sums)
 {
 	if (!img)
 		return -EINVAL;
 	fmt_clear_error();
-	return verify_criu(img, checksums);
+	return verify_criu(img, sums);
 }
 
 int phosimg_verify(phosimg *img)
@@ -766,7 +851,7 @@ int phosimg_verify(phosimg *img)
 				err = read_chunk(img, &img->entries[k], s->p);
 		scratch_put(img, s);
 		if (!err)
-			err = verify_criu(img, true);
+			err = verify_criu(img, PHOSIMG_SUMS_ALL);
 		if (err)
 			return err;
 	}

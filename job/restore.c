@@ -4,13 +4,18 @@
  * lazy as its two variants. Lazy's own steps are in lazy.c.
  *
  *   1. begin: open the image (its structure is checked, its CRIU files
- *      beside the rest), wait for its pids, open the driver and place
- *      its GPUs (devices.c);
- *   2. lazy: list what comes back after the tree runs;
- *   3. fill new device memory from the image (eager: all of it; lazy:
- *      the application's own VMM objects and those not mapped), chunk
- *      checksums checked as they are read;
- *   4. criu restore; driver restore (gpuPairs when GPUs move) and unlock;
+ *      against the manifest: all there, of their sizes, and the checksums
+ *      of all but the page data), wait for its pids;
+ *   2. beside CRIU's restore (3), in two threads: the checksums of CRIU's
+ *      page data; and opening the driver, placing the GPUs (devices.c),
+ *      (lazy) listing what comes back after the tree runs, and filling
+ *      new device memory from the image (eager: all of it; lazy: the
+ *      application's own VMM objects and those not mapped), chunk
+ *      checksums checked as they are read. CRIU waits at its gate
+ *      (engine/criu-gate.h) until both are done, and kills the tree
+ *      before it ran where either failed;
+ *   3. criu restore;
+ *   4. driver restore (gpuPairs when GPUs move) and unlock;
  *   5. lazy: a LAZY table for each process (common/cow.h);
  *   6. wake each tracer with its memory (lazy: and its table), which maps
  *      it at its old addresses: the tree runs;
@@ -18,7 +23,8 @@
  *   8. finish: wait for CPU pages (lazy-pages), record the times;
  *   9. end: the one undo. A tree half restored is killed.
  *
- * A bad image fails at 1, before anything is started.
+ * A bad image fails at 1, before anything is started, or at 2, before
+ * the tree runs.
  */
 #include <errno.h>
 #include <limits.h>
@@ -33,6 +39,7 @@
 #include <unistd.h>
 
 #include "../common/pidns.h"
+#include "../engine/criu-gate.h"
 #include "../engine/driver.h"
 #include "../engine/at-once.h"
 #include "../engine/sockets.h"
@@ -57,25 +64,7 @@ static int members_of(const phosimg_info *in, phosimg_member **out, uint32_t *n)
 	return 0;
 }
 
-/* The check of the image's CRIU files against its manifest: it runs
- * beside the rest of the preparation, whose longest part is the driver's
- * start (cuInit). */
-typedef struct criu_check {
-	phosimg *img;
-	perr er; /* er.code: 0 when the files check */
-} criu_check;
-
-static void *check_criu(void *arg)
-{
-	criu_check *k = arg;
-	int e = phosimg_verify_criu(k->img, true);
-	if (e)
-		pr_img(&k->er, e, "the image's CRIU files are damaged, nothing was restored");
-	return NULL;
-}
-
-/* restore_begin once the image is open: its members, their pids, the
- * driver and the GPUs. */
+/* Step 1 once the image is open: its members, their pids. */
 static int place(const restore_args *a, restore_ctx *c, perr *er)
 {
 	if (a->pid)
@@ -110,16 +99,13 @@ static int place(const restore_args *a, restore_ctx *c, perr *er)
 				      (int)c->m[i].pid);
 	}
 	engine_step(a->prog, STEP_PREPARE);
-	e = driver_open(er);
-	if (!e)
-		e = restore_devices(c->in, a->devices, &c->map, a->prog->devices, sizeof(a->prog->devices), er);
-	return e;
+	return 0;
 }
 
-/* Opens the image (its structure is checked), waits for its pids to be
- * free, opens the driver and places its GPUs (restore_devices). Errors:
- * phosimg_open's (a bad image), -EBUSY (a pid is taken), -ENOMEM,
- * driver_open's and restore_devices' errors; nothing was started. */
+/* 1. Opens the image (its structure is checked, its CRIU files against
+ * the manifest, but for the checksums of the page data) and waits for its
+ * pids to be free. Errors: phosimg_open's and phosimg_verify_criu's (a
+ * bad image), -EBUSY (a pid is taken), -ENOMEM; nothing was started. */
 static int restore_begin(const restore_args *a, restore_ctx *c, perr *er)
 {
 	memset(c, 0, sizeof(*c));
@@ -131,22 +117,107 @@ static int restore_begin(const restore_args *a, restore_ctx *c, perr *er)
 	/* An fd for each object it makes: the table grown now, while no other
 	 * thread shares it, costs no RCU grace period (wire_fd_room). */
 	wire_fd_room((int)(c->in->object_count < (1u << 24) ? c->in->object_count : 1u << 24) + 256);
-	/* What CRIU reads is checked before it starts: a damaged file can
-	 * make it fail in ways that name no cause, or spin for good. Missing,
-	 * cut or extra files at once; their checksums beside the rest. */
-	e = phosimg_verify_criu(c->img, false);
+	/* What CRIU reads to know what to do is checked before it starts: a
+	 * damaged file can make it fail in ways that name no cause, or spin
+	 * for good. The page data, most of the bytes, is only copied: its
+	 * checksums are checked beside CRIU (step 2). */
+	e = phosimg_verify_criu(c->img, PHOSIMG_SUMS_REST);
 	if (e)
 		return pr_img(er, e, "the image's CRIU files are damaged, nothing was restored");
-	criu_check k = { .img = c->img };
-	pthread_t th;
-	bool beside = pthread_create(&th, NULL, check_criu, &k) == 0;
-	if (!beside)
-		check_criu(&k);
-	e = place(a, c, er);
-	if (beside)
-		pthread_join(th, NULL);
-	if (k.er.code)
-		return pr_copy(er, &k.er);
+	return place(a, c, er);
+}
+
+/* What runs beside CRIU's restore (step 2), and how it ended. */
+typedef struct beside {
+	const restore_args *a;
+	restore_ctx *c;
+	lazy *lz;            /* the lazy variant's plan, or NULL */
+	engine_parked *objs; /* what the fill filled */
+	criu_gate gate;      /* CRIU's, which the fill's thread opens or shuts */
+	pthread_t sums, rest;
+	bool sums_run, rest_run; /* threads started, not yet joined */
+	int sums_e, rest_e;
+	perr sums_er, rest_er;
+} beside;
+
+/* The checksums of CRIU's page data. */
+static void *beside_sums(void *arg)
+{
+	beside *b = arg;
+	uint64_t t0 = engine_now_ns();
+	b->sums_e = phosimg_verify_criu(b->c->img, PHOSIMG_SUMS_PAGES);
+	atomic_store(&b->a->prog->prepare_checks_ns, engine_now_ns() - t0);
+	if (b->sums_e)
+		pr_img(&b->sums_er, b->sums_e, "the image's CRIU files are damaged, nothing was restored");
+	return NULL;
+}
+
+/* The driver, the GPUs, the plan and the fill; then, once the checksums
+ * are in too, the word at CRIU's gate. */
+static void *beside_rest(void *arg)
+{
+	beside *b = arg;
+	const restore_args *a = b->a;
+	restore_ctx *c = b->c;
+	uint64_t t0 = engine_now_ns();
+	int e = driver_open(&b->rest_er);
+	if (!e)
+		e = restore_devices(c->in, a->devices, &c->map, a->prog->devices, sizeof(a->prog->devices),
+				    &b->rest_er);
+	atomic_store(&a->prog->prepare_driver_ns, engine_now_ns() - t0);
+	if (!e && b->lz)
+		e = lazy_plan(b->lz, c, a, &b->rest_er);
+	if (!e) {
+		atomic_store(&a->prog->total, c->in->raw_bytes);
+		e = engine_copy_in(c->img, &c->map, b->lz ? b->lz->now : NULL, a->fill_threads, b->objs, a->prog,
+				   &b->rest_er);
+	}
+	b->rest_e = e;
+	if (b->sums_run) {
+		pthread_join(b->sums, NULL);
+		b->sums_run = false;
+	}
+	criu_gate_say(&b->gate, !b->rest_e && !b->sums_e);
+	return NULL;
+}
+
+/* 2. Starts what runs beside CRIU, and CRIU's gate. Errors: the gate's
+ * (nothing was started then). */
+static int beside_start(beside *b, perr *er)
+{
+	char dir[PATH_MAX];
+	snprintf(dir, sizeof(dir), "%.4000s.gate", b->a->log);
+	int e = criu_gate_make(dir, b->a->timeout_s, &b->gate, er);
+	if (e)
+		return e;
+	b->sums_run = pthread_create(&b->sums, NULL, beside_sums, b) == 0;
+	if (!b->sums_run)
+		beside_sums(b);
+	b->rest_run = pthread_create(&b->rest, NULL, beside_rest, b) == 0;
+	if (!b->rest_run)
+		beside_rest(b);
+	return 0;
+}
+
+/* Waits for what ran beside CRIU, given e, the result of CRIU's restore:
+ * the checksums' error, else the driver's, the GPUs' or the fill's, else
+ * e. The first two mean CRIU killed the tree at its gate. */
+static int beside_end(beside *b, int e, perr *er)
+{
+	if (b->rest_run) {
+		engine_step(b->a->prog, STEP_FILL); /* what is left of it */
+		pthread_join(b->rest, NULL);
+		b->rest_run = false;
+	}
+	if (b->sums_run) { /* beside_rest never ran */
+		pthread_join(b->sums, NULL);
+		b->sums_run = false;
+	}
+	criu_gate_end(&b->gate);
+	if (b->sums_e)
+		return pr_copy(er, &b->sums_er);
+	if (b->rest_e)
+		return pr_copy(er, &b->rest_er);
 	return e;
 }
 
@@ -192,11 +263,11 @@ static int resume_all(const restore_args *a, restore_ctx *c, perr *er)
 	return e;
 }
 
-/* Restores the tree with CRIU, finds each member's pid on this machine
- * (c->host), then restores and unlocks each CUDA process in the driver;
- * *a->pid is the pid of member c->job. Errors: -EIO (er says which
- * step), -ESRCH (a member CRIU restored is not there). */
-static int restore_tree(const restore_args *a, restore_ctx *c, perr *er)
+/* 3. Restores the tree with CRIU, which waits at gate before it lets the
+ * tree run, and finds each member's pid on this machine (c->host); *a->pid
+ * is the pid of member c->job. Errors: -EIO (er says which step), -ESRCH
+ * (a member CRIU restored is not there). */
+static int restore_tree(const restore_args *a, restore_ctx *c, const criu_gate *gate, perr *er)
 {
 	engine_step(a->prog, STEP_RESTORE);
 	pid_t root = 0;
@@ -234,9 +305,13 @@ static int restore_tree(const restore_args *a, restore_ctx *c, perr *er)
 				"job's TCP addresses\n",
 				a->image, ended, ended == 1 ? "" : "s");
 	}
+	criu_restore_stats st = { 0 };
 	if (!e)
 		e = criu_restore(a->criu, *folder ? folder : phosimg_criu_dir(c->img),
-				 a->lazy_pages ? c->pages_dir : NULL, a->log, &root, er);
+				 a->lazy_pages ? c->pages_dir : NULL, gate->script, a->log, &root, &st, er);
+	atomic_store(&a->prog->criu_forking_us, st.forking_us);
+	atomic_store(&a->prog->criu_restore_us, st.restore_us);
+	atomic_store(&a->prog->criu_restored_pages, st.pages_restored);
 	engine_sockets_end(folder);
 	c->restored = !e;
 	if (!e)
@@ -250,8 +325,6 @@ static int restore_tree(const restore_args *a, restore_ctx *c, perr *er)
 	}
 	if (!e && a->pid)
 		*a->pid = c->host[c->job];
-	if (!e)
-		e = resume_all(a, c, er);
 	return e;
 }
 
@@ -353,15 +426,6 @@ static int restore_finish(const restore_args *a, restore_ctx *c, uint64_t t0, in
 	return e;
 }
 
-/* 3. Fills new device memory from the image: every object, or (lazy)
- * those l->now names. The records of what was filled go to objs. */
-static int restore_fill(const restore_args *a, restore_ctx *c, const lazy *l, engine_parked *objs, perr *er)
-{
-	atomic_store(&a->prog->total, c->in->raw_bytes);
-	engine_step(a->prog, STEP_FILL);
-	return engine_copy_in(c->img, &c->map, l ? l->now : NULL, a->fill_threads, objs, a->prog, er);
-}
-
 /* 6. Wakes each member's tracer with its memory (objs) and, lazy, its
  * table: the tree runs. */
 static int restore_wake(const restore_args *a, restore_ctx *c, const engine_parked *objs, lazy *l, perr *er)
@@ -401,13 +465,15 @@ int restore_run(const restore_args *a, perr *er)
 	engine_parked objs = { 0 };
 	if (lz)
 		atomic_store(&a->prog->lazy, true);
+	beside b = { .a = a, .c = &c, .lz = lz, .objs = &objs, .gate = { .fd = -1 } };
 	int e = restore_begin(a, &c, er);
-	if (!e && lz)
-		e = lazy_plan(lz, &c, a, er);
+	bool started = !e && !(e = beside_start(&b, er));
 	if (!e)
-		e = restore_fill(a, &c, lz, &objs, er);
+		e = restore_tree(a, &c, &b.gate, er);
+	if (started)
+		e = beside_end(&b, e, er);
 	if (!e)
-		e = restore_tree(a, &c, er);
+		e = resume_all(a, &c, er);
 	if (!e && lz)
 		e = lazy_tables(lz, er);
 	if (!e)

@@ -26,6 +26,7 @@ typedef struct restore_args {
 	 * userfaultfd); the restore ends once the last page is back. */
 	bool lazy_pages;
 	int fill_threads; /* threads that fill device memory (0: engine_filler_start's default) */
+	int timeout_s;    /* a step's deadline (the job's watchdog); CRIU waits at its gate this long at most */
 	/* How to meet the restored tracers, one process at a time. Unused for
 	 * an image of untraced processes. */
 	const engine_tracer *tracer;

@@ -9,8 +9,12 @@
  *      and its sizes; no process was started;
  *   3. a copy with one byte of a CRIU file changed is refused, naming the
  *      file and the checksum;
- *   4. neither copy was written to, and the original image restores: a
- *      clone runs beside the original.
+ *   4. a copy with one byte of the page data (pages-*.img) changed, whose
+ *      checksums are checked while CRIU restores, is refused as well:
+ *      CRIU's gate stays shut and it kills the tree it restored before
+ *      the tree ran, so no second counter is left;
+ *   5. no copy was written to, and the original image restores: a clone
+ *      runs beside the original.
  */
 #include "phosfs_test.h"
 
@@ -37,6 +41,38 @@ static int criu_file(const char *dir, const char *prefix, char *out, size_t len)
 	if (dd)
 		closedir(dd);
 	return found;
+}
+
+/* Processes whose name is comm. */
+static int count_comm(const char *comm)
+{
+	DIR *d = opendir("/proc");
+	int n = 0;
+	for (struct dirent *de; d && (de = readdir(d));) {
+		char p[300], name[64] = "";
+		snprintf(p, sizeof(p), "/proc/%s/comm", de->d_name);
+		FILE *f = de->d_name[0] >= '1' && de->d_name[0] <= '9' ? fopen(p, "r") : NULL;
+		if (f && fgets(name, sizeof(name), f) && !strcmp(name, comm))
+			n++;
+		if (f)
+			fclose(f);
+	}
+	if (d)
+		closedir(d);
+	return n;
+}
+
+/* Changes one byte of file at offset. */
+static int flip(const char *file, long offset)
+{
+	FILE *f = fopen(file, "r+");
+	if (!f)
+		return 0;
+	fseek(f, offset, SEEK_SET);
+	int c = fgetc(f);
+	fseek(f, offset, SEEK_SET);
+	fputc(c ^ 0x40, f);
+	return fclose(f) == 0 && c != EOF;
 }
 
 static double now_s(void)
@@ -67,7 +103,7 @@ int main(void)
 {
 	rig r;
 	rig_require(&r);
-	plan(6);
+	plan(7);
 	if (rig_mount(&r, NULL))
 		bail("phosfs did not mount");
 	pid_t pid = rig_counter(&r, 16);
@@ -79,20 +115,18 @@ int main(void)
 	if (!saved)
 		bail("no checkpoint to damage");
 
-	char cut[PATH_MAX], flipped[PATH_MAX], pages[PATH_MAX], core[PATH_MAX];
+	char cut[PATH_MAX], flipped[PATH_MAX], paged[PATH_MAX], pages[PATH_MAX], core[PATH_MAX], data[PATH_MAX];
 	snprintf(cut, sizeof(cut), "%s/cut", r.dir);
 	snprintf(flipped, sizeof(flipped), "%s/flipped", r.dir);
-	int copied = copy_image(image, cut) == 0 && copy_image(image, flipped) == 0;
+	snprintf(paged, sizeof(paged), "%s/paged", r.dir);
+	int copied = copy_image(image, cut) == 0 && copy_image(image, flipped) == 0 && copy_image(image, paged) == 0;
 	int damaged = copied && criu_file(cut, "pages-", pages, sizeof(pages)) && truncate(pages, 4096) == 0;
-	FILE *f = damaged && criu_file(flipped, "core-", core, sizeof(core)) ? fopen(core, "r+") : NULL;
-	if (f) {
-		fseek(f, 16, SEEK_SET);
-		int c = fgetc(f);
-		fseek(f, 16, SEEK_SET);
-		fputc(c ^ 0x40, f);
-		fclose(f);
-	}
-	ok(damaged && f, "two copies: pages-*.img cut to 4096 bytes, one byte of core-*.img changed");
+	int f = damaged && criu_file(flipped, "core-", core, sizeof(core)) && flip(core, 16);
+	struct stat ds;
+	int g = f && criu_file(paged, "pages-", data, sizeof(data)) && stat(data, &ds) == 0 && ds.st_size > 8192 &&
+		flip(data, (long)ds.st_size / 2);
+	ok(damaged && f && g, "three copies: pages-*.img cut to 4096 bytes, one byte of core-*.img changed, one byte "
+			      "of pages-*.img changed");
 
 	char err[4096];
 	int eager = refused(&r, cut, "eager", 1.0, "pages-", err, sizeof(err)) && strstr(err, "4096 bytes");
@@ -100,10 +134,17 @@ int main(void)
 	ok(eager && lazy, "the cut copy is refused, eager and lazy, within a second, naming the file and its size");
 	int sum = refused(&r, flipped, NULL, 1.0, "core-", err, sizeof(err)) && strstr(err, "checksum");
 	ok(sum, "the changed copy is refused, naming the file and its checksum");
+	int before = count_comm("counter\n");
+	int page = refused(&r, paged, NULL, 10.0, "pages-", err, sizeof(err)) && strstr(err, "checksum");
+	int after = count_comm("counter\n");
+	ok(page && after == before, "the copy with a page changed is refused, naming the file and its checksum, and "
+				    "the tree CRIU restored is gone (%d counters before, %d after)",
+	   before, after);
 
 	struct stat st;
-	ok(stat(pages, &st) == 0 && st.st_size == 4096 && rig_verify(image),
-	   "the restores wrote to neither copy, and the original image still verifies");
+	ok(stat(pages, &st) == 0 && st.st_size == 4096 && rig_verify(image) && !rig_verify(paged),
+	   "the restores wrote to no copy (the changed page still fails to verify), and the original image still "
+	   "verifies");
 
 	char s[8192];
 	pid_t clone = 0;

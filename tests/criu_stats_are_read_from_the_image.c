@@ -1,16 +1,19 @@
 /*
  * CRIU writes what it measured in a dump (stats-dump: times freezing the
- * tree, frozen, collecting and writing pages; pages written) and
- * criu_dump_stats_read takes it for status (engine/criu-image.c):
+ * tree, frozen, collecting and writing pages; pages written) and in a
+ * restore (stats-restore: times forking and restoring the tree, pages
+ * restored), and criu_dump_stats_read and criu_restore_stats_read take
+ * them for status (engine/criu-image.c):
  *
  *   - a stats image as CRIU writes it is read field by field, and fields
  *     it does not know are stepped over;
- *   - a missing one is -ENOENT, a restore's stats or another image's
- *     magic is refused;
+ *   - a missing one is -ENOENT, a restore's stats where a dump's are read
+ *     (and the other way round) or another image's magic is refused;
  *   - 2000 corrupt or cut ones are refused or read, never a crash (the
  *     tests also run under ASan).
  */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,7 +39,7 @@ static void stats_image(buf *out, uint32_t magic1, unsigned which, const buf *bo
 
 int main(void)
 {
-	plan(4);
+	plan(6);
 	char dir[] = "/tmp/phos-criu-stats-XXXXXX";
 	if (!mkdtemp(dir))
 		bail("mkdtemp: %s", strerror(errno));
@@ -79,13 +82,41 @@ int main(void)
 	int e2 = criu_dump_stats_read(dir, &st);
 	ok(e1 == -EBADMSG && e2 == -EBADMSG, "a restore's stats and another image are refused (%d, %d)", e1, e2);
 
-	/* 4. Corrupt and cut. */
+	/* 4. A restore's, as CRIU writes them, in its work directory. */
+	char rpath[512];
+	snprintf(rpath, sizeof(rpath), "%s/stats-restore", dir);
+	buf rb = { .n = 0 };
+	field_varint(&rb, 1, 0);
+	field_varint(&rb, 2, 0);
+	field_varint(&rb, 3, 4321);
+	field_varint(&rb, 4, 612345);
+	field_bytes(&rb, 99, "later", 5);
+	field_varint(&rb, 5, 262144);
+	stats_image(&rs, 0x57093306u, 2, &rb);
+	write_file(rpath, rs.p, rs.n);
+	buf rimg = rs;
+	criu_restore_stats rst;
+	e = criu_restore_stats_read(dir, &rst);
+	ok(!e && rst.forking_us == 4321 && rst.restore_us == 612345 && rst.pages_restored == 262144,
+	   "a restore's stats are read: forking %u us, restore %u us, %llu pages restored (%d)", rst.forking_us,
+	   rst.restore_us, (unsigned long long)rst.pages_restored, e);
+
+	/* 5. A dump's stats where a restore's are read. */
+	stats_image(&rs, 0x57093306u, 1, &ds);
+	write_file(rpath, rs.p, rs.n);
+	e1 = criu_restore_stats_read(dir, &rst);
+	unlink(rpath);
+	e2 = criu_restore_stats_read(dir, &rst);
+	ok(e1 == -EBADMSG && e2 == -ENOENT, "a dump's stats are no restore's (%d), and none is ENOENT (%d)", e1, e2);
+
+	/* 6. Corrupt and cut. */
 	srand(28);
 	int read = 0, refused = 0, other = 0;
 	for (int i = 0; i < 2000; i++) {
-		buf c = corrupted(&img);
-		write_file(path, c.p, c.n);
-		e = criu_dump_stats_read(dir, &st);
+		bool dump = i % 2 == 0;
+		buf c = corrupted(dump ? &img : &rimg);
+		write_file(dump ? path : rpath, c.p, c.n);
+		e = dump ? criu_dump_stats_read(dir, &st) : criu_restore_stats_read(dir, &rst);
 		if (!e)
 			read++;
 		else if (e == -EBADMSG)
@@ -93,10 +124,11 @@ int main(void)
 		else
 			other++;
 	}
-	ok(other == 0 && refused > 0, "2000 corrupt stats images: %d read, %d refused (EBADMSG), %d otherwise", read,
+	ok(other == 0 && refused > 0, "2000 corrupt stats images, a dump's and a restore's: %d read, %d refused (EBADMSG), %d otherwise", read,
 	   refused, other);
 
 	unlink(path);
+	unlink(rpath);
 	rmdir(dir);
 	return 0;
 }

@@ -1,0 +1,80 @@
+/*
+ * A gate on a CRIU restore: its FIFO and its action script (criu-gate.h).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "criu-gate.h"
+
+/* The script CRIU runs at each of its actions; at post-restore it waits
+ * for the word on the FIFO beside it, at most timeout seconds (the job's
+ * restore timeout: a job killed before the script opened the FIFO leaves
+ * no writer, and the open would wait for good). */
+static const char script_text[] =
+	"#!/bin/sh\n"
+	"# phos's gate on this restore: after CRIU restored the tree, the tree\n"
+	"# runs only once phos writes \"open\" into the FIFO beside this script.\n"
+	"[ \"$CRTOOLS_SCRIPT_ACTION\" = post-restore ] || exit 0\n"
+	"exec timeout -s KILL %d sh -c 'read -r word <\"$0\" && [ \"$word\" = open ]' \"${0%%/*}/fifo\"\n";
+
+int criu_gate_make(const char *dir, int timeout_s, criu_gate *g, perr *er)
+{
+	*g = (criu_gate){ .fd = -1 };
+	char fifo[PATH_MAX + 16];
+	if (snprintf(g->dir, sizeof(g->dir), "%s", dir) >= (int)sizeof(g->dir))
+		return pr_err(er, -ENAMETOOLONG, "the gate's folder %s is too long", dir);
+	snprintf(fifo, sizeof(fifo), "%s/fifo", dir);
+	snprintf(g->script, sizeof(g->script), "%s/gate", dir);
+	if (mkdir(dir, 0700) != 0) {
+		int e = -errno;
+		*g->dir = 0;
+		return pr_err(er, e, "cannot make %s: %s", dir, strerror(-e));
+	}
+	if (mkfifo(fifo, 0600) != 0)
+		return pr_err(er, -errno, "cannot make the FIFO %s: %s", fifo, strerror(errno));
+	/* Read and write: opening it never waits, and a word written before
+	 * the script reads stays in it. */
+	g->fd = open(fifo, O_RDWR | O_CLOEXEC);
+	if (g->fd < 0)
+		return pr_err(er, -errno, "cannot open the FIFO %s: %s", fifo, strerror(errno));
+	int s = open(g->script, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0700);
+	if (s < 0)
+		return pr_err(er, -errno, "cannot make %s: %s", g->script, strerror(errno));
+	int w = dprintf(s, script_text, timeout_s > 0 ? timeout_s : 600);
+	int e = w < 0 ? -EIO : close(s) != 0 ? -errno : 0;
+	if (w < 0)
+		close(s);
+	return e ? pr_err(er, e, "cannot write %s: %s", g->script, strerror(-e)) : 0;
+}
+
+void criu_gate_say(criu_gate *g, bool ok)
+{
+	if (g->fd < 0 || g->said)
+		return;
+	g->said = true;
+	const char *word = ok ? "open\n" : "shut\n";
+	/* A FIFO's buffer holds far more than a word: this never waits. */
+	ssize_t n;
+	while ((n = write(g->fd, word, strlen(word))) < 0 && errno == EINTR)
+		;
+}
+
+void criu_gate_end(criu_gate *g)
+{
+	criu_gate_say(g, false);
+	if (g->fd >= 0)
+		close(g->fd);
+	g->fd = -1;
+	if (!*g->dir)
+		return;
+	char fifo[PATH_MAX + 16];
+	snprintf(fifo, sizeof(fifo), "%s/fifo", g->dir);
+	unlink(fifo);
+	unlink(g->script);
+	rmdir(g->dir);
+	*g->dir = 0;
+}
