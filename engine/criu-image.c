@@ -11,6 +11,7 @@
  *   dump_stats_entry.
  */
 #include <errno.h>
+#include <stddef.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
@@ -155,48 +156,58 @@ int criu_files_read(const char *dir, uint8_t **buf, size_t *size)
 	return image_read(dir, "files.img", buf, size);
 }
 
-/* Takes stats_entry's dump_stats_entry (body, len) into the stats. */
-static int take_dump_stats(uint8_t *body, size_t len, void *arg)
+/* A varint field of a stats entry and where it goes in the stats. */
+typedef struct stat_field {
+	unsigned field;
+	size_t off;
+	bool u32; /* a uint32_t there, else a uint64_t */
+} stat_field;
+
+/* Takes the varint fields of a stats entry (body, len) that fields lists
+ * (n of them) into st; steps over the others. 1, or -EBADMSG. */
+static int take_fields(const uint8_t *body, size_t len, void *st, const stat_field *fields, size_t n)
 {
-	criu_dump_stats *st = arg;
 	const uint8_t *p = body, *end = body + len;
 	while (p < end) {
 		pb_item f;
 		if (!pb_next(&p, end, &f))
 			return -EBADMSG;
 		uint64_t v = f.wt == 0 ? f.v : 0;
-		switch (f.field) {
-		case 1: st->freezing_us = (uint32_t)v; break;
-		case 2: st->frozen_us = (uint32_t)v; break;
-		case 3: st->memdump_us = (uint32_t)v; break;
-		case 4: st->memwrite_us = (uint32_t)v; break;
-		case 5: st->pages_scanned = v; break;
-		case 7: st->pages_written = v; break;
-		case 14: st->shpages_written = v; break;
-		}
+		for (size_t i = 0; i < n; i++)
+			if (fields[i].field == f.field) {
+				if (fields[i].u32)
+					*(uint32_t *)((char *)st + fields[i].off) = (uint32_t)v;
+				else
+					*(uint64_t *)((char *)st + fields[i].off) = v;
+			}
 	}
 	return 1;
+}
+
+#define U32(t, m, k) { k, offsetof(t, m), true }
+#define U64(t, m, k) { k, offsetof(t, m), false }
+
+/* Takes stats_entry's dump_stats_entry (body, len) into the stats. */
+static int take_dump_stats(uint8_t *body, size_t len, void *arg)
+{
+	static const stat_field f[] = {
+		U32(criu_dump_stats, freezing_us, 1),	   U32(criu_dump_stats, frozen_us, 2),
+		U32(criu_dump_stats, memdump_us, 3),	   U32(criu_dump_stats, memwrite_us, 4),
+		U64(criu_dump_stats, pages_scanned, 5),	   U64(criu_dump_stats, pages_written, 7),
+		U64(criu_dump_stats, shpages_written, 14),
+	};
+	return take_fields(body, len, arg, f, sizeof(f) / sizeof(*f));
 }
 
 /* Takes stats_entry's restore_stats_entry (body, len) into the stats. */
 static int take_restore_stats(uint8_t *body, size_t len, void *arg)
 {
-	criu_restore_stats *st = arg;
-	const uint8_t *p = body, *end = body + len;
-	while (p < end) {
-		pb_item f;
-		if (!pb_next(&p, end, &f))
-			return -EBADMSG;
-		uint64_t v = f.wt == 0 ? f.v : 0;
-		switch (f.field) {
-		case 1: st->pages_compared = v; break;
-		case 2: st->pages_skipped_cow = v; break;
-		case 3: st->forking_us = (uint32_t)v; break;
-		case 4: st->restore_us = (uint32_t)v; break;
-		case 5: st->pages_restored = v; break;
-		}
-	}
-	return 1;
+	static const stat_field f[] = {
+		U64(criu_restore_stats, pages_compared, 1), U64(criu_restore_stats, pages_skipped_cow, 2),
+		U32(criu_restore_stats, forking_us, 3),	    U32(criu_restore_stats, restore_us, 4),
+		U64(criu_restore_stats, pages_restored, 5),
+	};
+	return take_fields(body, len, arg, f, sizeof(f) / sizeof(*f));
 }
 
 /* Reads the stats image dir/name: its stats_entry's field `which`, by fn
