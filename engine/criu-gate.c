@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "criu-gate.h"
@@ -29,6 +30,18 @@ int criu_gate_make(const char *dir, int timeout_s, criu_gate *g, perr *er)
 		return pr_err(er, -ENAMETOOLONG, "the gate's folder %s is too long", dir);
 	snprintf(fifo, sizeof(fifo), "%s/fifo", dir);
 	snprintf(g->script, sizeof(g->script), "%s/gate", dir);
+	/* CRIU execs the script: not from a file system mounted noexec. */
+	char parent[PATH_MAX];
+	snprintf(parent, sizeof(parent), "%s", dir);
+	char *slash = strrchr(parent, '/');
+	if (slash)
+		*(slash == parent ? slash + 1 : slash) = 0;
+	struct statvfs sv;
+	if (statvfs(slash ? parent : ".", &sv) == 0 && (sv.f_flag & ST_NOEXEC)) {
+		*g->dir = 0;
+		return pr_err(er, -ENOEXEC, "%s is on a file system mounted noexec, where CRIU cannot run a script",
+			      slash ? parent : ".");
+	}
 	if (mkdir(dir, 0700) != 0) {
 		int e = -errno;
 		*g->dir = 0;

@@ -29,8 +29,9 @@ typedef struct criu_gate {
 /* Makes a gate in the folder dir (made now; it must not exist): its FIFO
  * and its script, g->script, for criu restore --action-script; the script
  * waits for a word at most timeout_s seconds (<= 0: 600). On an error g
- * still needs criu_gate_end. Errors: -errno of making them (er names
- * which), -ENAMETOOLONG. */
+ * still needs criu_gate_end. Errors: -ENOEXEC (dir's parent is on a file
+ * system mounted noexec), -errno of making them (er names which),
+ * -ENAMETOOLONG. */
 int criu_gate_make(const char *dir, int timeout_s, criu_gate *g, perr *er);
 
 /* Opens the gate (ok: the tree runs) or shuts it (CRIU kills the tree).

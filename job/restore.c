@@ -181,31 +181,10 @@ static void *beside_rest(void *arg)
 	return NULL;
 }
 
-/* 2. Starts what runs beside CRIU, and CRIU's gate. Errors: the gate's
- * (nothing was started then). */
-static int beside_start(beside *b, perr *er)
-{
-	char dir[PATH_MAX];
-	snprintf(dir, sizeof(dir), "%.4000s.gate", b->a->log);
-	int e = criu_gate_make(dir, b->a->timeout_s, &b->gate, er);
-	if (e)
-		return e;
-	b->sums_run = pthread_create(&b->sums, NULL, beside_sums, b) == 0;
-	if (!b->sums_run)
-		beside_sums(b);
-	b->rest_run = pthread_create(&b->rest, NULL, beside_rest, b) == 0;
-	if (!b->rest_run)
-		beside_rest(b);
-	return 0;
-}
-
-/* Waits for what ran beside CRIU, given e, the result of CRIU's restore:
- * the checksums' error, else the driver's, the GPUs' or the fill's, else
- * e. The first two mean CRIU killed the tree at its gate. */
-static int beside_end(beside *b, int e, perr *er)
+/* Waits for the threads of step 2 that still run. */
+static void beside_join(beside *b)
 {
 	if (b->rest_run) {
-		engine_step(b->a->prog, STEP_FILL); /* what is left of it */
 		pthread_join(b->rest, NULL);
 		b->rest_run = false;
 	}
@@ -213,6 +192,42 @@ static int beside_end(beside *b, int e, perr *er)
 		pthread_join(b->sums, NULL);
 		b->sums_run = false;
 	}
+}
+
+/* 2. Starts what runs beside CRIU, and CRIU's gate. Where the gate
+ * cannot be made (its script would be on a file system mounted noexec),
+ * it all runs before CRIU starts. Errors: the gate's (nothing was
+ * started then), and without a gate those of step 2. */
+static int beside_start(beside *b, perr *er)
+{
+	char dir[PATH_MAX];
+	snprintf(dir, sizeof(dir), "%.4000s.gate", b->a->log);
+	perr ge = { 0 };
+	int e = criu_gate_make(dir, b->a->timeout_s, &b->gate, &ge);
+	if (e && e != -ENOEXEC)
+		return pr_copy(er, &ge);
+	if (e)
+		fprintf(stderr, "phosfs: restore %s: %s: its checks run before CRIU starts\n", b->a->image, ge.msg);
+	b->sums_run = pthread_create(&b->sums, NULL, beside_sums, b) == 0;
+	if (!b->sums_run)
+		beside_sums(b);
+	b->rest_run = pthread_create(&b->rest, NULL, beside_rest, b) == 0;
+	if (!b->rest_run)
+		beside_rest(b);
+	if (!e)
+		return 0;
+	beside_join(b);
+	return b->sums_e ? pr_copy(er, &b->sums_er) : b->rest_e ? pr_copy(er, &b->rest_er) : 0;
+}
+
+/* Waits for what ran beside CRIU, given e, the result of CRIU's restore:
+ * the checksums' error, else the driver's, the GPUs' or the fill's, else
+ * e. The first two mean CRIU killed the tree at its gate. */
+static int beside_end(beside *b, int e, perr *er)
+{
+	if (b->rest_run)
+		engine_step(b->a->prog, STEP_FILL); /* what is left of it */
+	beside_join(b);
 	criu_gate_end(&b->gate);
 	if (b->sums_e)
 		return pr_copy(er, &b->sums_er);
@@ -308,7 +323,8 @@ static int restore_tree(const restore_args *a, restore_ctx *c, const criu_gate *
 	criu_restore_stats st = { 0 };
 	if (!e)
 		e = criu_restore(a->criu, *folder ? folder : phosimg_criu_dir(c->img),
-				 a->lazy_pages ? c->pages_dir : NULL, gate->script, a->log, &root, &st, er);
+				 a->lazy_pages ? c->pages_dir : NULL, gate->fd >= 0 ? gate->script : NULL, a->log,
+				 &root, &st, er);
 	atomic_store(&a->prog->criu_forking_us, st.forking_us);
 	atomic_store(&a->prog->criu_restore_us, st.restore_us);
 	atomic_store(&a->prog->criu_restored_pages, st.pages_restored);

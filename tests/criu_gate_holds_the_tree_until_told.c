@@ -11,7 +11,10 @@
  *   4. a gate whose job is gone before the script opens its FIFO (no
  *      writer left: an open would wait for good) fails after its timeout;
  *   5. criu_gate_end removes the gate's folder, and a gate cannot be made
- *      where its folder exists.
+ *      where its folder exists;
+ *   6. nor on a file system mounted noexec, where CRIU could not run the
+ *      script: -ENOEXEC, which the restore takes to run its checks before
+ *      CRIU (needs root, to mount a tmpfs).
  *
  * The script is run as CRIU runs it: its path alone, the action in
  * $CRTOOLS_SCRIPT_ACTION, no descriptor but 0-2.
@@ -21,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -72,7 +76,7 @@ static int ended(pid_t c, double limit_s)
 
 int main(void)
 {
-	plan(5);
+	plan(6);
 	char base[] = "/tmp/phos-gate-XXXXXX";
 	if (!mkdtemp(base))
 		bail("mkdtemp: %s", strerror(errno));
@@ -145,8 +149,27 @@ int main(void)
 	criu_gate_end(&g2);
 	int kept = stat(dir, &st) == 0;
 	rmdir(dir);
-	rmdir(base);
 	ok(removed && e == -EEXIST && kept && strstr(er2.msg, dir),
 	   "the gate's folder is removed at its end; one that exists is refused, named, and left (%s)", er2.msg);
+
+	/* 6. */
+	char mnt[700], in[800];
+	snprintf(mnt, sizeof(mnt), "%s/noexec", base);
+	snprintf(in, sizeof(in), "%s/gate", mnt);
+	mkdir(mnt, 0700);
+	if (geteuid() != 0 || mount("tmpfs", mnt, "tmpfs", MS_NOEXEC, "size=1m") != 0) {
+		skip("mounting a tmpfs needs root");
+	} else {
+		criu_gate g3;
+		perr er3 = { 0 };
+		e = criu_gate_make(in, 5, &g3, &er3);
+		criu_gate_end(&g3);
+		int none = stat(in, &st) != 0;
+		umount(mnt);
+		ok(e == -ENOEXEC && none && strstr(er3.msg, "noexec"),
+		   "a gate on a file system mounted noexec is refused with ENOEXEC, nothing made (%s)", er3.msg);
+	}
+	rmdir(mnt);
+	rmdir(base);
 	return done();
 }
