@@ -12,9 +12,10 @@
 #include "criu-gate.h"
 
 /* The script CRIU runs at each of its actions; at post-restore it waits
- * for the word on the FIFO beside it, at most timeout seconds (the job's
- * restore timeout: a job killed before the script opened the FIFO leaves
- * no writer, and the open would wait for good). */
+ * for the word on the FIFO beside it, at most a backstop timeout (a job
+ * killed before the script opened the FIFO leaves no writer, and the
+ * open would wait for good; a job that lives kills CRIU and the script
+ * itself when its own watchdog runs out). */
 static const char script_text[] =
 	"#!/bin/sh\n"
 	"# phos's gate on this restore: after CRIU restored the tree, the tree\n"
@@ -57,7 +58,7 @@ int criu_gate_make(const char *dir, int timeout_s, criu_gate *g, perr *er)
 	int s = open(g->script, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0700);
 	if (s < 0)
 		return pr_err(er, -errno, "cannot make %s: %s", g->script, strerror(errno));
-	int w = dprintf(s, script_text, timeout_s > 0 ? timeout_s : 600);
+	int w = dprintf(s, script_text, timeout_s > 0 ? timeout_s : 86400);
 	int e = w < 0 ? -EIO : close(s) != 0 ? -errno : 0;
 	if (w < 0)
 		close(s);
@@ -66,9 +67,8 @@ int criu_gate_make(const char *dir, int timeout_s, criu_gate *g, perr *er)
 
 void criu_gate_say(criu_gate *g, bool ok)
 {
-	if (g->fd < 0 || g->said)
+	if (g->fd < 0 || atomic_exchange(&g->said, true))
 		return;
-	g->said = true;
 	const char *word = ok ? "open\n" : "shut\n";
 	/* A FIFO's buffer holds far more than a word: this never waits. */
 	ssize_t n;

@@ -145,7 +145,9 @@ static void *watchdog_main(void *arg)
 			break;
 		int s = atomic_load(&p->step);
 		uint64_t d = atomic_load(&p->done), now = engine_now_ns();
-		if (s != step || ((s == STEP_FILL || s == STEP_LAZY) && d != done)) {
+		/* The fill runs beside CRIU's restore too (STEP_RESTORE). */
+		bool fills = s == STEP_FILL || s == STEP_LAZY || s == STEP_RESTORE;
+		if (s != step || (fills && d != done)) {
 			step = s;
 			done = d;
 			since = now;

@@ -136,6 +136,7 @@ typedef struct beside {
 	criu_gate gate;      /* CRIU's, which the fill's thread opens or shuts */
 	pthread_t sums, rest;
 	bool sums_run, rest_run; /* threads started, not yet joined */
+	atomic_bool rest_done;   /* the fill's thread is at its end */
 	int sums_e, rest_e;
 	perr sums_er, rest_er;
 } beside;
@@ -147,8 +148,10 @@ static void *beside_sums(void *arg)
 	uint64_t t0 = engine_now_ns();
 	b->sums_e = phosimg_verify_criu(b->c->img, PHOSIMG_SUMS_PAGES);
 	atomic_store(&b->a->prog->prepare_checks_ns, engine_now_ns() - t0);
-	if (b->sums_e)
+	if (b->sums_e) {
 		pr_img(&b->sums_er, b->sums_e, "the image's CRIU files are damaged, nothing was restored");
+		criu_gate_say(&b->gate, false); /* at once: CRIU need not wait for the fill */
+	}
 	return NULL;
 }
 
@@ -173,11 +176,14 @@ static void *beside_rest(void *arg)
 				   &b->rest_er);
 	}
 	b->rest_e = e;
+	if (e)
+		criu_gate_say(&b->gate, false);
 	if (b->sums_run) {
 		pthread_join(b->sums, NULL);
 		b->sums_run = false;
 	}
 	criu_gate_say(&b->gate, !b->rest_e && !b->sums_e);
+	atomic_store(&b->rest_done, true);
 	return NULL;
 }
 
@@ -203,9 +209,11 @@ static int beside_start(beside *b, perr *er)
 	char dir[PATH_MAX];
 	snprintf(dir, sizeof(dir), "%.4000s.gate", b->a->log);
 	perr ge = { 0 };
-	int e = criu_gate_make(dir, b->a->timeout_s, &b->gate, &ge);
-	if (e && e != -ENOEXEC)
+	int e = criu_gate_make(dir, b->a->timeout_s > 0 ? 10 * b->a->timeout_s : 0, &b->gate, &ge);
+	if (e && e != -ENOEXEC) {
+		criu_gate_end(&b->gate);
 		return pr_copy(er, &ge);
+	}
 	if (e)
 		fprintf(stderr, "phosfs: restore %s: %s: its checks run before CRIU starts\n", b->a->image, ge.msg);
 	b->sums_run = pthread_create(&b->sums, NULL, beside_sums, b) == 0;
@@ -225,7 +233,7 @@ static int beside_start(beside *b, perr *er)
  * e. The first two mean CRIU killed the tree at its gate. */
 static int beside_end(beside *b, int e, perr *er)
 {
-	if (b->rest_run)
+	if (b->rest_run && !atomic_load(&b->rest_done))
 		engine_step(b->a->prog, STEP_FILL); /* what is left of it */
 	beside_join(b);
 	criu_gate_end(&b->gate);

@@ -27,7 +27,23 @@ static int newest_first(const void *a, const void *b)
 	return strcmp(y->name, x->name);
 }
 
-/* Removes the oldest files of dir beyond the newest keep. */
+/* Removes what a restore's gate (engine/criu-gate.c) left beside its
+ * log `name` in dfd, when its job was killed before it ended. */
+static void gate_remove(int dfd, const char *name)
+{
+	char g[NAME_MAX + 8], f[2 * NAME_MAX + 16];
+	if (snprintf(g, sizeof(g), "%s.gate", name) >= (int)sizeof(g))
+		return;
+	static const char *const in[] = { "fifo", "gate" };
+	for (size_t i = 0; i < sizeof(in) / sizeof(*in); i++) {
+		snprintf(f, sizeof(f), "%s/%s", g, in[i]);
+		unlinkat(dfd, f, 0);
+	}
+	unlinkat(dfd, g, AT_REMOVEDIR);
+}
+
+/* Removes the oldest files of dir beyond the newest keep (and what a
+ * restore's gate left beside them). */
 static void prune(const char *dir, int keep)
 {
 	DIR *d = opendir(dir);
@@ -50,8 +66,10 @@ static void prune(const char *dir, int keep)
 	}
 	if (n > (size_t)keep) {
 		qsort(v, n, sizeof(*v), newest_first);
-		for (size_t i = (size_t)keep; i < n; i++)
+		for (size_t i = (size_t)keep; i < n; i++) {
 			unlinkat(dirfd(d), v[i].name, 0);
+			gate_remove(dirfd(d), v[i].name);
+		}
 	}
 	free(v);
 	closedir(d);
