@@ -87,6 +87,18 @@ static int ns_tid(pid_t pid, const char *tid)
 	return v;
 }
 
+/* Process k for good: member, then a byte on ready, no file left. */
+static void __attribute__((noreturn)) run(uint8_t *room, unsigned k, int ready)
+{
+	member(room, k);
+	char b = 1;
+	if (write(ready, &b, 1) != 1)
+		_exit(1);
+	close_range(0, ~0u, 0);
+	for (;;)
+		pause();
+}
+
 /* The tids of pid in its own pid namespace, sorted, into t (n at most);
  * how many. */
 static int tids(pid_t pid, int *t, int n)
@@ -171,22 +183,9 @@ static void tree(const char *criu, const char *dir, bool own)
 		}
 		setsid();
 		for (unsigned k = 1; k <= 2; k++)
-			if (fork() == 0) { /* before the root maps its own */
-				member(room, k);
-				char b = 1;
-				if (write(ready[1], &b, 1) != 1)
-					_exit(1);
-				close_range(0, ~0u, 0);
-				for (;;)
-					pause();
-			}
-		member(room, 0);
-		char b = 1;
-		if (write(ready[1], &b, 1) != 1)
-			_exit(1);
-		close_range(0, ~0u, 0);
-		for (;;)
-			pause();
+			if (fork() == 0) /* before the root maps its own */
+				run(room, k, ready[1]);
+		run(room, 0, ready[1]);
 	}
 	close(ready[1]);
 	close(where[1]);
