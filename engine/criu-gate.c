@@ -11,6 +11,10 @@
 
 #include "criu-gate.h"
 
+/* What a gate's folder holds. */
+#define GATE_FIFO "fifo"
+#define GATE_SCRIPT "gate"
+
 /* The script CRIU runs at each of its actions; at post-restore it waits
  * for the word on the FIFO beside it, at most a backstop timeout (a job
  * killed before the script opened the FIFO leaves no writer, and the
@@ -21,7 +25,7 @@ static const char script_text[] =
 	"# phos's gate on this restore: after CRIU restored the tree, the tree\n"
 	"# runs only once phos writes \"open\" into the FIFO beside this script.\n"
 	"[ \"$CRTOOLS_SCRIPT_ACTION\" = post-restore ] || exit 0\n"
-	"exec timeout -s KILL %d sh -c 'read -r word <\"$0\" && [ \"$word\" = open ]' \"${0%%/*}/fifo\"\n";
+	"exec timeout -s KILL %d sh -c 'read -r word <\"$0\" && [ \"$word\" = open ]' \"${0%%/*}/" GATE_FIFO "\"\n";
 
 int criu_gate_make(const char *dir, int timeout_s, criu_gate *g, perr *er)
 {
@@ -29,8 +33,8 @@ int criu_gate_make(const char *dir, int timeout_s, criu_gate *g, perr *er)
 	char fifo[PATH_MAX + 16];
 	if (snprintf(g->dir, sizeof(g->dir), "%s", dir) >= (int)sizeof(g->dir))
 		return pr_err(er, -ENAMETOOLONG, "the gate's folder %s is too long", dir);
-	snprintf(fifo, sizeof(fifo), "%s/fifo", dir);
-	snprintf(g->script, sizeof(g->script), "%s/gate", dir);
+	snprintf(fifo, sizeof(fifo), "%s/" GATE_FIFO, dir);
+	snprintf(g->script, sizeof(g->script), "%s/" GATE_SCRIPT, dir);
 	/* CRIU execs the script: not from a file system mounted noexec. */
 	char parent[PATH_MAX];
 	snprintf(parent, sizeof(parent), "%s", dir);
@@ -76,18 +80,23 @@ void criu_gate_say(criu_gate *g, bool ok)
 		;
 }
 
+void criu_gate_remove(int dfd, const char *dir)
+{
+	static const char *const in[] = { GATE_FIFO, GATE_SCRIPT };
+	char f[PATH_MAX + 16];
+	for (size_t i = 0; i < sizeof(in) / sizeof(*in); i++)
+		if (snprintf(f, sizeof(f), "%s/%s", dir, in[i]) < (int)sizeof(f))
+			unlinkat(dfd, f, 0);
+	unlinkat(dfd, dir, AT_REMOVEDIR);
+}
+
 void criu_gate_end(criu_gate *g)
 {
 	criu_gate_say(g, false);
 	if (g->fd >= 0)
 		close(g->fd);
 	g->fd = -1;
-	if (!*g->dir)
-		return;
-	char fifo[PATH_MAX + 16];
-	snprintf(fifo, sizeof(fifo), "%s/fifo", g->dir);
-	unlink(fifo);
-	unlink(g->script);
-	rmdir(g->dir);
+	if (*g->dir)
+		criu_gate_remove(AT_FDCWD, g->dir);
 	*g->dir = 0;
 }

@@ -21,6 +21,9 @@
 
 #include "error.h"
 
+/* A gate's folder is its restore's log path with this added. */
+#define CRIU_GATE_SUFFIX ".gate"
+
 typedef struct criu_gate {
 	int fd;               /* the FIFO, read and write (close-on-exec); -1 */
 	atomic_bool said;     /* opened or shut already: the first word counts */
@@ -44,5 +47,10 @@ void criu_gate_say(criu_gate *g, bool ok);
 /* Shuts the gate if nothing was said, and removes it. g may be one that
  * criu_gate_make failed on, or zeroed with fd -1. */
 void criu_gate_end(criu_gate *g);
+
+/* Removes the gate folder dir (relative to dfd, or AT_FDCWD) and what is
+ * in it, as a job killed before criu_gate_end left it; nothing where
+ * there is none. */
+void criu_gate_remove(int dfd, const char *dir);
 
 #endif

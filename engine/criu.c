@@ -648,7 +648,8 @@ int criu_restore(const char *criu, const char *dir, const char *lazy_dir, const 
 	/* room for every option below (25 at most) */
 	/* -v3: CRIU logs some causes of a failed restore at info level only;
 	 * with PHOS_DEBUG, -v4: every step, timed. */
-	const char *level = getenv("PHOS_DEBUG") && *getenv("PHOS_DEBUG") ? "-v4" : "-v3";
+	const char *debug = getenv("PHOS_DEBUG");
+	const char *level = debug && *debug ? "-v4" : "-v3";
 	char *argv[32] = { (char *)criu, "restore", "-D", (char *)dir, "-o", (char *)log, (char *)level, "-d", "--shell-job",
 			   "--pidfile", pidfile, "--tcp-established" };
 	int n = 12;

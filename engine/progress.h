@@ -114,7 +114,7 @@ typedef struct engine_progress {
 	 * placing the GPUs; then what CRIU's restore measured
 	 * (its stats-restore): microseconds forking the tree and restoring it,
 	 * and the pages it restored. */
-	_Atomic uint64_t prepare_checks_ns, prepare_driver_ns;
+	_Atomic uint64_t beside_sums_ns, beside_driver_ns;
 	_Atomic uint64_t criu_forking_us, criu_restore_us, criu_restored_pages;
 	/* cow and recopy: nanoseconds making the CoW tables, in the stall. */
 	_Atomic uint64_t cow_prepare_ns;

@@ -689,8 +689,8 @@ static bool criu_page_data(const char *name)
 	return !strncmp(name, "pages-", 6) && n > 10 && !strcmp(name + n - 4, ".img");
 }
 
-/* Checks CRIU file f's checksum (dfd: the CRIU folder), reading it into
- * s. Errors: -EBADMSG (cut, or a mismatch), -ENOENT, -ENOMEM, with the
+/* Checks CRIU file f's checksum (dfd: the CRIU folder), reading it a
+ * scratch buffer at a time. Errors: -EBADMSG (cut, or a mismatch), -ENOENT, -ENOMEM, with the
  * calling thread's last error naming the file. */
 static int sum_file(phosimg *img, int dfd, const phosimg_criu_file *f)
 {
@@ -704,12 +704,10 @@ static int sum_file(phosimg *img, int dfd, const phosimg_criu_file *f)
 		XXH3_128bits_reset(st3);
 	for (uint64_t off = 0; !err && off < f->size;) {
 		size_t n = f->size - off < s->cap ? (size_t)(f->size - off) : s->cap;
-		if (fmt_read_all(fd, s->p, n, off))
+		uint64_t at = off;
+		if (fmt_read_hashing(fd, s->p, n, &off, st3))
 			err = fmt_fail(-EBADMSG, "%s/%s: offset %llu: cannot read", img->criu_path, f->name,
-				       (unsigned long long)off);
-		else
-			XXH3_128bits_update(st3, s->p, n);
-		off += n;
+				       (unsigned long long)at);
 	}
 	if (!err) {
 		XXH128_hash_t h = XXH3_128bits_digest(st3);

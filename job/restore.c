@@ -147,7 +147,7 @@ static void *beside_sums(void *arg)
 	beside *b = arg;
 	uint64_t t0 = engine_now_ns();
 	b->sums_e = phosimg_verify_criu(b->c->img, PHOSIMG_SUMS_PAGES);
-	atomic_store(&b->a->prog->prepare_checks_ns, engine_now_ns() - t0);
+	atomic_store(&b->a->prog->beside_sums_ns, engine_now_ns() - t0);
 	if (b->sums_e) {
 		pr_img(&b->sums_er, b->sums_e, "the image's CRIU files are damaged, nothing was restored");
 		criu_gate_say(&b->gate, false); /* at once: CRIU need not wait for the fill */
@@ -167,7 +167,7 @@ static void *beside_rest(void *arg)
 	if (!e)
 		e = restore_devices(c->in, a->devices, &c->map, a->prog->devices, sizeof(a->prog->devices),
 				    &b->rest_er);
-	atomic_store(&a->prog->prepare_driver_ns, engine_now_ns() - t0);
+	atomic_store(&a->prog->beside_driver_ns, engine_now_ns() - t0);
 	if (!e && b->lz)
 		e = lazy_plan(b->lz, c, a, &b->rest_er);
 	if (!e) {
@@ -207,7 +207,7 @@ static void beside_join(beside *b)
 static int beside_start(beside *b, perr *er)
 {
 	char dir[PATH_MAX];
-	snprintf(dir, sizeof(dir), "%.4000s.gate", b->a->log);
+	snprintf(dir, sizeof(dir), "%.4000s" CRIU_GATE_SUFFIX, b->a->log);
 	perr ge = { 0 };
 	int e = criu_gate_make(dir, b->a->timeout_s > 0 ? 10 * b->a->timeout_s : 0, &b->gate, &ge);
 	if (e && e != -ENOEXEC) {

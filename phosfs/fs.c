@@ -569,9 +569,9 @@ static void restore_status(engine_progress *p, text *out)
 		add(out, "resumed ms: %.1f\n", ms(atomic_load(&p->resume_ns)));
 	if (atomic_load(&p->full_ns))
 		add(out, "fully restored ms: %.1f\n", ms(atomic_load(&p->full_ns)));
-	if (atomic_load(&p->prepare_driver_ns))
-		add(out, "beside criu ms: page checksums %.1f driver %.1f\n", ms(atomic_load(&p->prepare_checks_ns)),
-		    ms(atomic_load(&p->prepare_driver_ns)));
+	if (atomic_load(&p->beside_driver_ns))
+		add(out, "beside criu ms: page checksums %.1f driver %.1f\n", ms(atomic_load(&p->beside_sums_ns)),
+		    ms(atomic_load(&p->beside_driver_ns)));
 	if (atomic_load(&p->criu_restore_us))
 		add(out, "criu restore ms: forking %.1f restore %.1f\ncriu pages restored: %" PRIu64 "\n",
 		    atomic_load(&p->criu_forking_us) / 1e3, atomic_load(&p->criu_restore_us) / 1e3,

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../engine/criu-gate.h"
 #include "phosfs.h"
 
 typedef struct entry {
@@ -25,21 +26,6 @@ static int newest_first(const void *a, const void *b)
 	if (x->mtime.tv_nsec != y->mtime.tv_nsec)
 		return x->mtime.tv_nsec < y->mtime.tv_nsec ? 1 : -1;
 	return strcmp(y->name, x->name);
-}
-
-/* Removes what a restore's gate (engine/criu-gate.c) left beside its
- * log `name` in dfd, when its job was killed before it ended. */
-static void gate_remove(int dfd, const char *name)
-{
-	char g[NAME_MAX + 8], f[2 * NAME_MAX + 16];
-	if (snprintf(g, sizeof(g), "%s.gate", name) >= (int)sizeof(g))
-		return;
-	static const char *const in[] = { "fifo", "gate" };
-	for (size_t i = 0; i < sizeof(in) / sizeof(*in); i++) {
-		snprintf(f, sizeof(f), "%s/%s", g, in[i]);
-		unlinkat(dfd, f, 0);
-	}
-	unlinkat(dfd, g, AT_REMOVEDIR);
 }
 
 /* Removes the oldest files of dir beyond the newest keep (and what a
@@ -68,7 +54,10 @@ static void prune(const char *dir, int keep)
 		qsort(v, n, sizeof(*v), newest_first);
 		for (size_t i = (size_t)keep; i < n; i++) {
 			unlinkat(dirfd(d), v[i].name, 0);
-			gate_remove(dirfd(d), v[i].name);
+			/* A restore killed before its end left its gate. */
+			char g[sizeof(v[i].name) + sizeof(CRIU_GATE_SUFFIX)];
+			snprintf(g, sizeof(g), "%s" CRIU_GATE_SUFFIX, v[i].name);
+			criu_gate_remove(dirfd(d), g);
 		}
 	}
 	free(v);
