@@ -109,11 +109,11 @@ $(BUILD)/job/%.o: job/%.c $(JOB_H)
 
 # No -lcuda: the driver is loaded at the first job, so phosfs runs without one.
 $(PHOSFS): $(PHOSFS_OBJ) $(JOB_OBJ) $(ENGINE_OBJ) $(WIRE_OBJ) $(LIBPHOSIMG)
-	$(CC) $(XLDFLAGS) $(LDFLAGS) -o $@ $^ $(FUSE_LIBS) $(IMG_LIBS) -ldl -lpthread
+	$(CC) $(XLDFLAGS) $(LDFLAGS) -o $@ $^ $(FUSE_LIBS) $(IMG_LIBS) -ljansson -ldl -lpthread
 
 $(PHOS_CLI): phosfs/phos.c phosfs/run.c phosfs/run.h
 	@mkdir -p $(@D)
-	$(CC) $(CPPFLAGS) -DPHOS_LIBDIR='"$(PREFIX)/lib"' $(XCFLAGS) $(CFLAGS) -o $@ phosfs/phos.c phosfs/run.c $(XLDFLAGS) $(LDFLAGS)
+	$(CC) $(CPPFLAGS) -DPHOS_LIBDIR='"$(PREFIX)/lib"' $(XCFLAGS) $(CFLAGS) -o $@ phosfs/phos.c phosfs/run.c $(XLDFLAGS) $(LDFLAGS) -ljansson
 
 # ---- criu-plugin/: runs inside CRIU -------------------------------------------
 # Built against the criu-plugin.h of the CRIU that make deps builds, and
@@ -185,7 +185,7 @@ $(LIBPHOSIMG): $(IMG_OBJ)
 	$(AR) rcs $@ $^
 
 $(PHOS_IMAGE): image-format/phos-image.c $(LIBPHOSIMG)
-	$(CC) $(CPPFLAGS) $(XCFLAGS) $(CFLAGS) -Iimage-format -o $@ $< $(LIBPHOSIMG) $(XLDFLAGS) $(LDFLAGS) $(IMG_LIBS)
+	$(CC) $(CPPFLAGS) $(XCFLAGS) $(CFLAGS) -Iimage-format -o $@ $< $(LIBPHOSIMG) $(XLDFLAGS) $(LDFLAGS) $(IMG_LIBS) -ljansson
 
 # ---- benchmarks ----------------------------------------------------------------
 
@@ -220,7 +220,7 @@ $(BUILD)/bench/store-bw: bench/store-bw.c
 
 $(BUILD)/bench/image-bench: bench/image-bench.c $(LIBPHOSIMG)
 	@mkdir -p $(@D)
-	$(CC) $(CPPFLAGS) $(XCFLAGS) $(CFLAGS) -Iimage-format -o $@ $< $(LIBPHOSIMG) $(XLDFLAGS) $(LDFLAGS) $(IMG_LIBS)
+	$(CC) $(CPPFLAGS) $(XCFLAGS) $(CFLAGS) -Iimage-format -o $@ $< $(LIBPHOSIMG) $(XLDFLAGS) $(LDFLAGS) $(IMG_LIBS) -ljansson
 
 # ---- kernels for the simcuda tests, built by nvcc -----------------------------
 

@@ -22,6 +22,8 @@ die() { printf 'deps: error: %s\n' "$*" >&2; exit 1; }
 pkgs=(
 	build-essential pkg-config git xz-utils ca-certificates perl patch
 	libfuse3-dev fuse3 liburing-dev liblz4-dev libxxhash-dev
+	# JSON: status.json, events, phos --json, phos-image info --json
+	libjansson-dev
 	# CRIU's build dependencies
 	libprotobuf-dev libprotobuf-c-dev protobuf-c-compiler protobuf-compiler
 	python3-protobuf libnl-3-dev libnet1-dev libcap-dev libbsd-dev
