@@ -286,7 +286,7 @@ $(REQUEST_TEST): TEST_OBJ = $(BUILD)/job/request.o $(BUILD)/engine/progress.o $(
 $(BUILD)/tests/%: tests/%.c $(wildcard tests/*.h) tests/simcuda/simcuda.h $(SIMCUDA_LIB) $(BUILD)/simcuda/libcuda.so $(LIBPHOSIMG) $(LIBPHOS) $(WIRE_OBJ) | $(PHOSFS)
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) $(XCFLAGS) $(CFLAGS) -Iimage-format -o $@ $< $(TEST_OBJ) $(LIBPHOSIMG) $(WIRE_OBJ) $(XLDFLAGS) $(LDFLAGS) \
-		-rdynamic -L$(BUILD)/simcuda -lcuda -Wl,-rpath,'$$ORIGIN/../simcuda' $(IMG_LIBS) -ldl
+		-rdynamic -L$(BUILD)/simcuda -lcuda -Wl,-rpath,'$$ORIGIN/../simcuda' $(IMG_LIBS) -ljansson -ldl
 
 $(BUILD)/tests/%: tests/%.sh
 	@mkdir -p $(@D)

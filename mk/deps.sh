@@ -31,6 +31,10 @@ pkgs=(
 	# the independent reader of FORMAT.md in tests/; the examples' test;
 	# the man page test; pkill and pgrep for the GPU tests
 	python3 python3-xxhash python3-lz4 rsync man-db procps
+	# the metrics test's parser of the Prometheus text format
+	python3-prometheus-client
+	# the Debian packages (debian/, mk/package-check.sh)
+	dpkg-dev debhelper fakeroot
 )
 
 missing=()

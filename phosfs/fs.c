@@ -4,10 +4,14 @@
  *   /version                     r   phosfs, wire and image format versions, the store
  *   /ctl                         w   restore DIR [eager|lazy] …        (root; read back: "restore ID")
  *   /status                      r   restores running and queued, the last one's outcome (root)
+ *   /status.json                 r   the same, as one JSON object (root)
+ *   /events                      r   checkpoints' and restores' events, a JSON object a line (root; poll)
+ *   /metrics                     r   counters and histograms, Prometheus text format
  *   /restores/<id>               r   one restore: state, pid, steps, error (root)
  *   /<pid>/                      dr  root and the process owner only
  *   /<pid>/ctl                   w   checkpoint [cow|recopy|stop] [name=N] [kill] | cancel
  *   /<pid>/status                r   key: value lines
+ *   /<pid>/status.json           r   the same, as one JSON object
  *   /<pid>/buffers               r   va size device state reads writes
  *   /<pid>/kernels               r   launches reads writes bytes_written params name
  *   /<pid>/nccl                  r   communicator rank size operations
@@ -30,6 +34,7 @@
 #include <fuse.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,11 +53,15 @@ enum node {
 	N_VERSION,
 	N_ROOT_CTL,
 	N_ROOT_STATUS,
+	N_ROOT_STATUS_JSON,
+	N_EVENTS,
+	N_METRICS,
 	N_RESTORES,
 	N_RESTORE, /* /restores/<id> */
 	N_PROC,
 	N_CTL,
 	N_STATUS,
+	N_STATUS_JSON,
 	N_BUFFERS,
 	N_KERNELS,
 	N_NCCL,
@@ -62,7 +71,7 @@ enum node {
 	N_NONE
 };
 
-static const char *const proc_files[] = { "ctl", "status", "buffers", "kernels", "nccl", "checkpoints" };
+static const char *const proc_files[] = { "ctl", "status", "status.json", "buffers", "kernels", "nccl", "checkpoints" };
 
 /* A parsed path. */
 typedef struct where {
@@ -84,6 +93,12 @@ static where parse(const char *path)
 		return w.n = N_ROOT_CTL, w;
 	if (!strcmp(path, "/status"))
 		return w.n = N_ROOT_STATUS, w;
+	if (!strcmp(path, "/status.json"))
+		return w.n = N_ROOT_STATUS_JSON, w;
+	if (!strcmp(path, "/events"))
+		return w.n = N_EVENTS, w;
+	if (!strcmp(path, "/metrics"))
+		return w.n = N_METRICS, w;
 	if (!strcmp(path, "/restores"))
 		return w.n = N_RESTORES, w;
 	char *end;
@@ -101,6 +116,7 @@ static where parse(const char *path)
 		const char *s;
 		enum node n;
 	} files[] = { { "", N_PROC },	       { "/ctl", N_CTL },	  { "/status", N_STATUS },
+		      { "/status.json", N_STATUS_JSON },
 		      { "/buffers", N_BUFFERS }, { "/kernels", N_KERNELS }, { "/nccl", N_NCCL },
 		      { "/checkpoints", N_CKPTS },
 		      { "/checkpoints/latest", N_LATEST } };
@@ -235,9 +251,12 @@ static int fs_getattr(const char *path, struct stat *st, struct fuse_file_info *
 		st->st_nlink = 2;
 		return 0;
 	case N_VERSION:
+	case N_METRICS:
 		st->st_mode = S_IFREG | 0444;
 		return 0;
 	case N_ROOT_STATUS:
+	case N_ROOT_STATUS_JSON:
+	case N_EVENTS:
 		st->st_mode = S_IFREG | 0400;
 		return 0;
 	case N_ROOT_CTL:
@@ -339,6 +358,9 @@ static int list_root(void *buf, fuse_fill_dir_t fill)
 	fill(buf, "version", NULL, 0, 0);
 	fill(buf, "ctl", NULL, 0, 0);
 	fill(buf, "status", NULL, 0, 0);
+	fill(buf, "status.json", NULL, 0, 0);
+	fill(buf, "events", NULL, 0, 0);
+	fill(buf, "metrics", NULL, 0, 0);
 	fill(buf, "restores", NULL, 0, 0);
 	pid_t *a, *b, *c;
 	size_t na, nb, nc;
@@ -475,398 +497,9 @@ static int fs_readlink(const char *path, char *buf, size_t size)
 	return 0;
 }
 
-/* A file's contents, made at open. */
-typedef struct text {
-	char *s;
-	size_t len, cap;
-	bool oom;
-} text;
-
-__attribute__((format(printf, 2, 3))) static void add(text *t, const char *fmt, ...)
-{
-	va_list ap;
-	for (;;) {
-		va_start(ap, fmt);
-		int n = vsnprintf(t->s ? t->s + t->len : NULL, t->s ? t->cap - t->len : 0, fmt, ap);
-		va_end(ap);
-		if (n < 0) {
-			t->oom = true;
-			return;
-		}
-		if (t->s && t->len + (size_t)n < t->cap) {
-			t->len += (size_t)n;
-			return;
-		}
-		size_t cap = t->cap ? t->cap * 2 : 4096;
-		while (cap <= t->len + (size_t)n)
-			cap *= 2;
-		char *s = realloc(t->s, cap);
-		if (!s) {
-			t->oom = true;
-			return;
-		}
-		t->s = s;
-		t->cap = cap;
-	}
-}
-
 static const char *state_name(uint32_t s)
 {
 	return s == WIRE_PRESENT ? "present" : s == WIRE_PARKED_STATE ? "parked" : "absent";
-}
-
-static double ms(uint64_t ns)
-{
-	return (double)ns / 1e6;
-}
-
-/* A checkpoint's copy: where its bytes are, and what CoW cost. */
-static void copy_status(const engine_progress *p, text *out)
-{
-	uint64_t total = atomic_load(&p->total);
-	int proto = atomic_load(&p->protocol);
-	add(out, "protocol: %s\n", proto == PHOSIMG_PROTO_COW ? "cow" : proto == PHOSIMG_PROTO_RECOPY ? "recopy" : "stop");
-	if (p->cut[0])
-		add(out, "nccl cut: %.*s\n", (int)sizeof(p->cut), p->cut);
-	if (atomic_load(&p->park_handed_ns))
-		add(out, "park ms: handed over %.1f released %.1f kept %.1f (%" PRIu64 " objects)\n",
-		    ms(atomic_load(&p->park_handed_ns)), ms(atomic_load(&p->park_released_ns)),
-		    ms(atomic_load(&p->park_kept_ns)), atomic_load(&p->park_objects));
-	if (atomic_load(&p->criu_frozen_us))
-		add(out,
-		    "criu dump ms: freezing %.1f frozen %.1f memdump %.1f memwrite %.1f\n"
-		    "criu pages: %" PRIu64 " written, %" PRIu64 " shared\n",
-		    atomic_load(&p->criu_freezing_us) / 1e3, atomic_load(&p->criu_frozen_us) / 1e3,
-		    atomic_load(&p->criu_memdump_us) / 1e3, atomic_load(&p->criu_memwrite_us) / 1e3,
-		    atomic_load(&p->criu_pages), atomic_load(&p->criu_shpages));
-	add(out, "off gpu: %" PRIu64 "/%" PRIu64 " bytes\n", atomic_load(&p->off), total);
-	add(out, "in image: %" PRIu64 "/%" PRIu64 " bytes\n", atomic_load(&p->done), total);
-	add(out, "staging: %" PRIu64 " bytes (pinned in %.1f ms)\n", atomic_load(&p->staging_bytes),
-	    ms(atomic_load(&p->staging_pin_ns)));
-	if (atomic_load(&p->off_ns))
-		add(out, "off gpu at ms: %.1f\n", ms(atomic_load(&p->off_ns)));
-	if (atomic_load(&p->publish_ns))
-		add(out, "published at ms: %.1f\n", ms(atomic_load(&p->publish_ns)));
-	if (proto == PHOSIMG_PROTO_RECOPY)
-		add(out, "recopy: %" PRIu64 " bytes from the copy while running, %" PRIu64 " dirty bytes in the final stall\n",
-		    atomic_load(&p->recopy_clean), atomic_load(&p->recopy_dirty));
-	if (proto == PHOSIMG_PROTO_COW || proto == PHOSIMG_PROTO_RECOPY)
-		add(out,
-		    "cow tables ms: %.1f\ncow shadows: %" PRIu64 " (%" PRIu64 " bytes)\ncow waits: %" PRIu64 " (%.1f ms)\n"
-		    "safety-net waits: %" PRIu64 " (%.1f ms)\n",
-		    ms(atomic_load(&p->cow_prepare_ns)), atomic_load(&p->shadows), atomic_load(&p->shadow_bytes),
-		    atomic_load(&p->waits),
-		    ms(atomic_load(&p->wait_ns)), atomic_load(&p->net_waits), ms(atomic_load(&p->net_wait_ns)));
-}
-
-/* What a restore showed: how long until the tree ran and until all its
- * memory was back, and the calls that waited for memory meanwhile. */
-static void restore_status(engine_progress *p, text *out)
-{
-	bool lazy = atomic_load(&p->lazy);
-	add(out, "restore: %s\n", lazy ? "lazy" : "eager");
-	if (atomic_load(&p->resume_ns))
-		add(out, "resumed ms: %.1f\n", ms(atomic_load(&p->resume_ns)));
-	if (atomic_load(&p->full_ns))
-		add(out, "fully restored ms: %.1f\n", ms(atomic_load(&p->full_ns)));
-	if (atomic_load(&p->beside_driver_ns))
-		add(out, "beside criu ms: page checksums %.1f driver %.1f\n", ms(atomic_load(&p->beside_sums_ns)),
-		    ms(atomic_load(&p->beside_driver_ns)));
-	if (atomic_load(&p->criu_restore_us))
-		add(out, "criu restore ms: forking %.1f restore %.1f\ncriu pages restored: %" PRIu64 "\n",
-		    atomic_load(&p->criu_forking_us) / 1e3, atomic_load(&p->criu_restore_us) / 1e3,
-		    atomic_load(&p->criu_restored_pages));
-	if (atomic_load(&p->lazy_pages))
-		add(out, "cpu pages: lazy\n");
-	if (atomic_load(&p->pages_ns))
-		add(out, "cpu pages back ms: %.1f\n", ms(atomic_load(&p->pages_ns)));
-	if (lazy)
-		add(out,
-		    "on-demand waits: %" PRIu64 " (%.1f ms)\nsafety-net waits: %" PRIu64 " (%.1f ms)\n"
-		    "filled on demand: %" PRIu64 " objects\n",
-		    atomic_load(&p->waits), ms(atomic_load(&p->wait_ns)), atomic_load(&p->net_waits),
-		    ms(atomic_load(&p->net_wait_ns)), atomic_load(&p->on_demand));
-	/* Written once, before the process runs (restore_begin). */
-	if (*p->devices)
-		add(out, "moved gpus: %.*s\n", (int)sizeof(p->devices), p->devices);
-}
-
-/* "last checkpoint: N" from the store, for a pid whose checkpoints an
- * earlier phosfs made. */
-static void stored_latest(pid_t pid, text *out)
-{
-	char p[PATH_MAX], link[PATH_MAX];
-	snprintf(p, sizeof(p), "%s/%d/latest", phosfs_store, (int)pid);
-	ssize_t n = readlink(p, link, sizeof(link) - 1);
-	if (n > 0 && (size_t)n < sizeof(link)) {
-		link[n] = 0;
-		add(out, "last checkpoint: %s\n", link);
-	}
-}
-
-/* The job part of a process's status. */
-static void job_status(pid_t pid, target *t, text *out)
-{
-	if (!t) {
-		add(out, "job: none\n");
-		stored_latest(pid, out);
-		add(out, "error: none\n");
-		return;
-	}
-	pthread_mutex_lock(&t->lock);
-	if (t->busy && !t->sh) {
-		add(out, "job: %s\nstep: waiting\n", t->job);
-	} else if (t->busy && t->sh) {
-		engine_progress *p = &t->sh->prog;
-		add(out, "job: %s\n", t->job);
-		add(out, "step: %s\n", engine_step_name(atomic_load(&p->step)));
-		add(out, "progress: %" PRIu64 "/%" PRIu64 " bytes\n", atomic_load(&p->done), atomic_load(&p->total));
-		if (t->kind == CTL_CHECKPOINT) {
-			if (atomic_load(&p->stall_ns))
-				add(out, "stall ms: %.1f\n", ms(atomic_load(&p->stall_ns)));
-			add(out, "steps ms:");
-			for (int st = STEP_PARK; st < STEP_DONE; st++)
-				if (atomic_load(&p->step_ns[st]))
-					add(out, " %s %.1f", engine_step_name(st), ms(atomic_load(&p->step_ns[st])));
-			add(out, "\n");
-			copy_status(p, out);
-		}
-	} else {
-		add(out, "job: none\n");
-		if (*t->job)
-			add(out, "last job: %s: %s\n", t->job, t->result ? "failed" : "done");
-		if (*t->job && t->kind == CTL_CHECKPOINT)
-			add(out, "stall ms: %.1f\n", t->last_stall_ns / 1e6);
-		if (*t->job && t->kind == CTL_CHECKPOINT) {
-			/* In the order the job goes through them. */
-			static const int ckpt[] = { STEP_CUT,    STEP_PARK,   STEP_LOCK,  STEP_DUMP,   STEP_COPY,
-						    STEP_UNLOCK, STEP_UNPARK, STEP_DRAIN, STEP_PAGES,  STEP_PUBLISH };
-			add(out, "steps ms:");
-			for (size_t i = 0; i < sizeof(ckpt) / sizeof(*ckpt); i++)
-				if (t->last_step_ns[ckpt[i]])
-					add(out, " %s %.1f", engine_step_name(ckpt[i]), t->last_step_ns[ckpt[i]] / 1e6);
-			add(out, "\n");
-			copy_status(&t->last_prog, out);
-		}
-	}
-	if (*t->last)
-		add(out, "last checkpoint: %s\n", t->last);
-	else
-		stored_latest(pid, out);
-	add(out, "error: %s\n", *t->error ? t->error : "none");
-	pthread_mutex_unlock(&t->lock);
-}
-
-/* The restore's steps, in the order it goes through them. */
-static void restore_steps(engine_progress *p, text *out)
-{
-	static const int rest[] = { STEP_PREPARE, STEP_PIDWAIT, STEP_FILL, STEP_RESTORE,
-				    STEP_UNLOCK,  STEP_UNPARK,  STEP_LAZY };
-	add(out, "steps ms:");
-	for (size_t i = 0; i < sizeof(rest) / sizeof(*rest); i++)
-		if (atomic_load(&p->step_ns[rest[i]]))
-			add(out, " %s %.1f", engine_step_name(rest[i]), ms(atomic_load(&p->step_ns[rest[i]])));
-	add(out, "\n");
-}
-
-static const char *const restore_state_name[] = { "queued", "running", "resumed", "done", "failed" };
-
-/* One restore, as /restores/<id> shows it. */
-static void restore_text(restore_view *v, text *out)
-{
-	bool live = v->state == RESTORE_RUNNING || v->state == RESTORE_RESUMED;
-	add(out, "id: %u\njob: %s\nstate: %s\n", v->id, v->job, restore_state_name[v->state]);
-	if (v->state == RESTORE_QUEUED)
-		add(out, "queue position: %d\n", v->position);
-	if (live) {
-		engine_progress *p = &v->prog;
-		add(out, "step: %s\n", engine_step_name(atomic_load(&p->step)));
-		add(out, "progress: %" PRIu64 "/%" PRIu64 " bytes\n", atomic_load(&p->done), atomic_load(&p->total));
-	}
-	if (v->pid > 0)
-		add(out, "restored pid: %d\n", (int)v->pid);
-	if (v->state != RESTORE_QUEUED) {
-		restore_status(&v->prog, out);
-		restore_steps(&v->prog, out);
-	}
-	add(out, "log: %s\n", v->log);
-	if (v->state == RESTORE_FAILED) {
-		const char *name = strerrorname_np(-v->result);
-		add(out, "errno: %d (%s)\n", -v->result, name ? name : "?");
-	}
-	add(out, "error: %s\n", v->state == RESTORE_FAILED ? v->error : "none");
-}
-
-/* /status: the restores running and queued, and the outcome of the last
- * one that ended. */
-static int root_status(text *out)
-{
-	restore_view *v;
-	size_t n;
-	int running, queued;
-	if (restore_views(&v, &n, &running, &queued))
-		return -ENOMEM;
-	add(out, "restores: %d running, %d queued (at most %d side by side, %d queued)\n", running, queued,
-	    phosfs_restores, phosfs_restore_queue);
-	restore_view *live = NULL, *last = NULL, *pid = NULL;
-	for (size_t i = 0; i < n; i++) {
-		bool ended = v[i].state == RESTORE_DONE || v[i].state == RESTORE_FAILED;
-		if (!ended && v[i].state != RESTORE_QUEUED && !live)
-			live = &v[i];
-		if (ended && !last)
-			last = &v[i];
-		if (v[i].pid > 0 && v[i].state != RESTORE_FAILED && !pid)
-			pid = &v[i];
-	}
-	/* Oldest first, as they were asked for. */
-	for (size_t i = n; i-- > 0;)
-		if (v[i].state != RESTORE_DONE && v[i].state != RESTORE_FAILED)
-			add(out, "restore %u: %s %s\n", v[i].id, restore_state_name[v[i].state], v[i].job);
-	if (live) {
-		add(out, "job: %s\n", live->job);
-		add(out, "step: %s\n", engine_step_name(atomic_load(&live->prog.step)));
-		add(out, "progress: %" PRIu64 "/%" PRIu64 " bytes\n", atomic_load(&live->prog.done),
-		    atomic_load(&live->prog.total));
-		restore_status(&live->prog, out);
-	} else {
-		add(out, "job: none\n");
-	}
-	if (last) {
-		add(out, "last job: %s: %s\n", last->job, last->result ? "failed" : "done");
-		restore_steps(&last->prog, out);
-		if (!live)
-			restore_status(&last->prog, out);
-	}
-	if (pid)
-		add(out, "restored pid: %d\n", (int)pid->pid);
-	add(out, "error: %s\n", last && last->result ? last->error : "none");
-	free(v);
-	return 0;
-}
-
-/* Whether pid has the CUDA driver library loaded. */
-static bool loads_cuda(pid_t pid)
-{
-	char path[64], line[512];
-	snprintf(path, sizeof(path), "/proc/%d/maps", (int)pid);
-	FILE *f = fopen(path, "re");
-	bool found = false;
-	while (f && !found && fgets(line, sizeof(line), f))
-		found = strstr(line, "/libcuda.so") != NULL;
-	if (f)
-		fclose(f);
-	return found;
-}
-
-/* A restore's processes whose tracers it serves (job_served). */
-typedef struct served {
-	pid_t pid[ENGINE_SERVED_MAX];
-	int n;
-} served;
-
-static bool is_served(const served *s, pid_t pid)
-{
-	for (int i = 0; i < s->n; i++)
-		if (s->pid[i] == pid)
-			return true;
-	return false;
-}
-
-/* The processes of root's tree, and which of them use the GPU: traced
- * (parked by a job, or registered), restoring (its tracer served by the
- * restore under way, sv), forked from either (the driver library is
- * loaded but CUDA is not fork-safe: it does not use the GPU), untraced
- * CUDA, or none. */
-static void add_members(pid_t root, const target *tg, const served *sv, text *t)
-{
-	phosimg_member *m;
-	uint32_t n;
-	if (engine_tree(root, &m, &n))
-		return;
-	bool *traced = calloc(n, sizeof(*traced));
-	add(t, "members: %u\n", n);
-	for (uint32_t i = 0; traced && i < n; i++) {
-		proc *p = registry_get(m[i].pid);
-		traced[i] = p != NULL;
-		if (p)
-			registry_put(p);
-		for (int k = 0; tg && k < tg->nparked; k++)
-			traced[i] = traced[i] || (tg->busy && tg->parked[k] == m[i].pid);
-		bool restoring = !traced[i] && is_served(sv, m[i].pid);
-		const char *gpu = "none";
-		if (traced[i] || restoring) {
-			gpu = restoring ? "restoring" : "traced";
-			traced[i] = true; /* for its children, forked from it */
-		} else if (loads_cuda(m[i].pid)) {
-			int up = engine_tree_member(m, i, m[i].ppid);
-			gpu = up >= 0 && traced[up] ? "forked" : "untraced";
-		}
-		add(t, "member: %d %s gpu=%s\n", (int)m[i].pid, m[i].comm, gpu);
-	}
-	free(traced);
-	free(m);
-}
-
-static int make_status(pid_t pid, text *t)
-{
-	pid_t root = job_root(pid), name = job_name(pid);
-	served sv;
-	sv.n = job_served(sv.pid, ENGINE_SERVED_MAX);
-	bool back = is_served(&sv, pid);
-	target *tg = target_get(name, false);
-	bool busy = false;
-	if (tg) {
-		pthread_mutex_lock(&tg->lock);
-		busy = tg->busy;
-		pthread_mutex_unlock(&tg->lock);
-	}
-	add(t, "pid: %d\n", (int)pid);
-	pid_t inner = pidns_inner(pid);
-	if (inner > 0 && inner != pid)
-		add(t, "pid in its namespace: %d\n", (int)inner);
-	if (name != pid)
-		add(t, "job pid: %d\n", (int)name);
-	if (root != pid)
-		add(t, "job root: %d (a checkpoint takes its whole tree)\n", (int)root);
-	char path[64];
-	snprintf(path, sizeof(path), "/proc/%d", (int)pid);
-	bool alive = access(path, F_OK) == 0;
-	proc *p = registry_get(pid);
-	wire_buffer *v = NULL;
-	size_t n = 0;
-	if (p && proc_list(p, &v, &n) == 0) {
-		uint64_t bytes = 0;
-		for (size_t i = 0; i < n; i++)
-			bytes += v[i].size;
-		add(t, "state: %s\n", busy ? "checkpointing" : "running");
-		add(t, "traced: yes\n");
-		add(t, "stop-only: %s\n", p->hello.flags & WIRE_HELLO_STOP_ONLY ? p->hello.stop_only_reason : "no");
-		add(t, "buffers: %zu\n", n);
-		add(t, "device bytes: %" PRIu64 "\n", bytes);
-		add(t, "app transfers pending: %u\n", p->table ? atomic_load(&p->table->pcie_pending) : 0);
-	} else {
-		add(t, "state: %s\n",
-		    busy     ? "checkpointing"
-		    : !alive ? "gone"
-		    : back   ? "restoring"
-			     : "running");
-		add(t, "traced: %s\n",
-		    busy && tg->traced        ? "yes (parked)"
-		    : back && alive           ? "restoring"
-					      : "no");
-	}
-	free(v);
-	if (p)
-		registry_put(p);
-	if (alive) {
-		if (tg)
-			pthread_mutex_lock(&tg->lock);
-		add_members(root, tg, &sv, t);
-		if (tg)
-			pthread_mutex_unlock(&tg->lock);
-	}
-	job_status(name, tg, t);
-	return 0;
 }
 
 static int make_buffers(proc *p, text *t)
@@ -877,7 +510,7 @@ static int make_buffers(proc *p, text *t)
 	if (e)
 		return e;
 	for (size_t i = 0; i < n; i++)
-		add(t, "0x%016" PRIx64 " %" PRIu64 " %u %s %" PRIu64 " %" PRIu64 "\n", v[i].va, v[i].size, v[i].device,
+		text_add(t, "0x%016" PRIx64 " %" PRIu64 " %u %s %" PRIu64 " %" PRIu64 "\n", v[i].va, v[i].size, v[i].device,
 		    state_name(v[i].state), v[i].reads, v[i].writes);
 	free(v);
 	return 0;
@@ -898,7 +531,7 @@ static int make_kernels(proc *p, text *t)
 		size_t rec = sizeof(k) + (k.name_len + 7) / 8 * 8;
 		if (at + rec > len)
 			break;
-		add(t, "%" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 " %d %" PRIu64 " %.*s\n", k.launches, k.reads,
+		text_add(t, "%" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 " %d %" PRIu64 " %.*s\n", k.launches, k.reads,
 		    k.writes, k.bytes_written, k.nparams, k.net_waits, (int)k.name_len, (const char *)raw + at + sizeof(k));
 		at += rec;
 	}
@@ -914,7 +547,7 @@ static int make_nccl(proc *p, text *t)
 	if (e)
 		return e;
 	for (size_t i = 0; i < n; i++)
-		add(t, "%016" PRIx64 " %d %d %" PRIu64 "%s\n", v[i].id, v[i].rank, v[i].nranks, v[i].count,
+		text_add(t, "%016" PRIx64 " %d %d %" PRIu64 "%s\n", v[i].id, v[i].rank, v[i].nranks, v[i].count,
 		    v[i].flags & WIRE_NCCL_UNNAMED ? " unnamed" : "");
 	free(v);
 	return 0;
@@ -926,7 +559,10 @@ typedef struct handle {
 	text t;
 	target *stream; /* gpu.data of a checkpoint being written, or NULL */
 	char name[CTL_NAME_MAX + 1]; /* that checkpoint */
-	bool ctl;   /* a ctl: t is the answer to its last write */
+	bool ctl; /* a ctl: t is the answer to its last write */
+	bool events;   /* /events: read from seq on */
+	bool nonblock; /* /events opened O_NONBLOCK */
+	uint64_t seq;
 	size_t got; /* how much of the answer was read: a ctl's reads go on from there, whatever the offset */
 } handle;
 
@@ -945,22 +581,34 @@ static int open_stream(target *t, const char *name)
 static int make_text(const where *w, text *t)
 {
 	if (w->n == N_VERSION) {
-		add(t, "phosfs %s\nwire protocol %d\nimage format %d.%d\nstore %s\n", PHOS_VERSION, WIRE_VERSION,
+		text_add(t, "phosfs %s\nwire protocol %d\nimage format %d.%d\nstore %s\n", PHOS_VERSION, WIRE_VERSION,
 		    PHOSIMG_VERSION_MAJOR, PHOSIMG_VERSION_MINOR, phosfs_store);
 		return 0;
 	}
 	if (w->n == N_ROOT_STATUS)
-		return root_status(t);
+		return status_root(t);
+	if (w->n == N_METRICS)
+		return metrics_text(t);
+	if (w->n == N_ROOT_STATUS_JSON || w->n == N_STATUS_JSON) {
+		text lines = { 0 };
+		int e = w->n == N_STATUS_JSON ? status_proc(w->pid, &lines) : status_root(&lines);
+		if (!e && lines.oom)
+			e = -ENOMEM;
+		if (!e)
+			e = status_json(lines.s ? lines.s : "", lines.len, t);
+		text_free(&lines);
+		return e;
+	}
 	if (w->n == N_RESTORE) {
 		restore_view *v = malloc(sizeof(*v));
 		int e = !v ? -ENOMEM : restore_view_get(w->id, v);
 		if (!e)
-			restore_text(v, t);
+			status_restore(v, t);
 		free(v);
 		return e;
 	}
 	if (w->n == N_STATUS)
-		return make_status(w->pid, t);
+		return status_proc(w->pid, t);
 	proc *p = registry_get(w->pid);
 	if (!p)
 		return 0; /* not traced, or parked: nothing to list */
@@ -978,8 +626,9 @@ static int fs_open(const char *path, struct fuse_file_info *fi)
 	if (w.n == N_NONE || w.n == N_ROOT)
 		return w.n == N_NONE ? -ENOENT : -EISDIR;
 	uid_t uid = 0;
-	bool root_only = w.n == N_ROOT_STATUS || w.n == N_ROOT_CTL || w.n == N_RESTORES || w.n == N_RESTORE;
-	if (w.n != N_VERSION && !root_only) {
+	bool root_only = w.n == N_ROOT_STATUS || w.n == N_ROOT_CTL || w.n == N_RESTORES || w.n == N_RESTORE ||
+			 w.n == N_ROOT_STATUS_JSON || w.n == N_EVENTS;
+	if (w.n != N_VERSION && w.n != N_METRICS && !root_only) {
 		int e = visible(w.pid, &uid);
 		if (e)
 			return e;
@@ -1011,6 +660,11 @@ static int fs_open(const char *path, struct fuse_file_info *fi)
 		if (h->fd < 0)
 			h->fd = open(p, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 		e = h->fd < 0 ? -errno : 0;
+	} else if (w.n == N_EVENTS) {
+		h->events = true;
+		h->nonblock = fi->flags & O_NONBLOCK;
+		h->seq = events_next();
+		fi->nonseekable = 1;
 	} else if (!ctl) {
 		e = make_text(&w, &h->t);
 		if (!e && h->t.oom)
@@ -1061,6 +715,8 @@ static int fs_read(const char *path, char *buf, size_t size, off_t off, struct f
 {
 	(void)path;
 	handle *h = (handle *)(uintptr_t)fi->fh;
+	if (h->events)
+		return events_read(&h->seq, buf, size, h->nonblock || (fi->flags & O_NONBLOCK));
 	if (h->stream)
 		return read_stream(h, buf, size, off);
 	if (h->fd >= 0) {
@@ -1166,6 +822,20 @@ static int fs_release(const char *path, struct fuse_file_info *fi)
 	return 0;
 }
 
+/* poll(2) on /events: readable once an event after the reader's last
+ * is there. Other files are always readable. */
+static int fs_poll(const char *path, struct fuse_file_info *fi, struct fuse_pollhandle *ph, unsigned *reventsp)
+{
+	(void)path;
+	handle *h = (handle *)(uintptr_t)fi->fh;
+	if (h && h->events)
+		return events_poll(h->seq, ph, reventsp);
+	if (ph)
+		fuse_pollhandle_destroy(ph);
+	*reventsp = POLLIN;
+	return 0;
+}
+
 const struct fuse_operations phosfs_ops = {
 	.getattr = fs_getattr,
 	.readdir = fs_readdir,
@@ -1175,4 +845,5 @@ const struct fuse_operations phosfs_ops = {
 	.write = fs_write,
 	.truncate = fs_truncate,
 	.release = fs_release,
+	.poll = fs_poll,
 };

@@ -26,6 +26,8 @@
 #include "../common/pidns.h"
 #include "phosfs.h"
 
+#define WATCH_POLL_US 2000 /* how often a checkpoint's watcher looks at its progress */
+
 /* Guards targets (the list, not the targets' fields). */
 static pthread_mutex_t targets_lock = PTHREAD_MUTEX_INITIALIZER;
 static target *targets;
@@ -253,10 +255,31 @@ static int await_restored(pid_t pid, int ms, perr *er)
 	return 0;
 }
 
+typedef struct watch {
+	target *t;
+	spawn s;
+	bool staging; /* the job has the staging pool */
+	const char *proto; /* "cow", "recopy" or "stop" */
+	char name[CTL_NAME_MAX + 1];
+} watch;
+
+/* The fields of a checkpoint's events, with stall_ms when it is known. */
+static json_t *ckpt_fields(const watch *w, uint64_t stall_ns)
+{
+	char dir[PATH_MAX];
+	snprintf(dir, sizeof(dir), "%s/%d/%s", phosfs_store, (int)w->t->pid, w->name);
+	json_t *f = json_pack("{s:s,s:s,s:s}", "name", w->name, "protocol", w->proto, "dir", dir);
+	if (f && stall_ns)
+		json_object_set_new(f, "stall_ms", json_real(stall_ns / 1e6));
+	return f;
+}
+
 /* Waits for a checkpoint's job process and records how it ended in t. A
  * job that died leaves its half image: it goes. */
-static void finish_job(target *t, spawn *s)
+static void finish_job(const watch *w)
 {
+	target *t = w->t;
+	const spawn *s = &w->s;
 	int st = 0;
 	while (waitpid(s->child, &st, 0) < 0 && errno == EINTR)
 		;
@@ -290,6 +313,11 @@ static void finish_job(target *t, spawn *s)
 		syslog(LOG_WARNING, "process %d: %s", (int)t->pid, t->error);
 	else
 		syslog(LOG_INFO, "process %d: %s done, stall %.3f s", (int)t->pid, t->job, t->last_stall_ns / 1e9);
+	metrics_checkpoint(w->proto, t->result, &t->last_prog, t->last_step_ns);
+	json_t *f = ckpt_fields(w, t->last_stall_ns);
+	if (t->result)
+		json_object_set_new(f, "error", json_string(t->error));
+	events_emit(t->result ? "checkpoint.failed" : "checkpoint.published", t->pid, f);
 	t->busy = false;
 	t->sh = NULL;
 	pthread_cond_broadcast(&t->done);
@@ -297,16 +325,42 @@ static void finish_job(target *t, spawn *s)
 	munmap(sh, sizeof(*sh));
 }
 
-typedef struct watch {
-	target *t;
-	spawn s;
-	bool staging; /* the job has the staging pool */
-} watch;
+/* Until w's job process ends: the events of its stall and its copy, as
+ * its progress shows them (looked at every WATCH_POLL_US). */
+static void observe(const watch *w)
+{
+	engine_progress *p = &w->s.sh->prog;
+	bool stalled = false, resumed = false, off = false;
+	for (;;) {
+		int step = atomic_load(&p->step);
+		uint64_t stall = atomic_load(&p->stall_ns), off_ns = atomic_load(&p->off_ns);
+		if (!stalled && (step == STEP_PARK || step == STEP_LOCK || step == STEP_DUMP || stall)) {
+			stalled = true;
+			events_emit("checkpoint.stalled", w->t->pid, ckpt_fields(w, 0));
+		}
+		if (stalled && !resumed && stall) {
+			resumed = true;
+			events_emit("checkpoint.resumed", w->t->pid, ckpt_fields(w, stall));
+		}
+		if (stalled && !off && off_ns) {
+			off = true;
+			json_t *f = ckpt_fields(w, 0);
+			json_object_set_new(f, "off_gpu_ms", json_real(off_ns / 1e6));
+			events_emit("checkpoint.off_gpu", w->t->pid, f);
+		}
+		siginfo_t si = { 0 };
+		if (atomic_load(&w->s.sh->finished) ||
+		    (waitid(P_PID, (id_t)w->s.child, &si, WEXITED | WNOHANG | WNOWAIT) == 0 && si.si_pid == w->s.child))
+			return;
+		usleep(WATCH_POLL_US);
+	}
+}
 
 static void *watch_main(void *arg)
 {
 	watch *w = arg;
-	finish_job(w->t, &w->s);
+	observe(w);
+	finish_job(w);
 	if (w->staging)
 		staging_give();
 	free(w);
@@ -462,6 +516,8 @@ static void started(target *t, watch *w, const ctl_cmd *c, enum ctl_proto proto,
 		    watch **here)
 {
 	w->t = t;
+	w->proto = proto_name(proto);
+	snprintf(w->name, sizeof(w->name), "%s", name);
 	t->busy = true;
 	t->kind = CTL_CHECKPOINT;
 	t->sh = w->s.sh;
@@ -476,6 +532,7 @@ static void started(target *t, watch *w, const ctl_cmd *c, enum ctl_proto proto,
 	else
 		pthread_detach(th);
 	syslog(LOG_INFO, "process %d: %s started", (int)t->pid, t->job);
+	events_emit("checkpoint.started", t->pid, ckpt_fields(w, 0));
 }
 
 static int start_locked(target *t, const ctl_cmd *c, watch **here, perr *er)
@@ -560,6 +617,7 @@ static void *deferred_main(void *arg)
 		t->result = e;
 		snprintf(t->error, sizeof(t->error), "%s failed: %s", t->job, pr_msg(&er));
 		syslog(LOG_WARNING, "process %d: %s", (int)t->pid, t->error);
+		events_emit("checkpoint.failed", t->pid, json_pack("{s:s}", "error", t->error));
 		pthread_cond_broadcast(&t->done);
 	}
 	pthread_mutex_unlock(&t->lock);

@@ -5,7 +5,7 @@
  *          [--staging SIZE] [--chunk SIZE] [--shadow-pool SIZE] [--fill-threads N]
  *          [--restores N] [--restore-queue N] [--restore-timeout SECONDS]
  *          [--checkpoint-wait SECONDS] [--checkpoint-timeout SECONDS]
- *          [--dump-timeout SECONDS] [--job-pool N]
+ *          [--dump-timeout SECONDS] [--job-pool N] [--metrics-textfile DIR]
  *          [FUSE options] MOUNTPOINT
  *
  * Registers traced processes on the socket (default /run/phos/phosfs.sock)
@@ -49,6 +49,7 @@ int phosfs_restores = 4;
 int phosfs_restore_queue = 16;
 int phosfs_restore_timeout = 600;
 int phosfs_job_pool = 1;
+const char *phosfs_metrics_textfile;
 int phosfs_checkpoint_wait = 300;
 uint32_t phosfs_checkpoint_timeout_ms = CHECKPOINT_TIMEOUT_MS;
 int phosfs_dump_timeout = CHECKPOINT_DUMP_TIMEOUT_S;
@@ -71,6 +72,7 @@ static int usage(FILE *f)
 		   "              [--chunk SIZE] [--shadow-pool SIZE] [--fill-threads N] [--restores N]\n"
 		   "              [--restore-queue N] [--restore-timeout SECONDS] [--checkpoint-wait SECONDS]\n"
 		   "              [--checkpoint-timeout SECONDS] [--dump-timeout SECONDS] [--job-pool N]\n"
+		   "              [--metrics-textfile DIR]\n"
 		   "              [-f] [-d] [-o OPTIONS]\n"
 		   "              MOUNTPOINT\n"
 		   "SIZE is bytes, or a number with K, M, G or T (binary units).\n");
@@ -228,7 +230,7 @@ static int make_store(const char *dir, char *abs)
  * allocated, each taken as `--NAME VALUE` or `--NAME=VALUE`. */
 struct options {
 	char *sock, *store, *criu, *plugins, *staging, *chunk, *pool, *fill_threads, *restores, *queue,
-		*restore_timeout, *checkpoint_wait, *checkpoint_timeout, *dump_timeout, *job_pool;
+		*restore_timeout, *checkpoint_wait, *checkpoint_timeout, *dump_timeout, *job_pool, *metrics_textfile;
 	int help;
 	int want;          /* the offset of the field the next argument is the value of, or -1 */
 	const char *wanted; /* its option's name */
@@ -260,6 +262,7 @@ static const struct fuse_opt phosfs_opts[] = {
 	OPT("--checkpoint-timeout", checkpoint_timeout),
 	OPT("--dump-timeout", dump_timeout),
 	OPT("--job-pool", job_pool),
+	OPT("--metrics-textfile", metrics_textfile),
 	{ "-h", offsetof(struct options, help), 1 },
 	{ "--help", offsetof(struct options, help), 1 },
 	FUSE_OPT_END
@@ -296,7 +299,7 @@ static void options_free(struct options *o)
 	char **all[] = { &o->sock,	   &o->store,	 &o->criu,	   &o->plugins,
 			 &o->staging,	   &o->chunk,	 &o->pool,	   &o->fill_threads,
 			 &o->restores,	   &o->queue,	 &o->restore_timeout, &o->checkpoint_wait,
-			 &o->checkpoint_timeout, &o->dump_timeout, &o->job_pool };
+			 &o->checkpoint_timeout, &o->dump_timeout, &o->job_pool, &o->metrics_textfile };
 	for (size_t i = 0; i < sizeof(all) / sizeof(*all); i++) {
 		free(*all[i]);
 		*all[i] = NULL;
@@ -331,6 +334,16 @@ static void apply_options(const struct options *o)
 		phosfs_job_pool = count_option("--job-pool", o->job_pool, 0, 16);
 	if (o->dump_timeout)
 		phosfs_dump_timeout = count_option("--dump-timeout", o->dump_timeout, 1, JOB_DUMP_TIMEOUT_MAX_S);
+	if (o->metrics_textfile) {
+		struct stat st;
+		errno = 0;
+		if (stat(o->metrics_textfile, &st) || !S_ISDIR(st.st_mode) || access(o->metrics_textfile, W_OK)) {
+			fprintf(stderr, "phosfs: --metrics-textfile %s: %s\n", o->metrics_textfile,
+				errno ? strerror(errno) : "not a folder");
+			exit(2);
+		}
+		phosfs_metrics_textfile = o->metrics_textfile;
+	}
 	perr er = { 0 };
 	if (o->checkpoint_timeout && ctl_timeout(o->checkpoint_timeout, &phosfs_checkpoint_timeout_ms, &er)) {
 		fprintf(stderr, "phosfs: --checkpoint-timeout: %s\n", er.msg);
@@ -410,6 +423,10 @@ static int serve(struct fuse_args *args, const char *mnt, bool foreground, const
 	/* After daemonizing too: its jobs are the daemon's children. */
 	if (pool_start(phosfs_job_pool))
 		fprintf(stderr, "phosfs: no job pool: out of memory\n");
+	if (phosfs_metrics_textfile && (e = metrics_textfile_start(phosfs_metrics_textfile))) {
+		fprintf(stderr, "phosfs: --metrics-textfile %s: %s\n", phosfs_metrics_textfile, strerror(-e));
+		syslog(LOG_ERR, "--metrics-textfile %s: %s", phosfs_metrics_textfile, strerror(-e));
+	}
 	struct fuse_session *se = fuse_get_session(f);
 	if (fuse_set_signal_handlers(se) != 0)
 		goto out_registry;
@@ -423,10 +440,12 @@ static int serve(struct fuse_args *args, const char *mnt, bool foreground, const
 	if (rc)
 		fprintf(stderr, "phosfs: the file system failed: %s\n", strerror(res < 0 ? -res : EIO));
 out_registry:
+	metrics_textfile_stop();
 	pool_stop();
 	registry_stop();
 	targets_free();
 	restores_free();
+	events_free();
 out_unmount:
 	fuse_unmount(f);
 out_destroy:

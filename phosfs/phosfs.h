@@ -13,10 +13,13 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include <jansson.h>
+
 #include "../common/state.h"
 #include "../common/wire.h"
 #include "../job/job.h"
 #include "ctl.h"
+#include "text.h"
 
 #define PHOS_VERSION "0.1"
 
@@ -36,6 +39,7 @@ extern uint32_t phosfs_checkpoint_timeout_ms; /* --checkpoint-timeout: each proc
 extern int phosfs_dump_timeout; /* --dump-timeout: CRIU's dump, and a copy waited for without progress, s */
 extern int phosfs_checkpoint_wait;  /* --checkpoint-wait: seconds a checkpoint waits for a restore of its tree */
 extern int phosfs_job_pool;         /* --job-pool: restore jobs started ahead, the driver loaded */
+extern const char *phosfs_metrics_textfile; /* --metrics-textfile: where phos.prom goes, or NULL */
 
 /* staging.c: the host staging pool, made once (a memfd jobs map and pin). */
 /* Makes it, of bytes (its pages come with the first job that uses
@@ -192,6 +196,63 @@ unsigned restores_changes(void);
 void restores_await_change(unsigned seen, int ms);
 /* Frees the restores that ended (at exit). */
 void restores_free(void);
+
+/* status.c: the status files, as key: value lines into t. */
+/* /PID/status: the process, its tree and its job. Errors: -ENOMEM. */
+int status_proc(pid_t pid, text *t);
+/* /status: the restores running and queued, the last one's outcome.
+ * Errors: -ENOMEM. */
+int status_root(text *t);
+/* /restores/ID: one restore. */
+void status_restore(restore_view *v, text *t);
+
+/* status-json.c: a status file's lines (s, len bytes) as one JSON object
+ * into out (the shapes it gives values: status-json.c). Errors: -ENOMEM. */
+int status_json(const char *s, size_t len, text *out);
+
+/* events.c: /events, the events of checkpoints and restores as lines
+ * of JSON (its header says how they are read). */
+#define EVENTS_KEEP 1024
+struct fuse_pollhandle;
+/* Records event ("checkpoint.published", …) of the job of pid (0: none),
+ * with fields (a JSON object, or NULL), which it takes. An event that
+ * cannot be made is left out. */
+void events_emit(const char *event, pid_t pid, json_t *fields);
+/* The sequence number the next event will have: a new reader's start. */
+uint64_t events_next(void);
+/* Whole lines of events from *seq on into buf (size bytes), advancing
+ * *seq; waits for one unless nonblock. Returns the bytes, or -EAGAIN
+ * (nonblock and none; or too many reads wait already), -EINTR
+ * (interrupted). */
+int events_read(uint64_t *seq, char *buf, size_t size, bool nonblock);
+/* For poll(2): POLLIN in *revents when an event after seq is there;
+ * else ph (taken) is told at the next one. Returns 0. */
+int events_poll(uint64_t seq, struct fuse_pollhandle *ph, unsigned *revents);
+/* Frees what is kept (at exit). */
+void events_free(void);
+
+/* metrics.c: /metrics, what checkpoints and restores cost, in the
+ * Prometheus text format (the series: metrics.c). */
+/* Counts a checkpoint that ended (proto "cow", "recopy" or "stop";
+ * result 0 or a negative errno), with its progress and step times. */
+void metrics_checkpoint(const char *proto, int result, const engine_progress *p, const uint64_t *step_ns);
+/* Counts a restore that ended. */
+void metrics_restore(int result, const engine_progress *p);
+/* The metrics as the exposition format into t. Errors: -ENOMEM. */
+int metrics_text(text *t);
+/* Waits up to ms until the metrics changed since version seen; the
+ * version now (0 at first). */
+unsigned metrics_wait(unsigned seen, int ms);
+/* Ends every metrics_wait, now and later (at exit); metrics_stopping
+ * then says true. */
+void metrics_wake(void);
+bool metrics_stopping(void);
+/* metrics-textfile.c: writes DIR/phos.prom now, and then in a thread of
+ * its own after each change and every 15 s. Errors: -ENAMETOOLONG,
+ * -errno of writing it (an unwritable DIR), of pthread_create. */
+int metrics_textfile_start(const char *dir);
+/* Writes it a last time and ends the thread. */
+void metrics_textfile_stop(void);
 
 /* logs.c: the store's log folders. */
 #define LOGS_KEEP 64

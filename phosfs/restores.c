@@ -140,6 +140,21 @@ static void mark_restored(pid_t pid, const char *dir)
 	pthread_mutex_unlock(&t->lock);
 }
 
+/* Emits restore j's event: its id, image, mode, and what it knows now
+ * (pid, times, error). */
+static void restore_event(const restore_job *j, const char *event, const engine_progress *p)
+{
+	json_t *f = json_pack("{s:i,s:s,s:s}", "restore_id", (int)j->v.id, "dir", j->cmd.dir, "mode",
+			      j->cmd.lazy ? "lazy" : "eager");
+	if (p && atomic_load(&p->resume_ns))
+		json_object_set_new(f, "resume_ms", json_real(atomic_load(&p->resume_ns) / 1e6));
+	if (p && atomic_load(&p->full_ns))
+		json_object_set_new(f, "full_ms", json_real(atomic_load(&p->full_ns) / 1e6));
+	if (j->v.state == RESTORE_FAILED)
+		json_object_set_new(f, "error", json_string(j->v.error));
+	events_emit(event, j->v.pid, f);
+}
+
 /* Runs restore j's job process to its end (its turn has come). */
 static void run(restore_job *j)
 {
@@ -172,12 +187,15 @@ static void run(restore_job *j)
 		snprintf(j->v.error, sizeof(j->v.error), "%s failed: %s", j->v.job, pr_msg(&er));
 		running--;
 		set_state(j, RESTORE_FAILED);
+		restore_event(j, "restore.failed", NULL);
+		metrics_restore(e, &j->v.prog);
 		pthread_mutex_unlock(&lock);
 		syslog(LOG_WARNING, "restore %u: %s", j->v.id, j->v.error);
 		return;
 	}
 	pthread_mutex_lock(&lock);
 	j->sh = s.sh;
+	restore_event(j, "restore.started", NULL);
 	pthread_mutex_unlock(&lock);
 	pid_t runs = await_resume(&s);
 	if (runs > 0 && !atomic_load(&s.sh->finished)) {
@@ -185,6 +203,7 @@ static void run(restore_job *j)
 		pthread_mutex_lock(&lock);
 		j->v.pid = runs;
 		set_state(j, RESTORE_RESUMED);
+		restore_event(j, "restore.resumed", &s.sh->prog);
 		pthread_mutex_unlock(&lock);
 	}
 	int st = 0;
@@ -211,6 +230,8 @@ static void run(restore_job *j)
 	j->sh = NULL;
 	running--;
 	set_state(j, v->result ? RESTORE_FAILED : RESTORE_DONE);
+	restore_event(j, v->result ? "restore.failed" : "restore.done", &v->prog);
+	metrics_restore(v->result, &v->prog);
 	if (v->result)
 		syslog(LOG_WARNING, "restore %u%s%.0d: %s", v->id, v->pid > 0 ? " of process " : "", (int)v->pid,
 		       v->error);
