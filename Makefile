@@ -109,7 +109,7 @@ $(BUILD)/job/%.o: job/%.c $(JOB_H)
 
 # No -lcuda: the driver is loaded at the first job, so phosfs runs without one.
 $(PHOSFS): $(PHOSFS_OBJ) $(JOB_OBJ) $(ENGINE_OBJ) $(WIRE_OBJ) $(LIBPHOSIMG)
-	$(CC) $(XLDFLAGS) $(LDFLAGS) -o $@ $^ $(FUSE_LIBS) $(IMG_LIBS) -ljansson -ldl -lpthread
+	$(CC) $(XLDFLAGS) $(LDFLAGS) -o $@ $^ $(FUSE_LIBS) $(IMG_LIBS) -ljansson -lm -ldl -lpthread
 
 $(PHOS_CLI): phosfs/phos.c phosfs/run.c phosfs/run.h
 	@mkdir -p $(@D)
@@ -286,7 +286,7 @@ $(REQUEST_TEST): TEST_OBJ = $(BUILD)/job/request.o $(BUILD)/engine/progress.o $(
 $(BUILD)/tests/%: tests/%.c $(wildcard tests/*.h) tests/simcuda/simcuda.h $(SIMCUDA_LIB) $(BUILD)/simcuda/libcuda.so $(LIBPHOSIMG) $(LIBPHOS) $(WIRE_OBJ) | $(PHOSFS)
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) $(XCFLAGS) $(CFLAGS) -Iimage-format -o $@ $< $(TEST_OBJ) $(LIBPHOSIMG) $(WIRE_OBJ) $(XLDFLAGS) $(LDFLAGS) \
-		-rdynamic -L$(BUILD)/simcuda -lcuda -Wl,-rpath,'$$ORIGIN/../simcuda' $(IMG_LIBS) -ljansson -ldl
+		-rdynamic -L$(BUILD)/simcuda -lcuda -Wl,-rpath,'$$ORIGIN/../simcuda' $(IMG_LIBS) -ljansson -lm -ldl
 
 $(BUILD)/tests/%: tests/%.sh
 	@mkdir -p $(@D)

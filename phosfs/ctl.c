@@ -99,8 +99,72 @@ int ctl_timeout(const char *w, uint32_t *ms, perr *er)
 	return 0;
 }
 
+int ctl_duration(const char *w, double *s, perr *er)
+{
+	char *end = NULL;
+	errno = 0;
+	double v = strtod(w, &end);
+	double unit = !*end		    ? 1
+		      : !strcmp(end, "s") ? 1
+		      : !strcmp(end, "m") ? 60
+		      : !strcmp(end, "h") ? 3600
+		      : !strcmp(end, "d") ? 86400
+					  : 0;
+	v *= unit;
+	if (end == w || errno || !unit || !(v >= 1) || !(v <= 365 * 86400.0))
+		return pr_err(er, -EINVAL, "bad duration '%.40s' (seconds, or a number with s, m, h or d; 1 s to 365 d)", w);
+	*s = v;
+	return 0;
+}
+
+/* The protocol word w, or CTL_DEFAULT. */
+static enum ctl_proto proto_of(const char *w)
+{
+	return !strcmp(w, "cow") ? CTL_COW : !strcmp(w, "recopy") ? CTL_RECOPY : !strcmp(w, "stop") ? CTL_STOP : CTL_DEFAULT;
+}
+
+/* schedule every=DURATION|auto [mtbf=DURATION] [keep=N] [PROTOCOL], or
+ * schedule off */
+static int parse_schedule(char **words, int n, ctl_cmd *out, perr *er)
+{
+	out->verb = CTL_SCHEDULE;
+	if (n == 2 && !strcmp(words[1], "off"))
+		return out->off = true, 0;
+	bool every = false;
+	for (int i = 1; i < n; i++) {
+		const char *w = words[i];
+		enum ctl_proto p = proto_of(w);
+		char *end;
+		if (p && !out->proto) {
+			out->proto = p;
+		} else if (!strncmp(w, "every=", 6) && !every) {
+			every = true;
+			if (strcmp(w + 6, "auto") && ctl_duration(w + 6, &out->every_s, er))
+				return -EINVAL;
+		} else if (!strncmp(w, "mtbf=", 5) && !out->mtbf_s) {
+			if (ctl_duration(w + 5, &out->mtbf_s, er))
+				return -EINVAL;
+		} else if (!strncmp(w, "keep=", 5) && !out->keep) {
+			unsigned long k = strtoul(w + 5, &end, 10);
+			if (*end || w[5] < '1' || w[5] > '9' || k > 100000)
+				return pr_err(er, -EINVAL, "bad keep '%.40s' (1 to 100000 checkpoints)", w + 5);
+			out->keep = (unsigned)k;
+		} else {
+			return pr_err(er, -EINVAL,
+				      "unknown or repeated word '%.40s' (expected: schedule every=DURATION|auto "
+				      "[mtbf=DURATION] [keep=N] [cow|recopy|stop], or schedule off)",
+				      w);
+		}
+	}
+	if (!every)
+		return pr_err(er, -EINVAL, "schedule needs every=DURATION or every=auto (or: schedule off)");
+	if (out->mtbf_s && out->every_s)
+		return pr_err(er, -EINVAL, "mtbf= is for every=auto, whose interval it sets");
+	return 0;
+}
+
 /* checkpoint [cow|recopy|stop] [name=NAME] [kill] [timeout=SECONDS], or
- * cancel */
+ * cancel, or schedule … */
 static int parse_checkpoint(char **words, int n, ctl_cmd *out, perr *er)
 {
 	if (!strcmp(words[0], "cancel")) {
@@ -109,16 +173,16 @@ static int parse_checkpoint(char **words, int n, ctl_cmd *out, perr *er)
 		out->verb = CTL_CANCEL;
 		return 0;
 	}
+	if (!strcmp(words[0], "schedule"))
+		return parse_schedule(words, n, out, er);
 	if (strcmp(words[0], "checkpoint"))
-		return pr_err(er, -EINVAL, "unknown command '%.40s' (expected: checkpoint or cancel)", words[0]);
+		return pr_err(er, -EINVAL, "unknown command '%.40s' (expected: checkpoint, cancel or schedule)",
+			      words[0]);
 	out->verb = CTL_CHECKPOINT;
 	bool named = false;
 	for (int i = 1; i < n; i++) {
 		const char *w = words[i];
-		enum ctl_proto p = !strcmp(w, "cow")	? CTL_COW
-				   : !strcmp(w, "recopy") ? CTL_RECOPY
-				   : !strcmp(w, "stop")	  ? CTL_STOP
-							  : CTL_DEFAULT;
+		enum ctl_proto p = proto_of(w);
 		if (p) {
 			if (out->proto)
 				return pr_err(er, -EINVAL, "more than one protocol");

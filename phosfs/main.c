@@ -440,6 +440,7 @@ static int serve(struct fuse_args *args, const char *mnt, bool foreground, const
 	if (rc)
 		fprintf(stderr, "phosfs: the file system failed: %s\n", strerror(res < 0 ? -res : EIO));
 out_registry:
+	schedule_stop_all();
 	metrics_textfile_stop();
 	pool_stop();
 	registry_stop();

@@ -254,6 +254,16 @@ int metrics_textfile_start(const char *dir);
 /* Writes it a last time and ends the thread. */
 void metrics_textfile_stop(void);
 
+/* schedule.c: periodic checkpoints of a job (its header says how the
+ * interval is chosen). */
+/* Starts (or, given again, replaces; with c->off, ends) the schedule of
+ * the job pid names. Errors: -ENOMEM, errno of pthread_create, with er. */
+int schedule_set(pid_t pid, const ctl_cmd *c, perr *er);
+/* The job's schedule, as status lines into t (none: nothing). */
+void schedule_status(pid_t pid, text *t);
+/* Ends every schedule's thread at its next wake (at exit). */
+void schedule_stop_all(void);
+
 /* logs.c: the store's log folders. */
 #define LOGS_KEEP 64
 /* Makes the log folder dir if it is not there, and removes its oldest

@@ -107,6 +107,8 @@ static void stored_latest(pid_t pid, text *out)
 /* The job part of a process's status. */
 static void job_status(pid_t pid, target *t, text *out)
 {
+	/* Before t's lock: the schedule's is taken before it elsewhere. */
+	schedule_status(pid, out);
 	if (!t) {
 		text_add(out, "job: none\n");
 		stored_latest(pid, out);
