@@ -294,6 +294,10 @@ $(BUILD)/tests/%: tests/%.sh
 
 # Tests find the project's CRIU and the kernels through these.
 TEST_ENV := $(SAN_TEST_ENV) PHOS_CRIU=$(abspath $(CRIU)) PHOS_KERNELS=$(abspath $(BUILD)/kernels) PHOS_SRCDIR=$(CURDIR) PHOS_LIBPHOS=$(abspath $(LIBPHOS)) PHOS_PHOSFS=$(abspath $(PHOSFS)) PHOS_CLI=$(abspath $(PHOS_CLI)) PHOS_COUNTER=$(abspath $(BUILD)/examples/counter) PHOS_SIMCUDA=$(abspath $(BUILD)/simcuda) PHOS_CRIU_PLUGINS=$(abspath $(CRIU_PLUGIN_DIR)) PHOS_COW_APP=$(abspath $(BUILD)/tests/apps/cow_app) PHOS_TWO_GPU_APP=$(abspath $(BUILD)/tests/apps/two_gpu_app) PHOS_TCP_APP=$(abspath $(BUILD)/tests/apps/tcp_app) PHOS_PAIR_APP=$(abspath $(BUILD)/tests/apps/pair_app) PHOS_NCCL_STUB=$(abspath $(BUILD)/tests/apps/libnccl.so.2) PHOS_HOST_WRITER=$(abspath $(BUILD)/tests/apps/host_writer)
+# The ctl grammar's fuzz test links the parser and what it calls.
+CTL_TEST := $(BUILD)/tests/phosfs_ctl_grammar_fuzzed_accepts_only_what_it_should
+$(CTL_TEST): $(BUILD)/phosfs/ctl.o $(BUILD)/job/devices.o $(ENGINE_OBJ)
+$(CTL_TEST): TEST_OBJ = $(BUILD)/phosfs/ctl.o $(BUILD)/job/devices.o $(ENGINE_OBJ)
 
 # Each test's output is kept in $(BUILD)/tests/logs; when one fails, its
 # own words are printed again after prove's summary.
