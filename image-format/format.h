@@ -41,12 +41,14 @@ enum section_type {
 	SEC_MEMBERS = 9,
 	SEC_STRIPES = 10,
 	SEC_SHARES = 11,
+	SEC_STATS = 12,
 };
 
 #define CHECKPOINT_SECTION_SIZE 56u
 #define OBJECT_RECORD_SIZE 32u
 #define MEMBER_RECORD_SIZE 40u
 #define SHARE_RECORD_SIZE 16u
+#define STAT_RECORD_MIN 16u /* a value, a name length, a name byte, padding */
 #define INDEX_SECTION_SIZE 32u
 #define DATA_SECTION_SIZE 16u
 #define CHECKSUM_XXH3_128 1u
@@ -159,6 +161,7 @@ typedef struct manifest {
 	phosimg_member *members;
 	phosimg_criu_file *criu;
 	phosimg_share *shares;
+	phosimg_stat *stats; /* in ascending byte order of their names */
 	uint64_t index_size, index_entries;
 	uint8_t index_hash[16];
 	uint64_t data_size, stored_bytes;
@@ -174,3 +177,5 @@ int manifest_encode(const manifest *m, uint8_t **buf, size_t *len);
  * Errors: -EBADMSG, -EPROTONOSUPPORT, -ENOMEM. */
 int manifest_decode(const uint8_t *buf, size_t len, const char *shown, manifest *m);
 void manifest_free(manifest *m);
+/* Whether the n bytes at s are a stat's name (phosimg_stat). */
+bool manifest_stat_name_ok(const char *s, size_t n);

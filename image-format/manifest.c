@@ -227,6 +227,21 @@ int manifest_encode(const manifest *m, uint8_t **out, size_t *len)
 	}
 	close_section(&b, s);
 
+	/* Not critical: a reader that knows no stats loses nothing it needs. */
+	if (in->stat_count) {
+		s = open_section(&b, SEC_STATS, 0), nsec++;
+		add32(&b, in->stat_count);
+		add32(&b, 0);
+		for (uint32_t i = 0; i < in->stat_count; i++) {
+			size_t nl = strnlen(in->stats[i].name, PHOSIMG_STAT_NAME_MAX);
+			add64(&b, in->stats[i].value);
+			add16(&b, (uint16_t)nl);
+			add_bytes(&b, in->stats[i].name, nl);
+			pad8(&b);
+		}
+		close_section(&b, s);
+	}
+
 	size_t trailer = b.n;
 	grow(&b, MANIFEST_TRAILER_SIZE);
 	if (b.oom) {
@@ -623,6 +638,62 @@ static int dec_criu(cursor *c, manifest *m)
 	return 0;
 }
 
+bool manifest_stat_name_ok(const char *s, size_t n)
+{
+	if (n == 0 || n > PHOSIMG_STAT_NAME_MAX || s[0] < 'a' || s[0] > 'z')
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= '0' && s[i] <= '9') || s[i] == '_' || s[i] == '.' ||
+		      s[i] == '-'))
+			return false;
+	return true;
+}
+
+static int dec_stats(cursor *c, manifest *m)
+{
+	const uint8_t *p, *name;
+	if (!take(c, 8, &p))
+		return short_section(c);
+	uint32_t n = get32(p);
+	if (n > PHOSIMG_STATS_MAX || (uint64_t)n * STAT_RECORD_MIN > c->n - c->at)
+		return BAD(c, "%s: offset %llu: %u stats do not fit in their section (at most %u)", c->shown,
+			   (unsigned long long)c->base, n, PHOSIMG_STATS_MAX);
+	m->stats = calloc(n ? n : 1, sizeof(*m->stats));
+	if (!m->stats)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < n; i++) {
+		phosimg_stat *st = &m->stats[i];
+		if (!take(c, 10, &p))
+			return short_section(c);
+		uint16_t nl = get16(p + 8);
+		if (nl > PHOSIMG_STAT_NAME_MAX || !take(c, nl, &name) || !manifest_stat_name_ok((const char *)name, nl))
+			return BAD(c, "%s: offset %llu: stat %u has a bad name (1 to %u bytes of [a-z0-9_.-], a letter "
+				      "first)", c->shown, (unsigned long long)(c->base + c->at), i, PHOSIMG_STAT_NAME_MAX);
+		st->value = get64(p);
+		memcpy(st->name, name, nl);
+		st->name[nl] = 0;
+		if (i && strcmp(m->stats[i - 1].name, st->name) >= 0)
+			return BAD(c, "%s: offset %llu: stats are not in strictly ascending name order ('%s' after '%s')",
+				   c->shown, (unsigned long long)(c->base + c->at), st->name, m->stats[i - 1].name);
+		c->at = align_up(c->at, 8) < c->n ? align_up(c->at, 8) : c->n;
+	}
+	m->info.stats = m->stats;
+	m->info.stat_count = n;
+	return 0;
+}
+
+int phosimg_stat_get(const phosimg_info *in, const char *name, uint64_t *value)
+{
+	if (!in || !name || !value)
+		return -EINVAL;
+	for (uint32_t i = 0; i < in->stat_count; i++)
+		if (!strcmp(in->stats[i].name, name)) {
+			*value = in->stats[i].value;
+			return 0;
+		}
+	return -ENOENT;
+}
+
 int manifest_decode(const uint8_t *p, size_t len, const char *shown, manifest *m)
 {
 	memset(m, 0, sizeof(*m));
@@ -664,9 +735,10 @@ int manifest_decode(const uint8_t *p, size_t len, const char *shown, manifest *m
 					at + 8, (unsigned long long)slen);
 		cursor c = { p + at + SECTION_HEADER_SIZE, (size_t)slen, 0, at + SECTION_HEADER_SIZE, shown, "" };
 		static const char *names[] = { "", "process", "devices", "checkpoint", "parent",
-					       "objects", "index", "data", "criu", "members", "stripes", "shares" };
+					       "objects", "index", "data", "criu", "members", "stripes", "shares",
+					       "stats" };
 		int e = 0;
-		if (type >= SEC_PROCESS && type <= SEC_SHARES) {
+		if (type >= SEC_PROCESS && type <= SEC_STATS) {
 			if (seen & (1u << type))
 				return fmt_fail(-EBADMSG, "%s: offset %zu: second %s section", shown, at, names[type]);
 			seen |= 1u << type;
@@ -684,6 +756,7 @@ int manifest_decode(const uint8_t *p, size_t len, const char *shown, manifest *m
 		case SEC_MEMBERS: e = dec_members(&c, m); break;
 		case SEC_STRIPES: e = dec_stripes(&c, m); break;
 		case SEC_SHARES: e = dec_shares(&c, m); break;
+		case SEC_STATS: e = dec_stats(&c, m); break;
 		default:
 			if (flags & SECTION_CRITICAL)
 				return fmt_fail(-EPROTONOSUPPORT,
@@ -714,6 +787,7 @@ void manifest_free(manifest *m)
 	free(m->objects);
 	free(m->members);
 	free(m->shares);
+	free(m->stats);
 	free(m->criu);
 	memset(m, 0, sizeof(*m));
 }

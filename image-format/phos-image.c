@@ -2,7 +2,7 @@
  * phos-image: inspect, check and extract phos checkpoint images.
  *
  *   phos-image ls DIR                     objects and sizes
- *   phos-image info DIR                   the manifest
+ *   phos-image info [--json] DIR          the manifest, as text or JSON
  *   phos-image verify DIR                 exit 0 if sound, 1 if corrupt
  *   phos-image cat DIR OBJECT [OFF LEN]   raw bytes of an object
  *   phos-image diff A B                   objects and chunks that differ
@@ -18,6 +18,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
 #include "phosimg.h"
 
 #define EXIT_DIFFERENT 1
@@ -28,7 +30,7 @@ static const char *prog = "phos-image";
 static int usage(FILE *f)
 {
 	fprintf(f, "usage: %s ls DIR\n"
-		   "       %s info DIR\n"
+		   "       %s info [--json] DIR\n"
 		   "       %s verify DIR\n"
 		   "       %s cat DIR OBJECT [OFFSET LEN]\n"
 		   "       %s diff A B\n",
@@ -159,6 +161,151 @@ static int cmd_info(phosimg *img)
 	for (uint32_t i = 0; i < in->criu_file_count; i++)
 		criu += in->criu_files[i].size;
 	printf("criu files: %u (%" PRIu64 " bytes)\n", in->criu_file_count, criu);
+	for (uint32_t i = 0; i < in->stat_count; i++)
+		printf("stat %s: %" PRIu64 "\n", in->stats[i].name, in->stats[i].value);
+	return 0;
+}
+
+/* ---- info --json -------------------------------------------------------------- */
+
+/* A JSON string of the n bytes at s; bytes that are not UTF-8 (a command
+ * line may hold any) become '?'. */
+static json_t *jstr(const char *s, size_t n)
+{
+	json_t *j = json_stringn(s, n);
+	if (j)
+		return j;
+	char *t = malloc(n + 1);
+	if (!t)
+		return NULL;
+	for (size_t i = 0; i < n; i++)
+		t[i] = (unsigned char)s[i] < 0x80 && s[i] ? s[i] : '?';
+	j = json_stringn(t, n);
+	free(t);
+	return j;
+}
+
+/* An unsigned 64-bit number: exact up to 2^63 - 1, JSON's reach in
+ * jansson, and a floating-point number past it. */
+static json_t *jnum(uint64_t v)
+{
+	return v <= INT64_MAX ? json_integer((json_int_t)v) : json_real((double)v);
+}
+
+static json_t *juuid(const char *prefix, const uint8_t u[16])
+{
+	char t[PHOSIMG_UUID_TEXT], s[PHOSIMG_UUID_TEXT + 8];
+	phosimg_uuid_text(u, t);
+	snprintf(s, sizeof(s), "%s%s", prefix, t);
+	return json_string(s);
+}
+
+/* A time as nanoseconds, or null where the manifest says none (0). */
+static json_t *jtime(uint64_t ns)
+{
+	return ns ? jnum(ns) : json_null();
+}
+
+static json_t *json_cmdline(const phosimg_meta *m)
+{
+	json_t *a = json_array();
+	for (size_t at = 0; a && at < m->cmdline_len;) {
+		size_t n = strnlen(m->cmdline + at, m->cmdline_len - at);
+		json_array_append_new(a, jstr(m->cmdline + at, n));
+		at += n + 1;
+	}
+	return a;
+}
+
+static json_t *json_devices(const phosimg_meta *m)
+{
+	json_t *a = json_array();
+	for (uint32_t i = 0; a && i < m->device_count; i++) {
+		const phosimg_device *d = &m->devices[i];
+		char cc[16];
+		snprintf(cc, sizeof(cc), "%u.%u", d->cc_major, d->cc_minor);
+		json_array_append_new(a, json_pack("{s:I, s:o, s:s, s:o, s:o}", "ordinal", (json_int_t)d->ordinal,
+						   "name", jstr(d->name, strlen(d->name)), "compute_capability", cc,
+						   "total_mem", jnum(d->total_mem), "uuid", juuid("GPU-", d->uuid)));
+	}
+	return a;
+}
+
+static json_t *json_members(const phosimg_meta *m)
+{
+	json_t *a = json_array();
+	bool ns = m->member_count && (m->members[0].flags & PHOSIMG_MEMBER_NS_INIT);
+	for (uint32_t i = 0; a && i < m->member_count; i++) {
+		const phosimg_member *mb = &m->members[i];
+		json_t *o = json_pack("{s:i, s:i, s:o, s:b, s:b, s:I, s:I}", "pid", (int)mb->pid, "ppid", (int)mb->ppid,
+				      "comm", jstr(mb->comm, strnlen(mb->comm, PHOSIMG_COMM_MAX)), "traced",
+				      (int)!!(mb->flags & PHOSIMG_MEMBER_TRACED), "cuda",
+				      (int)!!(mb->flags & PHOSIMG_MEMBER_CUDA), "first_object", (json_int_t)mb->first_object,
+				      "object_count", (json_int_t)mb->object_count);
+		if (o && ns) {
+			json_object_set_new(o, "ns_pid", json_integer(mb->ns_pid));
+			json_object_set_new(o, "ns_init", json_boolean(mb->flags & PHOSIMG_MEMBER_NS_INIT));
+		}
+		json_array_append_new(a, o);
+	}
+	return a;
+}
+
+static json_t *json_shares(const phosimg_info *in)
+{
+	json_t *a = json_array();
+	for (uint32_t i = 0; a && i < in->share_count; i++)
+		json_array_append_new(a, json_pack("{s:i, s:I, s:I}", "pid", (int)in->shares[i].pid, "object",
+						   (json_int_t)in->shares[i].object, "key", (json_int_t)in->shares[i].key));
+	return a;
+}
+
+static json_t *json_stats(const phosimg_info *in)
+{
+	json_t *o = json_object();
+	for (uint32_t i = 0; o && i < in->stat_count; i++)
+		json_object_set_new(o, in->stats[i].name, jnum(in->stats[i].value));
+	return o;
+}
+
+/* The manifest as one JSON object (phos-image(1) lists its keys). */
+static json_t *info_json(const phosimg_info *in)
+{
+	char format[16];
+	snprintf(format, sizeof(format), "%u.%u", in->version_major, in->version_minor);
+	uint64_t criu = 0;
+	for (uint32_t i = 0; i < in->criu_file_count; i++)
+		criu += in->criu_files[i].size;
+	json_t *parent = in->has_parent ? json_pack("{s:o, s:o}", "path", jstr(in->parent_path, strlen(in->parent_path)),
+						    "uuid", juuid("", in->parent_uuid))
+					: json_null();
+	return json_pack("{s:s, s:o, s:s, s:o, s:o, s:o, s:i, s:I, s:I, s:o, s:o, s:o, s:o, s:I, s:I, s:o, s:o, "
+			 "s:o, s:o, s:o, s:I, s:{s:I, s:o}, s:o}",
+			 "format", format, "uuid", juuid("", in->uuid), "protocol", protocol_name(in->meta.protocol),
+			 "created_ns", jtime(in->created_ns), "t1_ns", jtime(in->meta.t1_ns), "t2_ns",
+			 jtime(in->meta.t2_ns), "pid", (int)in->meta.pid, "uid", (json_int_t)in->meta.uid, "gid",
+			 (json_int_t)in->meta.gid, "cmdline", json_cmdline(&in->meta), "devices", json_devices(&in->meta),
+			 "members", json_members(&in->meta), "shares", json_shares(in), "chunk_size",
+			 (json_int_t)in->chunk_size, "object_count", (json_int_t)in->object_count, "gpu_bytes",
+			 jnum(in->raw_bytes), "chunks", jnum(in->chunk_count), "parent_chunks", jnum(in->parent_chunks),
+			 "stored_bytes", jnum(in->stored_bytes), "parent", parent, "chain_depth", (json_int_t)in->depth,
+			 "criu_files", "count", (json_int_t)in->criu_file_count, "bytes", jnum(criu), "stats",
+			 json_stats(in));
+}
+
+static int cmd_info_json(phosimg *img)
+{
+	json_t *j = info_json(phosimg_get_info(img));
+	if (!j) {
+		fprintf(stderr, "%s: out of memory making the manifest's JSON\n", prog);
+		return EXIT_TROUBLE;
+	}
+	int e = json_dumpf(j, stdout, JSON_INDENT(2));
+	json_decref(j);
+	if (e || fputc('\n', stdout) == EOF || fflush(stdout) != 0) {
+		fprintf(stderr, "%s: write to standard output failed: %s\n", prog, strerror(errno));
+		return EXIT_TROUBLE;
+	}
 	return 0;
 }
 
@@ -345,10 +492,14 @@ int main(int argc, char **argv)
 		if (open_image(argv[2], &img))
 			return EXIT_TROUBLE;
 		rc = cmd_ls(img);
-	} else if (!strcmp(cmd, "info") && argc == 3) {
+	} else if (!strcmp(cmd, "info") && argc == 3 && strcmp(argv[2], "--json")) {
 		if (open_image(argv[2], &img))
 			return EXIT_TROUBLE;
 		rc = cmd_info(img);
+	} else if (!strcmp(cmd, "info") && argc == 4 && !strcmp(argv[2], "--json")) {
+		if (open_image(argv[3], &img))
+			return EXIT_TROUBLE;
+		rc = cmd_info_json(img);
 	} else if (!strcmp(cmd, "cat") && (argc == 4 || argc == 6)) {
 		if (isatty(STDOUT_FILENO)) {
 			fprintf(stderr, "%s: cat writes raw bytes: redirect standard output\n", prog);

@@ -29,7 +29,7 @@ extern "C" {
 #endif
 
 #define PHOSIMG_VERSION_MAJOR 1
-#define PHOSIMG_VERSION_MINOR 5
+#define PHOSIMG_VERSION_MINOR 6
 
 /* The entries of an image directory. */
 #define PHOSIMG_MANIFEST_FILE "manifest.phos"
@@ -142,6 +142,17 @@ typedef struct phosimg_meta {
 	uint32_t member_count;
 } phosimg_meta;
 
+/* One named value of the job that wrote the image (format 1.6): what the
+ * checkpoint cost, such as "stall_ns" or "step_ns.park" (FORMAT.md, "STATS"
+ * lists the names phos writes). A name is 1 to PHOSIMG_STAT_NAME_MAX bytes
+ * of [a-z0-9_.-], starting with a letter. */
+#define PHOSIMG_STAT_NAME_MAX 64
+#define PHOSIMG_STATS_MAX 1024 /* named values in one image */
+typedef struct phosimg_stat {
+	char name[PHOSIMG_STAT_NAME_MAX + 1];
+	uint64_t value;
+} phosimg_stat;
+
 /* ---- writer --------------------------------------------------------------- */
 
 typedef struct phosimg_writer phosimg_writer;
@@ -198,6 +209,12 @@ int phosimg_writer_put(phosimg_writer *w, uint32_t obj, uint64_t offset, const v
  * is written. Errors: -EINVAL, -EEXIST, -ENOENT (no parent, or no such
  * object or chunk in it). */
 int phosimg_writer_put_unchanged(phosimg_writer *w, uint32_t obj, uint64_t offset);
+
+/* Records the named value `name` (a stat: see phosimg_stat), replacing
+ * the value an earlier call gave it; any time before finish, from any
+ * thread. Errors: -EINVAL (a bad name), -E2BIG (PHOSIMG_STATS_MAX names
+ * already), -ENOMEM. */
+int phosimg_writer_set_stat(phosimg_writer *w, const char *name, uint64_t value);
 
 /* The directory CRIU's image files go into (criu dump -D). */
 const char *phosimg_writer_criu_dir(const phosimg_writer *w);
@@ -262,6 +279,10 @@ typedef struct phosimg_info {
 	const phosimg_share *shares; /* format 1.5; none before */
 	uint32_t share_count;
 	uint32_t depth; /* images in the chain: 1 without a parent */
+	/* The writer's named values (format 1.6), in ascending byte order of
+	 * their names; none before, or where it set none. */
+	const phosimg_stat *stats;
+	uint32_t stat_count;
 } phosimg_info;
 
 /* Where a chunk's bytes are. */
@@ -288,6 +309,10 @@ const phosimg_info *phosimg_get_info(const phosimg *img);
 
 /* The path of the image's CRIU files. */
 const char *phosimg_criu_dir(const phosimg *img);
+
+/* The value of the stat `name` of the image in *value. Errors: -ENOENT
+ * (the image has no such stat), -EINVAL. */
+int phosimg_stat_get(const phosimg_info *in, const char *name, uint64_t *value);
 
 /* Describes chunk `index` of object `obj`. Errors: -EINVAL (no such chunk). */
 int phosimg_chunk_info(const phosimg *img, uint32_t obj, uint64_t index, phosimg_chunk *out);

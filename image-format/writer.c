@@ -67,8 +67,9 @@ struct phosimg_writer {
 	manifest m; /* meta, devices, cmdline: owned here */
 	uint8_t uuid[16];
 
-	/* Guarded by lock: objs, nobjs, entries, nentries, ctx_pool, and
-	 * m.shares with m.info.share_count. */
+	/* Guarded by lock: objs, nobjs, entries, nentries, ctx_pool,
+	 * m.shares with m.info.share_count, and m.stats with
+	 * m.info.stat_count. */
 	pthread_mutex_t lock;
 	objstate *objs;
 	uint32_t nobjs, objs_cap;
@@ -539,6 +540,39 @@ int phosimg_writer_add_share(phosimg_writer *w, const phosimg_share *sh)
 			v[in->share_count++] = *sh;
 			w->m.shares = v;
 			in->shares = v;
+		} else {
+			e = -ENOMEM;
+		}
+	}
+	pthread_mutex_unlock(&w->lock);
+	return e;
+}
+
+int phosimg_writer_set_stat(phosimg_writer *w, const char *name, uint64_t value)
+{
+	if (!w || !name || !manifest_stat_name_ok(name, strnlen(name, PHOSIMG_STAT_NAME_MAX + 1)))
+		return -EINVAL;
+	pthread_mutex_lock(&w->lock);
+	phosimg_info *in = &w->m.info;
+	/* Kept in ascending order of their names, as the manifest has them. */
+	uint32_t at = 0;
+	while (at < in->stat_count && strcmp(w->m.stats[at].name, name) < 0)
+		at++;
+	int e = 0;
+	if (at < in->stat_count && !strcmp(w->m.stats[at].name, name)) {
+		w->m.stats[at].value = value;
+	} else if (in->stat_count == PHOSIMG_STATS_MAX) {
+		e = -E2BIG;
+	} else {
+		phosimg_stat *v = realloc(w->m.stats, (in->stat_count + 1) * sizeof(*v));
+		if (v) {
+			memmove(v + at + 1, v + at, (in->stat_count - at) * sizeof(*v));
+			memset(&v[at], 0, sizeof(*v));
+			snprintf(v[at].name, sizeof(v[at].name), "%s", name);
+			v[at].value = value;
+			in->stat_count++;
+			w->m.stats = v;
+			in->stats = v;
 		} else {
 			e = -ENOMEM;
 		}

@@ -546,9 +546,75 @@ int stall_leave(ckpt *k, int e, bool *back, perr *er)
 	return e;
 }
 
+/* The progress's fields an image keeps as its stats (FORMAT.md, "STATS"),
+ * and when each applies: always, where the tree parked, where CRIU wrote
+ * its statistics, under cow or recopy, under recopy, or where it is set. */
+enum { ST_ALWAYS, ST_PARKED, ST_CRIU, ST_COW, ST_RECOPY, ST_SET };
+#define ST(name, field, when) { name, offsetof(engine_progress, field), when }
+static const struct image_stat {
+	const char *name;
+	size_t at;
+	int when;
+} image_stats[] = {
+	ST("stall_ns", stall_ns, ST_ALWAYS),
+	ST("device_bytes", total, ST_ALWAYS),
+	ST("off_gpu_ns", off_ns, ST_SET),
+	ST("staging_bytes", staging_bytes, ST_ALWAYS),
+	ST("staging_pin_ns", staging_pin_ns, ST_ALWAYS),
+	ST("park_handed_ns", park_handed_ns, ST_PARKED),
+	ST("park_released_ns", park_released_ns, ST_PARKED),
+	ST("park_kept_ns", park_kept_ns, ST_PARKED),
+	ST("park_objects", park_objects, ST_PARKED),
+	ST("criu_freezing_us", criu_freezing_us, ST_CRIU),
+	ST("criu_frozen_us", criu_frozen_us, ST_CRIU),
+	ST("criu_memdump_us", criu_memdump_us, ST_CRIU),
+	ST("criu_memwrite_us", criu_memwrite_us, ST_CRIU),
+	ST("criu_pages", criu_pages, ST_CRIU),
+	ST("criu_shpages", criu_shpages, ST_CRIU),
+	ST("cow_prepare_ns", cow_prepare_ns, ST_COW),
+	ST("cow_shadows", shadows, ST_COW),
+	ST("cow_shadow_bytes", shadow_bytes, ST_COW),
+	ST("cow_waits", waits, ST_COW),
+	ST("cow_wait_ns", wait_ns, ST_COW),
+	ST("safety_net_waits", net_waits, ST_COW),
+	ST("safety_net_wait_ns", net_wait_ns, ST_COW),
+	ST("recopy_clean_bytes", recopy_clean, ST_RECOPY),
+	ST("recopy_dirty_bytes", recopy_dirty, ST_RECOPY),
+};
+#undef ST
+
+/* Gives the image what the checkpoint cost so far: the stall, each step's
+ * time (publish's own is not known yet) and the counters. They are for
+ * people and schedulers: one the writer cannot keep (out of memory) does
+ * not fail the checkpoint. */
+static void set_image_stats(ckpt *k)
+{
+	engine_progress *p = k->prog;
+	int proto = atomic_load(&p->protocol);
+	bool when[] = { [ST_ALWAYS] = true,
+			[ST_PARKED] = atomic_load(&p->park_handed_ns) != 0,
+			[ST_CRIU] = atomic_load(&p->criu_frozen_us) != 0,
+			[ST_COW] = proto == PHOSIMG_PROTO_COW || proto == PHOSIMG_PROTO_RECOPY,
+			[ST_RECOPY] = proto == PHOSIMG_PROTO_RECOPY };
+	for (size_t i = 0; i < sizeof(image_stats) / sizeof(*image_stats); i++) {
+		const struct image_stat *s = &image_stats[i];
+		uint64_t v = atomic_load((_Atomic uint64_t *)((char *)p + s->at));
+		if (s->when == ST_SET ? v != 0 : when[s->when])
+			(void)phosimg_writer_set_stat(k->w, s->name, v);
+	}
+	for (int st = STEP_PARK; st < STEP_DONE; st++) {
+		char name[PHOSIMG_STAT_NAME_MAX + 1];
+		uint64_t v = atomic_load(&p->step_ns[st]);
+		snprintf(name, sizeof(name), "step_ns.%s", engine_step_name(st));
+		if (v && st != STEP_PUBLISH)
+			(void)phosimg_writer_set_stat(k->w, name, v);
+	}
+}
+
 int stall_publish(ckpt *k, perr *er)
 {
 	engine_step(k->prog, STEP_PUBLISH);
+	set_image_stats(k);
 	int e = phosimg_writer_finish(k->w);
 	k->w = NULL; /* finished or failed, the writer is gone */
 	if (e)

@@ -120,7 +120,8 @@ int stall_leave(ckpt *k, int e, bool *back, perr *er);
  * nothing). */
 void stall_release(ckpt *k);
 
-/* 9. Publishes the image. Errors: the writer's (-ENOSPC, -EIO, …). */
+/* 9. Records the job's step times and counters in the image (its STATS
+ * section), then publishes it. Errors: the writer's (-ENOSPC, -EIO, …). */
 int stall_publish(ckpt *k, perr *er);
 
 /* The one undo: frees what the checkpoint holds; the image is thrown

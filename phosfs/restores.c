@@ -155,6 +155,8 @@ static void restore_event(const restore_job *j, const char *event, const engine_
 	events_emit(event, j->v.pid, f);
 }
 
+static void finish(restore_job *j, spawn *sp, pid_t runs);
+
 /* Runs restore j's job process to its end (its turn has come). */
 static void run(restore_job *j)
 {
@@ -206,6 +208,15 @@ static void run(restore_job *j)
 		restore_event(j, "restore.resumed", &s.sh->prog);
 		pthread_mutex_unlock(&lock);
 	}
+	finish(j, &s, runs);
+}
+
+/* After restore j's job process started (its tree ran as runs, or 0):
+ * waits for it to end and records how it ended. */
+static void finish(restore_job *j, spawn *sp, pid_t runs)
+{
+	const ctl_cmd *c = &j->cmd;
+	spawn s = *sp;
 	int st = 0;
 	while (waitpid(s.child, &st, 0) < 0 && errno == EINTR)
 		;

@@ -1,9 +1,11 @@
 /*
  * FORMAT.md suffices: tests/spec_reader.py, a reader written from the
  * specification alone, verifies images that libphosimg wrote (raw, lz4,
- * incremental, with CRIU files), reads the same bytes, and rejects
- * corrupted ones.
+ * incremental, with CRIU files), reads the same bytes and the same
+ * stats (1.6), and rejects corrupted ones, a stat's bad name among them.
  */
+#include <xxhash.h>
+
 #include "imgtest.h"
 
 #define CHUNK (16u << 10)
@@ -51,11 +53,67 @@ static void make(const char *path, const char *parent, uint8_t **data, const uin
 		if (phosimg_writer_add_object(w, &ob, &id) || put_object(w, id, data[i], sizes[i], CHUNK, NULL))
 			bail("write: %s", phosimg_last_error());
 	}
+	/* Named values, set out of order; one set twice keeps the last. */
+	static const char *const names[] = { "stall_ns", "step_ns.driver-checkpoint", "cow_shadows", "step_ns.park",
+					     "z9._-" };
+	for (int i = 0; i < 5; i++)
+		if (phosimg_writer_set_stat(w, names[i], (uint64_t)(i + 1) << (10 * i)))
+			bail("set_stat %s", names[i]);
+	if (phosimg_writer_set_stat(w, "stall_ns", parent ? 512345678 : 1))
+		bail("set_stat stall_ns again");
 	char f[PATH_MAX];
 	snprintf(f, sizeof(f), "%s/core-1.img", phosimg_writer_criu_dir(w));
 	write_file(f, data[0], 1000);
 	if (phosimg_writer_finish(w))
 		bail("finish: %s", phosimg_last_error());
+}
+
+/* Whether the reader's stats of image (a "NAME VALUE" line each, in out)
+ * are the library's, in the same order. */
+static int same_stats(const char *image, const char *out)
+{
+	phosimg *img;
+	if (run_reader("stats", image, out, NULL) != 0 || phosimg_open(image, &img))
+		return 0;
+	const phosimg_info *in = phosimg_get_info(img);
+	FILE *f = fopen(out, "r");
+	char name[128];
+	unsigned long long v;
+	uint32_t n = 0;
+	int same = f != NULL && in->stat_count == 5;
+	while (same && fscanf(f, "%127s %llu", name, &v) == 2) {
+		same = n < in->stat_count && !strcmp(name, in->stats[n].name) && v == in->stats[n].value;
+		n++;
+	}
+	same = same && n == in->stat_count;
+	if (f)
+		fclose(f);
+	phosimg_close(img);
+	return same;
+}
+
+/* Rewrites the manifest of image with `from` (a stat's name) replaced by
+ * `to`, of the same length, and its checksum made good again. */
+static void rename_stat(const char *image, const char *from, const char *to)
+{
+	char p[PATH_MAX + 32];
+	snprintf(p, sizeof(p), "%s/manifest.phos", image);
+	FILE *f = fopen(p, "r+b");
+	uint8_t m[1 << 16];
+	size_t n = f ? fread(m, 1, sizeof(m), f) : 0;
+	uint8_t *at = n ? memmem(m, n, from, strlen(from)) : NULL;
+	if (!at || n < 16)
+		bail("no stat %s in %s", from, p);
+	memcpy(at, to, strlen(to));
+	XXH128_hash_t h = XXH3_128bits(m, n - 16);
+	for (int i = 0; i < 8; i++) {
+		m[n - 16 + i] = (uint8_t)(h.low64 >> (8 * i));
+		m[n - 8 + i] = (uint8_t)(h.high64 >> (8 * i));
+	}
+	fseek(f, 0, SEEK_SET);
+	if (fwrite(m, 1, n, f) != n)
+		bail("cannot write %s", p);
+	fclose(f);
 }
 
 int main(void)
@@ -65,7 +123,7 @@ int main(void)
 		skip_all("needs /usr/bin/python3 with xxhash and lz4 (make deps)");
 	if (access(reader(), R_OK) != 0)
 		skip_all("cannot find tests/spec_reader.py (set PHOS_SRCDIR)");
-	plan(4);
+	plan(6);
 	char *dir = scratch_dir("spec");
 	uint64_t sizes[3] = { 9 * CHUNK + 5, 2 * CHUNK, 100 };
 	uint8_t *data[3];
@@ -120,6 +178,24 @@ int main(void)
 	}
 	ok(rejected == 4, "it rejects a flipped bit in each of the image's files (%d of 4)", rejected);
 	ok(run_reader("verify", b, NULL, NULL) == 0, "and accepts the image again once repaired");
+
+	uint64_t stall = 0;
+	phosimg *img;
+	int lib = phosimg_open(b, &img) == 0 && phosimg_stat_get(phosimg_get_info(img), "stall_ns", &stall) == 0;
+	if (lib)
+		phosimg_close(img);
+	ok(lib && stall == 512345678 && same_stats(a, out) && same_stats(b, out),
+	   "it reads the STATS section as the library does: the same names, values and order");
+
+	/* A name with a byte the spec forbids ('A'), the checksum made good:
+	 * both readers refuse the manifest. */
+	rename_stat(b, "cow_shadows", "cow_Shadows");
+	int lib_refuses = phosimg_open(b, &img) == -EBADMSG && strstr(phosimg_last_error(), "bad name");
+	int spec_refuses = run_reader("verify", b, NULL, NULL) == 1;
+	rename_stat(b, "cow_Shadows", "cow_shadows");
+	ok(lib_refuses && spec_refuses && run_reader("verify", b, NULL, NULL) == 0,
+	   "a stat's name with a forbidden byte is refused by both readers (library %d, reader %d)", lib_refuses,
+	   spec_refuses);
 	for (int i = 0; i < 3; i++)
 		free(data[i]);
 	rm_rf(dir);

@@ -10,6 +10,10 @@
  * not crash (the suite also runs under ASan), and an image they leave
  * acceptable must read without error or fail cleanly.
  *
+ * Mutations of the STATS section alone (its count, name lengths, names,
+ * values; checksums fixed up) are rejected as corrupt or read as stats
+ * that keep the section's rules.
+ *
  * PHOS_FUZZ_ITERATIONS overrides the number of raw mutations.
  */
 #include <xxhash.h>
@@ -74,6 +78,11 @@ static void make_image(const char *path, const char *parent, int gen)
 	put_bytes(f, content[1], 5000);
 	snprintf(f, sizeof(f), "%s/inventory.img", phosimg_writer_criu_dir(w));
 	put_bytes(f, content[0], 123);
+	static const char *const stats[] = { "stall_ns", "step_ns.park", "step_ns.driver-checkpoint", "cow_shadows",
+					     "criu_pages" };
+	for (int i = 0; i < 5; i++)
+		if (phosimg_writer_set_stat(w, stats[i], (uint64_t)gen << (8 * i)))
+			bail("set_stat %s", stats[i]);
 	if (phosimg_writer_finish(w))
 		bail("finish %s: %s", path, phosimg_last_error());
 }
@@ -206,9 +215,92 @@ static uint8_t *index_section(uint8_t *m, size_t n)
 	return NULL;
 }
 
+/* Finds the payload of the section of type t in a manifest, and its length. */
+static uint8_t *find_section(uint8_t *m, size_t n, uint32_t t, size_t *len)
+{
+	size_t at = (size_t)le(m + 12, 4);
+	while (at + 16 <= n - 24) {
+		uint64_t ty = le(m + at, 4), l = le(m + at + 8, 8);
+		if (ty == t && l <= n - 24 - at - 16) {
+			*len = (size_t)l;
+			return m + at + 16;
+		}
+		at = (size_t)((at + 16 + l + 7) & ~7ull);
+	}
+	return NULL;
+}
+
+/* Whether the stats read are as the section's rules say. */
+static int stats_keep_the_rules(const phosimg_info *in)
+{
+	if (in->stat_count > PHOSIMG_STATS_MAX)
+		return 0;
+	for (uint32_t i = 0; i < in->stat_count; i++) {
+		const char *s = in->stats[i].name;
+		size_t n = strlen(s);
+		if (n == 0 || n > PHOSIMG_STAT_NAME_MAX || s[0] < 'a' || s[0] > 'z' ||
+		    strspn(s, "abcdefghijklmnopqrstuvwxyz0123456789_.-") != n ||
+		    (i && strcmp(in->stats[i - 1].name, s) >= 0))
+			return 0;
+	}
+	return 1;
+}
+
+/* Mutates the STATS section of the manifest m (n bytes) where it is:
+ * its count, a record's name length, a name's bytes, a value, or any
+ * byte; then makes the checksum good. */
+static void mutate_stats(uint8_t *m, size_t n, unsigned *s)
+{
+	size_t len;
+	uint8_t *p = find_section(m, n, 12, &len);
+	if (!p || len < 8)
+		bail("no STATS section");
+	/* The records' offsets, walked as the writer wrote them. */
+	size_t rec[8], nrec = 0;
+	for (size_t at = 8; at + 10 <= len && nrec < 8;) {
+		rec[nrec++] = at;
+		at = (at + 10 + le(p + at + 8, 2) + 7) & ~(size_t)7;
+	}
+	size_t r = rec[rnd(s) % nrec];
+	static const uint64_t counts[] = { 0, 1, 4, 6, 1024, 1025, 0xFFFFFFFFull };
+	static const uint64_t lengths[] = { 0, 1, 7, 64, 65, 200, 0xFFFF };
+	switch (rnd(s) % 6) {
+	case 0:
+		for (int k = 0; k < 4; k++)
+			p[k] = (uint8_t)(counts[rnd(s) % 7] >> (8 * k));
+		break;
+	case 1: {
+		uint64_t v = lengths[rnd(s) % 7];
+		p[r + 8] = (uint8_t)v, p[r + 9] = (uint8_t)(v >> 8);
+		break;
+	}
+	case 2: /* a byte of a name */
+		p[r + 10 + rnd(s) % (le(p + r + 8, 2) ? le(p + r + 8, 2) : 1)] = (uint8_t)rnd(s);
+		break;
+	case 3: /* two names swapped: out of order */
+		if (nrec > 1) {
+			size_t q = rec[(rnd(s) % (nrec - 1)) + 1], o = rec[0];
+			uint8_t t[10 + 64];
+			size_t lq = 10 + le(p + q + 8, 2), lo = 10 + le(p + o + 8, 2);
+			if (lq == lo && lq <= sizeof(t)) {
+				memcpy(t, p + q, lq);
+				memcpy(p + q, p + o, lq);
+				memcpy(p + o, t, lq);
+			}
+		}
+		break;
+	case 4: /* a value: any is good */
+		p[r + rnd(s) % 8] ^= (uint8_t)(1 + rnd(s) % 255);
+		break;
+	default:
+		p[rnd(s) % len] ^= (uint8_t)(1u << (rnd(s) % 8));
+	}
+	put_hash(m + n - 16, m, n - 16);
+}
+
 int main(void)
 {
-	plan(4);
+	plan(5);
 	const char *it = getenv("PHOS_FUZZ_ITERATIONS");
 	long iterations = it ? atol(it) : 10000;
 	struct stat sb;
@@ -341,6 +433,32 @@ int main(void)
 	}
 	ok(wrong == 0, "no read returned wrong bytes; %ld re-checksummed structure mutations parsed without a crash "
 		       "(%ld opened)", fixed, open_ok);
+
+	/* The STATS section alone, checksums fixed up. */
+	long st_rejected = 0, st_read = 0, st_wrong = 0, st_other = 0, st_iters = iterations / 10 + 50;
+	for (long i = 0; i < st_iters; i++) {
+		memcpy(mbuf, man->data, man->len);
+		mutate_stats(mbuf, man->len, &seed);
+		put_bytes(man->path, mbuf, man->len);
+		phosimg *img;
+		int e = phosimg_open(child, &img);
+		if (e == 0) {
+			st_read++;
+			st_wrong += !stats_keep_the_rules(phosimg_get_info(img));
+			phosimg_close(img);
+		} else if (e == -EBADMSG && *phosimg_last_error()) {
+			st_rejected++;
+		} else {
+			st_other++;
+			if (st_other <= 3)
+				diag("STATS mutation failed with %d: %s", e, phosimg_last_error());
+		}
+	}
+	put_bytes(man->path, man->data, man->len);
+	ok(st_rejected > 0 && st_wrong == 0 && st_other == 0 && accepted(child, &wrong) == 1,
+	   "%ld mutations of the STATS section: %ld rejected as corrupt with a message, %ld read with stats that keep its "
+	   "rules, %ld otherwise",
+	   st_iters, st_rejected, st_read - st_wrong, st_wrong + st_other);
 
 	free(mbuf);
 	free(buf);

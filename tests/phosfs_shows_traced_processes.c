@@ -119,7 +119,7 @@ int main(int argc, char **argv)
 	close(errfd);
 	plan(8);
 	const char *v = slurp(version);
-	ok(v && strstr(v, "phosfs ") && strstr(v, "image format 1.5"), "phosfs mounts and answers /version");
+	ok(v && strstr(v, "phosfs ") && strstr(v, "image format 1.6"), "phosfs mounts and answers /version");
 
 	traced t;
 	if (traced_start_at(&t, argv[0], 1, sock))

@@ -4,6 +4,8 @@ image-format/FORMAT.md alone, to show that the specification suffices.
 
     spec_reader.py verify IMAGE          exit 0 if sound, 1 if not
     spec_reader.py cat IMAGE OBJECT OUT  write object OBJECT's bytes to OUT
+    spec_reader.py stats IMAGE OUT       write the image's stats to OUT, a line
+                                         "NAME VALUE" each, in the manifest's order
 
 Needs python3-xxhash and python3-lz4.
 """
@@ -74,13 +76,14 @@ class Image:
         self.objects = []
         self.members = []
         self.extra_sizes = []
+        self.stats = []
         for _ in range(nsec):
             need(end - at >= 16, 'manifest: section header')
             typ, flags, length = struct.unpack_from('<IIQ', m, at)
             need(length <= end - at - 16, 'manifest: section length')
             p = m[at + 16:at + 16 + length]
             pbase = at + 16
-            if 1 <= typ <= 9:
+            if 1 <= typ <= 12:
                 need(typ not in seen, 'manifest: section twice')
                 seen.add(typ)
             if typ == 3:
@@ -141,6 +144,8 @@ class Image:
                     pid, ppid, mflags, first, n = struct.unpack_from('<iiIII', p, 8 + 40 * i)
                     need(pid > 0 and pid not in [m[0] for m in self.members], 'members: pid')
                     self.members.append((pid, ppid, mflags, first, n))
+            elif typ == 12:
+                self.parse_stats(p, pbase)
             elif typ in (1, 2):
                 pass  # process and devices: not needed to read GPU memory
             else:
@@ -157,6 +162,24 @@ class Image:
             for k in range(first, first + n):
                 owned[k] += 1
         need(not self.members or all(c == 1 for c in owned), 'members: objects owned twice or not at all')
+
+    def parse_stats(self, p, pbase):
+        need(len(p) >= 8, 'stats: short')
+        count, = struct.unpack_from('<I', p, 0)
+        need(count <= 1024 and 8 + 16 * count <= len(p), 'stats: count')
+        first = b'abcdefghijklmnopqrstuvwxyz'
+        allowed = first + b'0123456789_.-'
+        off, last = 8, None
+        for _ in range(count):
+            need(off + 10 <= len(p), 'stats: record')
+            value, n = struct.unpack_from('<QH', p, off)
+            name = p[off + 10:off + 10 + n]
+            need(1 <= n <= 64 and len(name) == n, 'stats: name length')
+            need(name[0] in first and all(c in allowed for c in name), 'stats: name')
+            need(last is None or name > last, 'stats: order')
+            last = name
+            self.stats.append((name.decode(), value))
+            off = (pbase + off + 10 + n + 7) // 8 * 8 - pbase
 
     # Index ---------------------------------------------------------------
     def parse_index(self, x):
@@ -270,6 +293,11 @@ def main():
         if len(sys.argv) == 3 and sys.argv[1] == 'verify':
             Image(sys.argv[2]).verify()
             print('sound')
+            return 0
+        if len(sys.argv) == 4 and sys.argv[1] == 'stats':
+            img = Image(sys.argv[2])
+            with open(sys.argv[3], 'w') as f:
+                f.writelines(f'{name} {value}\n' for name, value in img.stats)
             return 0
         if len(sys.argv) == 5 and sys.argv[1] == 'cat':
             img = Image(sys.argv[2])
