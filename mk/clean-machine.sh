@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Runs the README's two set-up commands on a clean machine: a fresh Debian
 # bookworm root with only the CUDA toolkit (../shared/fresh-machine, or
-# $PHOS_FRESH_MACHINE), in a clone of this repository's committed state.
-# Fails if either command fails, or if a test skips there for want of
+# $PHOS_FRESH_MACHINE), in a clone of this repository's committed state;
+# then, on the same machine, the README's third way, the Debian packages
+# (mk/package-check.sh builds, installs and tries them).
+# Fails if any of them fails, or if a test skips there for want of
 # something: a test that skips on a clean machine is an install step that
 # `make deps` lacks. Only reasons a clean machine cannot remedy (no GPU)
 # may skip.
@@ -16,6 +18,7 @@ fresh=${PHOS_FRESH_MACHINE:-$here/../shared/fresh-machine}
 cmds=$(awk '/^## Set-up/ {s = 1; next} /^## / {s = 0} s && /^make / {sub(/ *#.*/, ""); print}' "$here/README.md")
 [ "$(printf '%s\n' "$cmds" | wc -l)" = 2 ] || { echo "clean-machine: the README's Set-up has no two make commands" >&2; exit 1; }
 cmd=$(printf '%s\n' "$cmds" | paste -sd'\n' | sed ':a;N;$!ba;s/\n/ \&\& /g')
+cmd="$cmd && bash mk/package-check.sh"
 log=$(mktemp /tmp/phos-clean-machine.XXXXXX)
 trap 'rm -f "$log"' EXIT
 echo "clean-machine: $cmd"
@@ -30,4 +33,4 @@ if [ -n "$skips" ]; then
 	printf '%s\n' "$skips" >&2
 	exit 1
 fi
-echo "clean-machine: ok: the README's commands pass on a clean machine, no test skipped"
+echo "clean-machine: ok: the README's commands and the packages pass on a clean machine, no test skipped"

@@ -35,6 +35,9 @@ pkgs=(
 	python3-prometheus-client
 	# the Debian packages (debian/, mk/package-check.sh)
 	dpkg-dev debhelper fakeroot
+	# the Python package's tests (python/): pytest, and pip installing it
+	# from the source tree without the network
+	python3-pytest python3-pip python3-setuptools python3-wheel
 )
 
 missing=()
