@@ -11,6 +11,13 @@
 
 PREFIX    ?= /usr/local
 DESTDIR   ?=
+# Where the libraries go (Debian's package: /usr/lib/<triplet>), libphos.so
+# (Debian's: /usr/lib/<triplet>/phos), and the system's folders for units
+# and tmpfiles.d (Debian bookworm: /lib/systemd/system).
+LIBDIR    ?= $(PREFIX)/lib
+TRACERDIR ?= $(LIBDIR)
+UNITDIR   ?= $(PREFIX)/lib/systemd/system
+TMPFILESDIR ?= $(PREFIX)/lib/tmpfiles.d
 CUDA_HOME ?= /usr/local/cuda
 NVCC      ?= $(CUDA_HOME)/bin/nvcc
 PROVE     ?= prove
@@ -77,7 +84,9 @@ $(LIBPHOS): $(TRACER_OBJ) $(BUILD)/common/cubin.o $(BUILD)/common/cuversions.o $
 
 # ---- phosfs/: the daemon -------------------------------------------------------------
 
-PHOSFS_SRC := $(filter-out phosfs/phos.c phosfs/run.c,$(wildcard phosfs/*.c))
+# The phos CLI: phos.c, run.c, and cli*.c (cli.h).
+PHOS_CLI_SRC := phosfs/phos.c phosfs/run.c $(wildcard phosfs/cli*.c)
+PHOSFS_SRC := $(filter-out $(PHOS_CLI_SRC),$(wildcard phosfs/*.c))
 PHOSFS_OBJ := $(PHOSFS_SRC:phosfs/%.c=$(BUILD)/phosfs/%.o)
 ENGINE_SRC := $(wildcard engine/*.c)
 ENGINE_OBJ := $(ENGINE_SRC:%.c=$(BUILD)/%.o)
@@ -95,7 +104,14 @@ FUSE_LIBS = $(shell pkg-config --libs fuse3 2>/dev/null)
 .PHONY: phosfs
 phosfs: $(PHOSFS) $(PHOS_CLI)
 
-$(BUILD)/phosfs/%.o: phosfs/%.c $(wildcard phosfs/*.h) $(JOB_H)
+# The installed paths phosfs and phos have compiled in: rewritten (and they
+# are rebuilt) when PREFIX or TRACERDIR is not that of the last build.
+$(BUILD)/paths: FORCE
+	@mkdir -p $(@D)
+	@echo '$(PREFIX) $(TRACERDIR)' | cmp -s - $@ || echo '$(PREFIX) $(TRACERDIR)' >$@
+.PHONY: FORCE
+
+$(BUILD)/phosfs/%.o: phosfs/%.c $(wildcard phosfs/*.h) $(JOB_H) $(BUILD)/paths
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) -DPHOS_LIBEXEC='"$(PREFIX)/libexec/phos"' $(FUSE_CFLAGS) $(XCFLAGS) $(CFLAGS) -c -o $@ $<
 
@@ -111,9 +127,9 @@ $(BUILD)/job/%.o: job/%.c $(JOB_H)
 $(PHOSFS): $(PHOSFS_OBJ) $(JOB_OBJ) $(ENGINE_OBJ) $(WIRE_OBJ) $(LIBPHOSIMG)
 	$(CC) $(XLDFLAGS) $(LDFLAGS) -o $@ $^ $(FUSE_LIBS) $(IMG_LIBS) -ljansson -lm -ldl -lpthread
 
-$(PHOS_CLI): phosfs/phos.c phosfs/run.c phosfs/run.h
+$(PHOS_CLI): $(PHOS_CLI_SRC) phosfs/run.h phosfs/cli.h $(BUILD)/paths $(LIBPHOSIMG)
 	@mkdir -p $(@D)
-	$(CC) $(CPPFLAGS) -DPHOS_LIBDIR='"$(PREFIX)/lib"' $(XCFLAGS) $(CFLAGS) -o $@ phosfs/phos.c phosfs/run.c $(XLDFLAGS) $(LDFLAGS) -ljansson
+	$(CC) $(CPPFLAGS) -DPHOS_LIBDIR='"$(TRACERDIR)"' $(XCFLAGS) $(CFLAGS) -o $@ $(PHOS_CLI_SRC) $(LIBPHOSIMG) $(XLDFLAGS) $(LDFLAGS) -ljansson $(IMG_LIBS)
 
 # ---- criu-plugin/: runs inside CRIU -------------------------------------------
 # Built against the criu-plugin.h of the CRIU that make deps builds, and
@@ -278,6 +294,10 @@ ENGINE_TESTS := $(BUILD)/tests/phosfs_criu_errors_name_the_real_cause $(BUILD)/t
 		$(BUILD)/tests/criu_restore_reads_pages_with_threads_intact
 $(ENGINE_TESTS): $(ENGINE_OBJ)
 $(ENGINE_TESTS): TEST_OBJ = $(ENGINE_OBJ)
+# The ctl grammar's fuzz test links the parser and what it calls.
+CTL_TEST := $(BUILD)/tests/phosfs_ctl_grammar_fuzzed_accepts_only_what_it_should
+$(CTL_TEST): $(BUILD)/phosfs/ctl.o $(BUILD)/job/devices.o $(ENGINE_OBJ)
+$(CTL_TEST): TEST_OBJ = $(BUILD)/phosfs/ctl.o $(BUILD)/job/devices.o $(ENGINE_OBJ)
 # The job request's own test links what makes and checks one.
 REQUEST_TEST := $(BUILD)/tests/phosfs_job_refuses_a_malformed_request
 $(REQUEST_TEST): $(BUILD)/job/request.o $(BUILD)/engine/progress.o $(BUILD)/engine/error.o
@@ -294,10 +314,6 @@ $(BUILD)/tests/%: tests/%.sh
 
 # Tests find the project's CRIU and the kernels through these.
 TEST_ENV := $(SAN_TEST_ENV) PHOS_CRIU=$(abspath $(CRIU)) PHOS_KERNELS=$(abspath $(BUILD)/kernels) PHOS_SRCDIR=$(CURDIR) PHOS_LIBPHOS=$(abspath $(LIBPHOS)) PHOS_PHOSFS=$(abspath $(PHOSFS)) PHOS_CLI=$(abspath $(PHOS_CLI)) PHOS_COUNTER=$(abspath $(BUILD)/examples/counter) PHOS_SIMCUDA=$(abspath $(BUILD)/simcuda) PHOS_CRIU_PLUGINS=$(abspath $(CRIU_PLUGIN_DIR)) PHOS_COW_APP=$(abspath $(BUILD)/tests/apps/cow_app) PHOS_TWO_GPU_APP=$(abspath $(BUILD)/tests/apps/two_gpu_app) PHOS_TCP_APP=$(abspath $(BUILD)/tests/apps/tcp_app) PHOS_PAIR_APP=$(abspath $(BUILD)/tests/apps/pair_app) PHOS_NCCL_STUB=$(abspath $(BUILD)/tests/apps/libnccl.so.2) PHOS_HOST_WRITER=$(abspath $(BUILD)/tests/apps/host_writer)
-# The ctl grammar's fuzz test links the parser and what it calls.
-CTL_TEST := $(BUILD)/tests/phosfs_ctl_grammar_fuzzed_accepts_only_what_it_should
-$(CTL_TEST): $(BUILD)/phosfs/ctl.o $(BUILD)/job/devices.o $(ENGINE_OBJ)
-$(CTL_TEST): TEST_OBJ = $(BUILD)/phosfs/ctl.o $(BUILD)/job/devices.o $(ENGINE_OBJ)
 
 # Each test's output is kept in $(BUILD)/tests/logs; when one fails, its
 # own words are printed again after prove's summary.
@@ -316,15 +332,22 @@ demo: all
 deps:
 	bash mk/deps.sh $(CRIU_PREFIX)
 
-install: all
-	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include/phos \
+# The examples name PREFIX's paths; phosimg.pc those of this install.
+PHOS_VERSION := $(shell sed -n 's/^\#define PHOS_VERSION "\(.*\)"/\1/p' phosfs/phosfs.h)
+INSTALL_SED := sed -e 's|/usr/local/|$(PREFIX)/|g' -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@LIBDIR@|$(LIBDIR)|g' \
+	-e 's|@VERSION@|$(PHOS_VERSION)|g'
+
+install: image-format tracer phosfs criu-plugins
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(PREFIX)/include/phos \
 		$(DESTDIR)$(PREFIX)/libexec/phos $(DESTDIR)$(PREFIX)/share/doc/phos \
 		$(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/man/man3 $(DESTDIR)$(PREFIX)/share/man/man5 \
-		$(DESTDIR)$(PREFIX)/share/man/man7 $(DESTDIR)$(PREFIX)/share/man/man8 $(DESTDIR)$(PREFIX)/sbin
+		$(DESTDIR)$(PREFIX)/share/man/man7 $(DESTDIR)$(PREFIX)/share/man/man8 $(DESTDIR)$(PREFIX)/sbin \
+		$(DESTDIR)$(TRACERDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(TMPFILESDIR)
 	install -m 0755 $(PHOS_IMAGE) $(DESTDIR)$(PREFIX)/bin/phos-image
-	install -m 0644 $(LIBPHOSIMG) $(DESTDIR)$(PREFIX)/lib/libphosimg.a
+	install -m 0644 $(LIBPHOSIMG) $(DESTDIR)$(LIBDIR)/libphosimg.a
+	$(INSTALL_SED) image-format/libphosimg.pc.in >$(DESTDIR)$(LIBDIR)/pkgconfig/phosimg.pc
 	install -m 0644 image-format/phosimg.h $(DESTDIR)$(PREFIX)/include/phos/phosimg.h
-	install -m 0755 $(LIBPHOS) $(DESTDIR)$(PREFIX)/lib/libphos.so
+	install -m 0755 $(LIBPHOS) $(DESTDIR)$(TRACERDIR)/libphos.so
 	install -m 0644 include/phos.h $(DESTDIR)$(PREFIX)/include/phos.h
 	install -m 0644 man/*.1 $(DESTDIR)$(PREFIX)/share/man/man1/
 	install -m 0644 man/*.3 $(DESTDIR)$(PREFIX)/share/man/man3/
@@ -335,7 +358,11 @@ install: all
 	install -m 0755 $(PHOS_CLI) $(DESTDIR)$(PREFIX)/bin/phos
 	install -d $(DESTDIR)$(PREFIX)/share/phos
 	install -m 0755 examples/cron/phos-checkpoint-all examples/rsync-backup.sh $(DESTDIR)$(PREFIX)/share/phos/
-	install -m 0644 examples/cron/phos.cron examples/systemd/phosfs.service $(DESTDIR)$(PREFIX)/share/phos/
+	install -m 0755 examples/slurm/train.sbatch $(DESTDIR)$(PREFIX)/share/phos/
+	install -m 0644 examples/kubernetes/pod.yaml $(DESTDIR)$(PREFIX)/share/phos/
+	$(INSTALL_SED) examples/cron/phos.cron >$(DESTDIR)$(PREFIX)/share/phos/phos.cron
+	$(INSTALL_SED) examples/systemd/phosfs.service >$(DESTDIR)$(UNITDIR)/phosfs.service
+	install -m 0644 examples/systemd/tmpfiles.d/phos.conf $(DESTDIR)$(TMPFILESDIR)/phos.conf
 	test ! -x $(CRIU) || install -m 0755 $(CRIU) $(DESTDIR)$(PREFIX)/libexec/phos/criu
 	install -d $(DESTDIR)$(PREFIX)/libexec/phos/criu-plugins
 	install -m 0644 $(CRIU_PLUGIN) $(DESTDIR)$(PREFIX)/libexec/phos/criu-plugins/

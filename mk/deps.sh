@@ -38,6 +38,9 @@ pkgs=(
 	# the Python package's tests (python/): pytest, and pip installing it
 	# from the source tree without the network
 	python3-pytest python3-pip python3-setuptools python3-wheel
+	# the Slurm recipe's test: a Slurm of one node (examples/slurm/), and
+	# the Kubernetes recipe's, which reads its pod spec (examples/kubernetes/)
+	slurmctld slurmd slurm-client munge python3-yaml
 )
 
 missing=()

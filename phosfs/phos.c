@@ -2,14 +2,19 @@
  * phos: the command line, a thin layer over the files of a phosfs mount
  * ($PHOS_MOUNT, or /phos).
  *
- *   phos run [-d] [--pid-ns|--host-pids] [--] CMD…
+ *   phos run [-d] [--pid-ns|--host-pids] [--name JOB] [--on-signal SIG=ACTION]…
+ *            [--on-signal-timeout SECONDS] [--restore-from DIR|latest] [--keep N] [--] CMD…
  *                                run CMD under the tracer, without a tty;
  *                                with --pid-ns in a pid namespace of its
- *                                own (run.c)
- *   phos ls                      the processes phosfs shows
+ *                                own (run.c); then wait for it, taking
+ *                                checkpoints on signals (cli-wait.c,
+ *                                cli-signal.c), linked under the job's
+ *                                name (cli-jobs.c); or first restore its
+ *                                newest good image (cli-resume.c)
+ *   phos ls [--json]             the processes phosfs shows (cli-json.c)
  *   phos checkpoint PID [cow|recopy|stop] [--name N] [--kill] [--timeout SECONDS] [--wait]
  *   phos restore DIR [eager|lazy] [--lazy-pages] [--device OLD=NEW[,OLD=NEW…]] [--wait]
- *   phos status PID
+ *   phos status [--json] PID
  */
 #include <dirent.h>
 #include <errno.h>
@@ -25,152 +30,221 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cli.h"
 #include "run.h"
 
 #ifndef PHOS_LIBDIR
 #define PHOS_LIBDIR "/usr/local/lib"
 #endif
 
-static const char *mnt(void)
-{
-	const char *m = getenv("PHOS_MOUNT");
-	return m && *m ? m : "/phos";
-}
-
 static int usage(FILE *f)
 {
-	fprintf(f, "usage: phos run [-d] [--pid-ns|--host-pids] [--] CMD...\n"
-		   "       phos ls\n"
+	fprintf(f, "usage: phos run [-d] [--pid-ns|--host-pids] [--name JOB] [--on-signal SIG=ACTION]...\n"
+		   "                [--on-signal-timeout SECONDS] [--restore-from DIR|latest] [--keep N] [--] CMD...\n"
+		   "       phos ls [--json]\n"
 		   "       phos checkpoint PID [cow|recopy|stop] [--name NAME] [--kill] [--timeout SECONDS] [--wait]\n"
 		   "       phos restore DIR [eager|lazy] [--lazy-pages] [--device OLD=NEW[,OLD=NEW...]] [--wait]\n"
-		   "       phos status PID\n");
+		   "       phos status [--json] PID\n");
 	return f == stdout ? 0 : 2;
-}
-
-/* Reads a whole (small) file of the mount into a malloc'd string. */
-static char *slurp(const char *path)
-{
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return NULL;
-	size_t cap = 4096, len = 0;
-	char *s = malloc(cap);
-	for (ssize_t n; s; len += (size_t)n) {
-		if (len + 1 >= cap) {
-			char *t = realloc(s, cap *= 2);
-			if (!t) {
-				free(s);
-				s = NULL;
-				break;
-			}
-			s = t;
-		}
-		n = read(fd, s + len, cap - len - 1);
-		if (n <= 0)
-			break;
-	}
-	close(fd);
-	if (s)
-		s[len] = 0;
-	return s;
-}
-
-/* The value of "key: value" in text, into out. */
-static bool field(const char *text, const char *key, char *out, size_t len)
-{
-	size_t k = strlen(key);
-	for (const char *l = text; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
-		if (!strncmp(l, key, k) && l[k] == ':' && l[k + 1] == ' ') {
-			size_t n = strcspn(l + k + 2, "\n");
-			snprintf(out, len, "%.*s", (int)n, l + k + 2);
-			return true;
-		}
-	}
-	return false;
-}
-
-/* Why a file of the mount could not be opened, in words a person can act
- * on; who: who may open it. */
-static void open_failed(const char *ctl_path, int e, const char *who)
-{
-	char v[PATH_MAX];
-	snprintf(v, sizeof(v), "%s/version", mnt());
-	bool mounted = access(v, F_OK) == 0;
-	if (!mounted)
-		fprintf(stderr, "phos: %s: phosfs is not mounted at %s (set PHOS_MOUNT)\n", ctl_path, mnt());
-	else if (e == ENOENT)
-		fprintf(stderr, "phos: %s: no such process: it is not running, and phosfs knows no checkpoint of it\n",
-			ctl_path);
-	else if (e == EACCES || e == EPERM)
-		fprintf(stderr, "phos: %s: permission denied: %s\n", ctl_path, who);
-	else
-		fprintf(stderr, "phos: %s: %s\n", ctl_path, strerror(e));
 }
 
 /* Writes one command to a ctl file and reads back phosfs's answer into
  * reply ("restore 3", "ok", or "error: …"). On failure says why; who:
- * who may write it. */
+ * who may write it. 0, or 1. */
 static int ctl(const char *ctl_path, const char *cmd, const char *who, char *reply, size_t len)
 {
-	*reply = 0;
 	int fd = open(ctl_path, O_RDWR | O_CLOEXEC);
 	if (fd < 0) {
-		open_failed(ctl_path, errno, who);
+		cli_open_failed(ctl_path, errno, who);
 		return 1;
 	}
-	ssize_t n = write(fd, cmd, strlen(cmd));
-	int e = n < 0 ? errno : 0;
-	ssize_t got = read(fd, reply, len - 1);
-	reply[got > 0 ? got : 0] = 0;
-	reply[strcspn(reply, "\n")] = 0;
 	close(fd);
+	int e = cli_ctl(ctl_path, cmd, reply, len);
 	if (!e)
 		return 0;
 	if (!strncmp(reply, "error: ", 7))
 		fprintf(stderr, "phos: %s\n", reply + 7);
 	else
-		fprintf(stderr, "phos: %s: %s\n", ctl_path, strerror(e));
+		fprintf(stderr, "phos: %s: %s\n", ctl_path, strerror(-e));
 	return 1;
 }
 
-static int cmd_run(int argc, char **argv)
+/* phos run's options. */
+typedef struct run_args {
+	bool detach, pid_ns, pid_ns_given;
+	const char *name, *from; /* --name, --restore-from */
+	int keep, timeout_s;
+	on_signals acts;
+	sigset_t sigs; /* what phos run catches while it waits */
+} run_args;
+
+/* A whole number from min to max in s, into *v; false for none. */
+static bool whole(const char *s, int min, int max, int *v)
 {
-	bool detach = false, pid_ns = false;
+	char *end;
+	errno = 0;
+	long n = strtol(s, &end, 10);
+	if (end == s || *end || errno || n < min || n > max)
+		return false;
+	*v = (int)n;
+	return true;
+}
+
+/* One option of phos run (o, its getopt code) into a. 0, or phos's exit
+ * status for a usage error, said. */
+static int run_option(int o, run_args *a)
+{
+	char why[512];
+	switch (o) {
+	case 'd':
+		a->detach = true;
+		return 0;
+	case 'p':
+	case 'H':
+		a->pid_ns = o == 'p';
+		a->pid_ns_given = true;
+		return 0;
+	case 'n':
+		a->name = optarg;
+		return 0;
+	case 'r':
+		a->from = optarg;
+		return 0;
+	case 's':
+		if (!on_signal_parse(optarg, &a->acts, why, sizeof(why)))
+			return 0;
+		fprintf(stderr, "phos run: %s\n", why);
+		return 2;
+	case 't':
+		if (whole(optarg, 1, 86400, &a->timeout_s))
+			return 0;
+		fprintf(stderr, "phos run: --on-signal-timeout '%s': expected seconds, from 1 to 86400\n", optarg);
+		return 2;
+	case 'k':
+		if (whole(optarg, 0, 1000000, &a->keep))
+			return 0;
+		fprintf(stderr, "phos run: --keep '%s': expected a number of images (0: all)\n", optarg);
+		return 2;
+	}
+	return usage(stderr);
+}
+
+/* phos run's options into a; the index of CMD in argv, or minus phos's
+ * exit status for a usage error, said. */
+static int run_parse(int argc, char **argv, run_args *a)
+{
 	static const struct option opts[] = { { "detach", no_argument, NULL, 'd' },
 					      { "pid-ns", no_argument, NULL, 'p' },
 					      { "host-pids", no_argument, NULL, 'H' },
+					      { "name", required_argument, NULL, 'n' },
+					      { "on-signal", required_argument, NULL, 's' },
+					      { "on-signal-timeout", required_argument, NULL, 't' },
+					      { "restore-from", required_argument, NULL, 'r' },
+					      { "keep", required_argument, NULL, 'k' },
 					      { 0 } };
+	memset(a, 0, sizeof(*a));
+	a->keep = 2;
+	a->timeout_s = 600;
 	optind = 0; /* the options end at the command: "+" */
-	for (int o; (o = getopt_long(argc, argv, "+d", opts, NULL)) != -1;) {
-		if (o == 'd')
-			detach = true;
-		else if (o == 'p' || o == 'H')
-			pid_ns = o == 'p';
-		else
-			return usage(stderr);
+	for (int o, e; (o = getopt_long(argc, argv, "+d", opts, NULL)) != -1;)
+		if ((e = run_option(o, a)))
+			return -e;
+	const char *slurm = getenv("SLURM_JOB_ID");
+	if (!a->name && slurm && *slurm)
+		a->name = slurm;
+	if (a->name && !job_name_ok(a->name)) {
+		fprintf(stderr, "phos run: --name '%s': 1 to 64 of A-Z a-z 0-9 . _ -, not starting with '.'\n", a->name);
+		return -2;
 	}
-	int i = optind;
-	if (i == argc)
-		return usage(stderr);
-	char vpath[PATH_MAX], store[PATH_MAX] = "";
-	snprintf(vpath, sizeof(vpath), "%s/version", mnt());
-	char *v = slurp(vpath);
-	const char *sl = v ? strstr(v, "\nstore ") : NULL;
-	if (sl)
-		snprintf(store, sizeof(store), "%.*s", (int)strcspn(sl + 7, "\n"), sl + 7);
-	if (!*store) {
-		fprintf(stderr, "phos: phosfs is not mounted at %s (set PHOS_MOUNT)\n", mnt());
-		free(v);
+	if (a->from && !strcmp(a->from, "latest") && !a->name) {
+		fprintf(stderr, "phos run: --restore-from latest needs the job's name: --name JOB (or SLURM_JOB_ID)\n");
+		return -2;
+	}
+	if (a->detach && a->acts.n) {
+		fprintf(stderr, "phos run: --on-signal needs phos run to wait for its job: not with -d\n");
+		return -2;
+	}
+	/* A job that may come back in another run restores beside anything. */
+	if (!a->pid_ns_given && (a->name || a->from))
+		a->pid_ns = true;
+	run_passed_signals(&a->sigs);
+	for (int sig = 1; sig < ON_SIGNAL_MAX; sig++)
+		if (a->acts.by[sig].sig)
+			sigaddset(&a->sigs, sig);
+	return optind < argc ? optind : -usage(stderr);
+}
+
+/* The root of restored job pid: its init (its parent) when it is pid 2
+ * of a namespace of its own, else itself. */
+static pid_t restored_root(pid_t pid)
+{
+	char path[64], line[256];
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	FILE *f = fopen(path, "re");
+	pid_t ppid = 0;
+	int levels = 0;
+	while (f && fgets(line, sizeof(line), f)) {
+		if (!strncmp(line, "PPid:", 5))
+			ppid = (pid_t)atoi(line + 5);
+		if (!strncmp(line, "NSpid:", 6))
+			for (char *save = NULL, *t = strtok_r(line + 6, " \t\n", &save); t; t = strtok_r(NULL, " \t\n", &save))
+				levels++;
+	}
+	if (f)
+		fclose(f);
+	return levels > 1 && ppid > 1 ? ppid : pid;
+}
+
+/* --restore-from: the newest good image of a->from comes back. 0 with
+ * *w (but its signals) set for it, -1 when there is none (CMD runs
+ * afresh), or phos's exit status when phos run must give up (said). */
+static int run_resume(const run_args *a, const char *store, char *const cmd[], run_watch *w)
+{
+	char from[PATH_MAX], used[PATH_MAX], out[PATH_MAX + 32], outpath[PATH_MAX] = "?";
+	if (!strcmp(a->from, "latest"))
+		job_dir(store, a->name, from, sizeof(from));
+	else
+		snprintf(from, sizeof(from), "%s", a->from);
+	char **imgs = NULL;
+	int n = 0, e = job_images(from, &imgs, &n);
+	if (e == -ENOMEM) {
+		fprintf(stderr, "phos: --restore-from %s: out of memory\n", from);
 		return 1;
 	}
-	free(v);
+	pid_t pid = 0;
+	bool none = e || !n;
+	e = none ? -ENOENT : resume_newest(imgs, n, &pid, used, sizeof(used));
+	cli_free_paths(imgs, n);
+	if (e == -ENOENT) {
+		fprintf(stderr, "phos: --restore-from: no %simage in %s: starting %s afresh\n", none ? "" : "good ", from,
+			cmd[0]);
+		return -1;
+	}
+	if (e)
+		return 1;
+	w->job = pid;
+	w->root = restored_root(pid);
+	w->child = false;
+	printf("%d\n", (int)pid);
+	fflush(stdout);
+	snprintf(out, sizeof(out), "/proc/%d/fd/1", (int)pid);
+	ssize_t k = readlink(out, outpath, sizeof(outpath) - 1);
+	outpath[k > 0 ? k : 1] = 0;
+	fprintf(stderr, "phos: process %d restored from %s; output in %s\n", (int)pid, used, outpath);
+	return 0;
+}
+
+/* Starts CMD afresh. 0 with *w (but its signals) set for it, or phos's
+ * exit status when it could not start (said). */
+static int run_fresh(const run_args *a, const char *store, char *const cmd[], const sigset_t *mask, run_watch *w)
+{
 	const char *lib = getenv("PHOS_LIBPHOS");
 	char libpath[PATH_MAX];
 	snprintf(libpath, sizeof(libpath), "%s", lib && *lib ? lib : PHOS_LIBDIR "/libphos.so");
-	run_opts o = { .store = store, .libphos = libpath, .mount = mnt(), .pid_ns = pid_ns };
+	run_opts o = { .store = store, .libphos = libpath, .mount = cli_mount(), .pid_ns = a->pid_ns, .mask = mask };
 	pid_t job = 0, root = 0;
 	char why[256], msg[PATH_MAX + 64];
-	if (run_job(argv + i, &o, &job, &root, why, sizeof(why), msg, sizeof(msg))) {
+	if (run_job(cmd, &o, &job, &root, why, sizeof(why), msg, sizeof(msg))) {
 		fprintf(stderr, "phos: %s\n", msg);
 		return 127;
 	}
@@ -179,20 +253,50 @@ static int cmd_run(int argc, char **argv)
 	if (*why)
 		fprintf(stderr, "phos: %s: it has this machine's pids, and a restore needs them free\n", why);
 	fprintf(stderr, "phos: process %d; output in %s/run/%d.out and .err\n", (int)job, store, (int)job);
-	if (detach)
-		return 0;
-	int st;
-	while (waitpid(root, &st, 0) < 0)
-		if (errno != EINTR)
-			return 1;
-	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+	w->job = job;
+	w->root = root;
+	w->child = true;
+	return 0;
 }
 
-static int cmd_ls(void)
+static int cmd_run(int argc, char **argv)
 {
-	DIR *d = opendir(mnt());
+	run_args a;
+	int i = run_parse(argc, argv, &a);
+	if (i < 0)
+		return -i;
+	char store[PATH_MAX], status[PATH_MAX] = "";
+	if (cli_store(store, sizeof(store))) {
+		fprintf(stderr, "phos: phosfs is not mounted at %s (set PHOS_MOUNT)\n", cli_mount());
+		return 1;
+	}
+	/* Blocked from here on, the signals wait in a signalfd for the job
+	 * to be up (the job starts with the mask phos run had). */
+	sigset_t old;
+	sigprocmask(SIG_BLOCK, a.detach ? NULL : &a.sigs, &old);
+	run_watch w = { .store = store, .name = a.name, .keep = a.keep, .timeout_s = a.timeout_s, .acts = &a.acts,
+			.status_file = status };
+	int e = a.from ? run_resume(&a, store, argv + i, &w) : -1;
+	if (e < 0)
+		e = run_fresh(&a, store, argv + i, &old, &w);
+	if (e || a.detach)
+		return e;
+	/* Only an init says how its job ended: where the root is the job
+	 * itself, there is no file (and the child's status says it). */
+	if (w.root != w.job && run_status_path(store, w.root, status, sizeof(status)))
+		*status = 0;
+	return run_wait(&w, &a.sigs);
+}
+
+static int cmd_ls(int argc, char **argv)
+{
+	if (argc == 2 && !strcmp(argv[1], "--json"))
+		return cli_ls_json();
+	if (argc != 1)
+		return usage(stderr);
+	DIR *d = opendir(cli_mount());
 	if (!d) {
-		fprintf(stderr, "phos: %s: %s\n", mnt(), strerror(errno));
+		fprintf(stderr, "phos: %s: %s\n", cli_mount(), strerror(errno));
 		return 1;
 	}
 	printf("%-8s %-14s %-9s %-12s %s\n", "PID", "STATE", "TRACED", "LAST", "JOB");
@@ -201,15 +305,15 @@ static int cmd_ls(void)
 		if (de->d_name[0] < '1' || de->d_name[0] > '9')
 			continue;
 		char p[PATH_MAX];
-		snprintf(p, sizeof(p), "%s/%s/status", mnt(), de->d_name);
-		char *st = slurp(p);
+		snprintf(p, sizeof(p), "%s/%s/status", cli_mount(), de->d_name);
+		char *st = cli_slurp(p);
 		if (!st)
 			continue;
 		char state[64] = "?", traced[64] = "?", last[80] = "-", job[200] = "none";
-		field(st, "state", state, sizeof(state));
-		field(st, "traced", traced, sizeof(traced));
-		field(st, "last checkpoint", last, sizeof(last));
-		field(st, "job", job, sizeof(job));
+		cli_field(st, "state", state, sizeof(state));
+		cli_field(st, "traced", traced, sizeof(traced));
+		cli_field(st, "last checkpoint", last, sizeof(last));
+		cli_field(st, "job", job, sizeof(job));
 		printf("%-8s %-14s %-9.9s %-12s %s\n", de->d_name, state, traced, last, job);
 		free(st);
 	}
@@ -222,18 +326,18 @@ static int wait_job(const char *status_path)
 {
 	bool tty = isatty(2);
 	for (;;) {
-		char *st = slurp(status_path);
+		char *st = cli_slurp(status_path);
 		if (!st) {
 			fprintf(stderr, "phos: %s: %s\n", status_path, strerror(errno));
 			return 1;
 		}
 		char job[256] = "", prog[128] = "", step[64] = "", last[300] = "", err[1024] = "";
-		field(st, "job", job, sizeof(job));
+		cli_field(st, "job", job, sizeof(job));
 		if (strcmp(job, "none")) {
-			if (tty && field(st, "progress", prog, sizeof(prog))) {
+			if (tty && cli_field(st, "progress", prog, sizeof(prog))) {
 				unsigned long long done = 0, total = 0;
 				sscanf(prog, "%llu/%llu", &done, &total);
-				field(st, "step", step, sizeof(step));
+				cli_field(st, "step", step, sizeof(step));
 				int pct = total ? (int)(done * 100 / total) : 0, w = 30, fill = pct * w / 100;
 				fprintf(stderr, "\r%-18s [%.*s%*s] %3d%% %llu/%llu MiB", step, fill,
 					"##############################", w - fill, "", pct, done >> 20, total >> 20);
@@ -244,10 +348,10 @@ static int wait_job(const char *status_path)
 		}
 		if (tty)
 			fprintf(stderr, "\r%-80s\r", "");
-		field(st, "last job", last, sizeof(last));
-		field(st, "error", err, sizeof(err));
+		cli_field(st, "last job", last, sizeof(last));
+		cli_field(st, "error", err, sizeof(err));
 		char stall[64] = "";
-		field(st, "stall ms", stall, sizeof(stall));
+		cli_field(st, "stall ms", stall, sizeof(stall));
 		free(st);
 		size_t l = strlen(last);
 		if (l >= 6 && !strcmp(last + l - 6, "failed")) {
@@ -296,8 +400,8 @@ static int cmd_checkpoint(int argc, char **argv)
 	snprintf(cmd, sizeof(cmd), "checkpoint%s%s%s%.70s%s%s%.40s\n", proto ? " " : "", proto ? proto : "",
 		 name ? " name=" : "", name ? name : "", kill ? " kill" : "", timeout ? " timeout=" : "",
 		 timeout ? timeout : "");
-	snprintf(c, sizeof(c), "%s/%ld/ctl", mnt(), pid);
-	snprintf(s, sizeof(s), "%s/%ld/status", mnt(), pid);
+	snprintf(c, sizeof(c), "%s/%ld/ctl", cli_mount(), pid);
+	snprintf(s, sizeof(s), "%s/%ld/status", cli_mount(), pid);
 	char reply[1200];
 	int r = ctl(c, cmd, "only root and the owner of the process may checkpoint it", reply, sizeof(reply));
 	return r || !wait ? r : wait_job(s);
@@ -308,19 +412,19 @@ static int cmd_checkpoint(int argc, char **argv)
 static int wait_restore(unsigned id, bool wait)
 {
 	char path[PATH_MAX];
-	snprintf(path, sizeof(path), "%s/restores/%u", mnt(), id);
+	snprintf(path, sizeof(path), "%s/restores/%u", cli_mount(), id);
 	bool told = false, tty = isatty(2);
 	for (;;) {
-		char *st = slurp(path), state[32] = "", pid[32] = "?", moved[600] = "", err[2048] = "", pos[16] = "";
+		char *st = cli_slurp(path), state[32] = "", pid[32] = "?", moved[600] = "", err[2048] = "", pos[16] = "";
 		if (!st) {
 			fprintf(stderr, "phos: restore %u: %s: %s\n", id, path, strerror(errno));
 			return 1;
 		}
-		field(st, "state", state, sizeof(state));
-		field(st, "restored pid", pid, sizeof(pid));
-		field(st, "moved gpus", moved, sizeof(moved));
-		field(st, "error", err, sizeof(err));
-		field(st, "queue position", pos, sizeof(pos));
+		cli_field(st, "state", state, sizeof(state));
+		cli_field(st, "restored pid", pid, sizeof(pid));
+		cli_field(st, "moved gpus", moved, sizeof(moved));
+		cli_field(st, "error", err, sizeof(err));
+		cli_field(st, "queue position", pos, sizeof(pos));
 		free(st);
 		if (!strcmp(state, "failed")) {
 			fprintf(stderr, "phos: %s\n", err);
@@ -376,7 +480,7 @@ static int cmd_restore(int argc, char **argv)
 	char cmd[2 * PATH_MAX + 64], c[PATH_MAX];
 	snprintf(cmd, sizeof(cmd), "restore %s%s%s%s%s%s\n", abs, mode ? " " : "", mode ? mode : "",
 		 lazy_pages ? " lazy-pages" : "", devices ? " device=" : "", devices ? devices : "");
-	snprintf(c, sizeof(c), "%s/ctl", mnt());
+	snprintf(c, sizeof(c), "%s/ctl", cli_mount());
 	char reply[1200];
 	unsigned id = 0;
 	if (ctl(c, cmd, "only root may restore", reply, sizeof(reply)))
@@ -390,13 +494,15 @@ static int cmd_restore(int argc, char **argv)
 
 static int cmd_status(int argc, char **argv)
 {
+	if (argc == 2 && (!strcmp(argv[0], "--json") || !strcmp(argv[1], "--json")))
+		return cli_status_json(strcmp(argv[0], "--json") ? argv[0] : argv[1]);
 	if (argc != 1)
 		return usage(stderr);
 	char p[PATH_MAX];
-	snprintf(p, sizeof(p), "%s/%s/status", mnt(), argv[0]);
-	char *st = slurp(p);
+	snprintf(p, sizeof(p), "%s/%s/status", cli_mount(), argv[0]);
+	char *st = cli_slurp(p);
 	if (!st) {
-		open_failed(p, errno, "only root and the owner of the process may see it");
+		cli_open_failed(p, errno, "only root and the owner of the process may see it");
 		return 1;
 	}
 	fputs(st, stdout);
@@ -419,7 +525,7 @@ int main(int argc, char **argv)
 	if (!strcmp(c, "run"))
 		return cmd_run(argc - 1, argv + 1);
 	if (!strcmp(c, "ls"))
-		return cmd_ls();
+		return cmd_ls(argc - 1, argv + 1);
 	if (!strcmp(c, "checkpoint"))
 		return cmd_checkpoint(argc - 1, argv + 1);
 	if (!strcmp(c, "restore"))

@@ -24,6 +24,7 @@
 #include <limits.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -96,10 +97,55 @@ static void exec_job(char *const argv[], const run_opts *o, int ready, int proc,
 	_exit(127);
 }
 
+void run_passed_signals(sigset_t *set)
+{
+	static const int sigs[] = { SIGHUP,  SIGINT,   SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2,
+				    SIGCONT, SIGWINCH, SIGALRM, SIGXCPU, SIGPWR };
+	sigemptyset(set);
+	for (size_t i = 0; i < sizeof(sigs) / sizeof(*sigs); i++)
+		sigaddset(set, sigs[i]);
+}
+
+int run_status_path(const char *store, pid_t root, char *path, size_t len)
+{
+	char link[64], ns[64];
+	if (root > 0)
+		snprintf(link, sizeof(link), "/proc/%d/ns/pid", (int)root);
+	else
+		snprintf(link, sizeof(link), "/proc/self/ns/pid");
+	ssize_t n = readlink(link, ns, sizeof(ns) - 1);
+	if (n <= 0)
+		return -errno;
+	ns[n] = 0;
+	unsigned long ino = 0;
+	if (sscanf(ns, "pid:[%lu]", &ino) != 1)
+		return -EPROTO;
+	snprintf(path, len, "%s/run/ns-%lu.status", store, ino);
+	return 0;
+}
+
+/* In the init, once its job has ended: says how (code, the init's exit
+ * status) in its status file, whole or not at all. */
+static void say_status(const char *store, int code)
+{
+	char path[PATH_MAX], tmp[PATH_MAX + 16];
+	if (run_status_path(store, 0, path, sizeof(path)))
+		return;
+	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (fd < 0)
+		return;
+	bool ok = dprintf(fd, "%d\n", code) > 0;
+	if (close(fd) || !ok || rename(tmp, path))
+		unlink(tmp);
+}
+
 /* The init: starts the job, passes signals on to it, reaps every orphan
- * of the namespace, and ends with the job's status. proc (the host's
- * /proc) is closed once the job has its pid from it: CRIU cannot dump an
- * fd of a mount outside the job's namespace. */
+ * of the namespace, and ends with the job's status, which it also writes
+ * in its status file (run_status_path): after a restore, it is no child
+ * of the phos run that follows it. proc (the host's /proc) is closed once
+ * the job has its pid from it: CRIU cannot dump an fd of a mount outside
+ * the job's namespace. */
 static int init_main(char *const argv[], const run_opts *o, int ready, int proc)
 {
 	int nul = open("/dev/null", O_RDWR);
@@ -110,11 +156,13 @@ static int init_main(char *const argv[], const run_opts *o, int ready, int proc)
 		if (nul > 2)
 			close(nul);
 	}
-	static const int sigs[] = { SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2, SIGCONT, SIGWINCH };
+	sigset_t passed;
+	run_passed_signals(&passed);
 	struct sigaction sa = { .sa_handler = pass_on, .sa_flags = SA_RESTART };
 	sigemptyset(&sa.sa_mask);
-	for (size_t i = 0; i < sizeof(sigs) / sizeof(*sigs); i++)
-		sigaction(sigs[i], &sa, NULL);
+	for (int sig = 1; sig < NSIG; sig++)
+		if (sigismember(&passed, sig) == 1)
+			sigaction(sig, &sa, NULL);
 	pid_t job = fork();
 	if (job == 0)
 		exec_job(argv, o, ready, proc, false);
@@ -132,8 +180,11 @@ static int init_main(char *const argv[], const run_opts *o, int ready, int proc)
 			continue;
 		if (p < 0)
 			return 127;
-		if (p == job)
-			return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+		if (p == job) {
+			int code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+			say_status(o->store, code);
+			return code;
+		}
 	}
 }
 
@@ -248,6 +299,8 @@ int run_job(char *const argv[], const run_opts *o, pid_t *job, pid_t *root, char
 	}
 	if (c == 0) {
 		close(ready[0]);
+		if (o->mask) /* what phos run blocked, to read it from a signalfd */
+			sigprocmask(SIG_SETMASK, o->mask, NULL);
 		if (own_ns)
 			exec_init(argv, o, ready[1]);
 		setsid();

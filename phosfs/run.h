@@ -4,6 +4,7 @@
 #ifndef PHOS_RUN_H
 #define PHOS_RUN_H
 
+#include <signal.h>
 #include <stdbool.h>
 #include <sys/types.h>
 
@@ -12,6 +13,7 @@ typedef struct run_opts {
 	const char *libphos; /* the tracer to preload */
 	const char *mount;   /* phosfs's mount point, which a job of pid_ns does not see */
 	bool pid_ns;         /* a pid namespace of its own (see run_job) */
+	const sigset_t *mask; /* the signal mask the job starts with (NULL: phos run's) */
 } run_opts;
 
 /* Starts argv[0] (searched in PATH) under the tracer, with no terminal,
@@ -31,6 +33,17 @@ typedef struct run_opts {
  * mount namespace it could not have). */
 int run_job(char *const argv[], const run_opts *o, pid_t *job, pid_t *root, char *why, size_t whylen, char *msg,
 	    size_t msglen);
+
+/* The signals the init passes on to its job: HUP, INT, QUIT, TERM, USR1,
+ * USR2, CONT, WINCH, ALRM, XCPU and PWR. */
+void run_passed_signals(sigset_t *set);
+
+/* Where the init of root's pid namespace (root: its pid; 0: this
+ * process's) writes how its job ended, its own exit status as a decimal
+ * line: STORE/run/ns-INODE.status, INODE its pid namespace's, which a
+ * restore changes with the namespace. Errors: -ENOENT (root is gone),
+ * -EPROTO. */
+int run_status_path(const char *store, pid_t root, char *path, size_t len);
 
 /* The init's own entry (argv[0] "phos-init"): `phos-init FD PROCFD STORE
  * LIBPHOS -- CMD...`, as run_job execs it (PROCFD: the host's /proc, for
