@@ -85,7 +85,7 @@ $(LIBPHOS): $(TRACER_OBJ) $(BUILD)/common/cubin.o $(BUILD)/common/cuversions.o $
 # ---- phosfs/: the daemon -------------------------------------------------------------
 
 # The phos CLI: phos.c, run.c, and cli*.c (cli.h).
-PHOS_CLI_SRC := phosfs/phos.c phosfs/run.c $(wildcard phosfs/cli*.c)
+PHOS_CLI_SRC := phosfs/phos.c phosfs/run.c $(wildcard phosfs/cli*.c) common/duration.c
 PHOSFS_SRC := $(filter-out $(PHOS_CLI_SRC),$(wildcard phosfs/*.c))
 PHOSFS_OBJ := $(PHOSFS_SRC:phosfs/%.c=$(BUILD)/phosfs/%.o)
 ENGINE_SRC := $(wildcard engine/*.c)
@@ -124,7 +124,7 @@ $(BUILD)/job/%.o: job/%.c $(JOB_H)
 	$(CC) $(CPPFLAGS) $(XCFLAGS) $(CFLAGS) -c -o $@ $<
 
 # No -lcuda: the driver is loaded at the first job, so phosfs runs without one.
-$(PHOSFS): $(PHOSFS_OBJ) $(JOB_OBJ) $(ENGINE_OBJ) $(WIRE_OBJ) $(LIBPHOSIMG)
+$(PHOSFS): $(PHOSFS_OBJ) $(JOB_OBJ) $(ENGINE_OBJ) $(WIRE_OBJ) $(BUILD)/common/duration.o $(LIBPHOSIMG)
 	$(CC) $(XLDFLAGS) $(LDFLAGS) -o $@ $^ $(FUSE_LIBS) $(IMG_LIBS) -ljansson -lm -ldl -lpthread
 
 $(PHOS_CLI): $(PHOS_CLI_SRC) phosfs/run.h phosfs/cli.h $(BUILD)/paths $(LIBPHOSIMG)
@@ -296,8 +296,8 @@ $(ENGINE_TESTS): $(ENGINE_OBJ)
 $(ENGINE_TESTS): TEST_OBJ = $(ENGINE_OBJ)
 # The ctl grammar's fuzz test links the parser and what it calls.
 CTL_TEST := $(BUILD)/tests/phosfs_ctl_grammar_fuzzed_accepts_only_what_it_should
-$(CTL_TEST): $(BUILD)/phosfs/ctl.o $(BUILD)/job/devices.o $(ENGINE_OBJ)
-$(CTL_TEST): TEST_OBJ = $(BUILD)/phosfs/ctl.o $(BUILD)/job/devices.o $(ENGINE_OBJ)
+$(CTL_TEST): $(BUILD)/phosfs/ctl.o $(BUILD)/common/duration.o $(BUILD)/job/devices.o $(ENGINE_OBJ)
+$(CTL_TEST): TEST_OBJ = $(BUILD)/phosfs/ctl.o $(BUILD)/common/duration.o $(BUILD)/job/devices.o $(ENGINE_OBJ)
 # The job request's own test links what makes and checks one.
 REQUEST_TEST := $(BUILD)/tests/phosfs_job_refuses_a_malformed_request
 $(REQUEST_TEST): $(BUILD)/job/request.o $(BUILD)/engine/progress.o $(BUILD)/engine/error.o

@@ -61,11 +61,16 @@ static void reap_killed(const run_watch *w, int pidfd)
 		unlink(w->status_file);
 }
 
-/* Links a signal's image under the job's name, saying so. */
+/* The image linked last under the job's name: its event, read after
+ * the signal that took it, is not linked again. */
+static char recorded[PATH_MAX];
+
+/* Links an image of the job under its name, saying so. */
 static void record(const run_watch *w, const char *image)
 {
-	if (!w->name)
+	if (!w->name || !strcmp(image, recorded))
 		return;
+	snprintf(recorded, sizeof(recorded), "%s", image);
 	char dir[PATH_MAX];
 	job_dir(w->store, w->name, dir, sizeof(dir));
 	int e = job_record(w->store, w->name, image, w->keep);
@@ -74,6 +79,12 @@ static void record(const run_watch *w, const char *image)
 			strerror(-e));
 	else
 		fprintf(stderr, "phos: %s/latest is now %s\n", dir, image);
+}
+
+/* every_events_take's callback: an image phosfs published of the job. */
+static void published(const char *image, void *arg)
+{
+	record(arg, image);
 }
 
 /* Takes sig's action, if it has one, then passes sig on. Returns phos
@@ -98,6 +109,9 @@ static int on_signal_taken(const run_watch *w, int sig, int pidfd)
 	}
 	fprintf(stderr, "phos: SIG%s: checkpoint of process %d done (stall %.1f ms): %s\n", signal_name(sig),
 		(int)w->job, stall, image);
+	/* What phosfs's schedule published before it, in order, first. */
+	if (w->events >= 0)
+		every_events_take(w->events, w->job, published, (void *)w);
 	record(w, image);
 	if (a->kill) {
 		reap_killed(w, pidfd);
@@ -120,9 +134,12 @@ int run_wait(const run_watch *w, const sigset_t *set)
 		return 1;
 	}
 	int code = -1;
+	bool events = w->events >= 0;
 	while (code < 0) {
-		struct pollfd p[2] = { { .fd = pfd, .events = POLLIN }, { .fd = sfd, .events = POLLIN } };
-		if (pfd >= 0 && poll(p, 2, -1) < 0) {
+		struct pollfd p[3] = { { .fd = pfd, .events = POLLIN },
+				       { .fd = sfd, .events = POLLIN },
+				       { .fd = w->events, .events = POLLIN } };
+		if (pfd >= 0 && poll(p, events ? 3 : 2, -1) < 0) {
 			if (errno == EINTR)
 				continue;
 			code = 1;
@@ -131,6 +148,11 @@ int run_wait(const run_watch *w, const sigset_t *set)
 		if (pfd < 0 || p[0].revents) {
 			code = ended(w);
 			break;
+		}
+		if (events && p[2].revents) {
+			events = every_events_take(w->events, w->job, published, (void *)w) == 0;
+			if (!p[1].revents)
+				continue;
 		}
 		struct signalfd_siginfo si;
 		if (read(sfd, &si, sizeof(si)) == (ssize_t)sizeof(si))

@@ -126,6 +126,7 @@ typedef struct run_watch {
 	int timeout_s;    /* how long a checkpoint on a signal may take */
 	const on_signals *acts;
 	const char *status_file; /* where the job's init says how the job ended (run_status_path), or "" */
+	int events;       /* /events, to link what phosfs's schedule publishes under name, or -1 */
 } run_watch;
 
 /* Waits for the job to end; on each signal of set (blocked, read from a
@@ -134,6 +135,25 @@ typedef struct run_watch {
  * job's, 128+SIG after an action that ended the job, or 1 when it cannot
  * follow the job. The init's status file is removed. */
 int run_wait(const run_watch *w, const sigset_t *set);
+
+/* ---- cli-every.c: --checkpoint-every ---- */
+
+/* Checks --checkpoint-every (DURATION or auto) and --mtbf (DURATION, with
+ * auto only); either may be NULL. Errors: -EINVAL with why. */
+int every_parse(const char *every, const char *mtbf, char *why, size_t len);
+
+/* Asks phosfs for the job's schedule (keep > 0: it keeps the newest keep
+ * of the job's numbered images), saying on stderr what it did. Errors:
+ * the ctl write's, said. */
+int every_start(pid_t job, const char *every, const char *mtbf, int keep);
+
+/* /events of the mount, opened O_NONBLOCK, or -1 (said on stderr). */
+int every_events_open(void);
+
+/* Reads what fd has and calls published(image, arg) for each
+ * checkpoint.published event of process job. Errors: -EPIPE (the file
+ * ended: phosfs is gone). */
+int every_events_take(int fd, pid_t job, void (*published)(const char *image, void *arg), void *arg);
 
 /* ---- cli-json.c: --json ---- */
 

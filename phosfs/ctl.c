@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../common/duration.h"
 #include "../job/request.h"
 #include "../job/restore.h"
 #include "ctl.h"
@@ -101,19 +102,8 @@ int ctl_timeout(const char *w, uint32_t *ms, perr *er)
 
 int ctl_duration(const char *w, double *s, perr *er)
 {
-	char *end = NULL;
-	errno = 0;
-	double v = strtod(w, &end);
-	double unit = !*end		    ? 1
-		      : !strcmp(end, "s") ? 1
-		      : !strcmp(end, "m") ? 60
-		      : !strcmp(end, "h") ? 3600
-		      : !strcmp(end, "d") ? 86400
-					  : 0;
-	v *= unit;
-	if (end == w || errno || !unit || !(v >= 1) || !(v <= 365 * 86400.0))
+	if (duration_parse(w, s))
 		return pr_err(er, -EINVAL, "bad duration '%.40s' (seconds, or a number with s, m, h or d; 1 s to 365 d)", w);
-	*s = v;
 	return 0;
 }
 

@@ -3,7 +3,8 @@
  * ($PHOS_MOUNT, or /phos).
  *
  *   phos run [-d] [--pid-ns|--host-pids] [--name JOB] [--on-signal SIG=ACTION]…
- *            [--on-signal-timeout SECONDS] [--restore-from DIR|latest] [--keep N] [--] CMD…
+ *            [--on-signal-timeout SECONDS] [--restore-from DIR|latest] [--keep N]
+ *            [--checkpoint-every DURATION|auto [--mtbf DURATION]] [--] CMD…
  *                                run CMD under the tracer, without a tty;
  *                                with --pid-ns in a pid namespace of its
  *                                own (run.c); then wait for it, taking
@@ -40,7 +41,8 @@
 static int usage(FILE *f)
 {
 	fprintf(f, "usage: phos run [-d] [--pid-ns|--host-pids] [--name JOB] [--on-signal SIG=ACTION]...\n"
-		   "                [--on-signal-timeout SECONDS] [--restore-from DIR|latest] [--keep N] [--] CMD...\n"
+		   "                [--on-signal-timeout SECONDS] [--restore-from DIR|latest] [--keep N]\n"
+		   "                [--checkpoint-every DURATION|auto [--mtbf DURATION]] [--] CMD...\n"
 		   "       phos ls [--json]\n"
 		   "       phos checkpoint PID [cow|recopy|stop] [--name NAME] [--kill] [--timeout SECONDS] [--wait]\n"
 		   "       phos restore DIR [eager|lazy] [--lazy-pages] [--device OLD=NEW[,OLD=NEW...]] [--wait]\n"
@@ -73,6 +75,7 @@ static int ctl(const char *ctl_path, const char *cmd, const char *who, char *rep
 typedef struct run_args {
 	bool detach, pid_ns, pid_ns_given;
 	const char *name, *from; /* --name, --restore-from */
+	const char *every, *mtbf; /* --checkpoint-every, --mtbf */
 	int keep, timeout_s;
 	on_signals acts;
 	sigset_t sigs; /* what phos run catches while it waits */
@@ -120,6 +123,12 @@ static int run_option(int o, run_args *a)
 			return 0;
 		fprintf(stderr, "phos run: --on-signal-timeout '%s': expected seconds, from 1 to 86400\n", optarg);
 		return 2;
+	case 'e':
+		a->every = optarg;
+		return 0;
+	case 'm':
+		a->mtbf = optarg;
+		return 0;
 	case 'k':
 		if (whole(optarg, 0, 1000000, &a->keep))
 			return 0;
@@ -141,6 +150,8 @@ static int run_parse(int argc, char **argv, run_args *a)
 					      { "on-signal-timeout", required_argument, NULL, 't' },
 					      { "restore-from", required_argument, NULL, 'r' },
 					      { "keep", required_argument, NULL, 'k' },
+					      { "checkpoint-every", required_argument, NULL, 'e' },
+					      { "mtbf", required_argument, NULL, 'm' },
 					      { 0 } };
 	memset(a, 0, sizeof(*a));
 	a->keep = 2;
@@ -158,6 +169,11 @@ static int run_parse(int argc, char **argv, run_args *a)
 	}
 	if (a->from && !strcmp(a->from, "latest") && !a->name) {
 		fprintf(stderr, "phos run: --restore-from latest needs the job's name: --name JOB (or SLURM_JOB_ID)\n");
+		return -2;
+	}
+	char why[512];
+	if (every_parse(a->every, a->mtbf, why, sizeof(why))) {
+		fprintf(stderr, "phos run: %s\n", why);
 		return -2;
 	}
 	if (a->detach && a->acts.n) {
@@ -275,17 +291,26 @@ static int cmd_run(int argc, char **argv)
 	sigset_t old;
 	sigprocmask(SIG_BLOCK, a.detach ? NULL : &a.sigs, &old);
 	run_watch w = { .store = store, .name = a.name, .keep = a.keep, .timeout_s = a.timeout_s, .acts = &a.acts,
-			.status_file = status };
+			.status_file = status, .events = -1 };
 	int e = a.from ? run_resume(&a, store, argv + i, &w) : -1;
 	if (e < 0)
 		e = run_fresh(&a, store, argv + i, &old, &w);
+	if (!e && a.every) {
+		/* Named, phos run links and keeps the images; else phosfs keeps them. */
+		every_start(w.job, a.every, a.mtbf, a.name ? 0 : a.keep);
+		if (a.name && !a.detach)
+			w.events = every_events_open();
+	}
 	if (e || a.detach)
 		return e;
 	/* Only an init says how its job ended: where the root is the job
 	 * itself, there is no file (and the child's status says it). */
 	if (w.root != w.job && run_status_path(store, w.root, status, sizeof(status)))
 		*status = 0;
-	return run_wait(&w, &a.sigs);
+	e = run_wait(&w, &a.sigs);
+	if (w.events >= 0)
+		close(w.events);
+	return e;
 }
 
 static int cmd_ls(int argc, char **argv)
