@@ -39,14 +39,18 @@ int every_parse(const char *every, const char *mtbf, char *why, size_t len)
 
 int every_start(pid_t job, const char *every, const char *mtbf, int keep)
 {
-	char ctl[PATH_MAX], cmd[256], reply[1200];
+	char ctl[PATH_MAX], cmd[160], reply[1200], ev[40] = "auto", mt[40] = "";
+	double s;
+	/* As seconds: the words given may be any length (every_parse checked them). */
+	if (strcmp(every, "auto") && !duration_parse(every, &s))
+		snprintf(ev, sizeof(ev), "%.3f", s);
+	if (mtbf && !duration_parse(mtbf, &s))
+		snprintf(mt, sizeof(mt), " mtbf=%.3f", s);
 	snprintf(ctl, sizeof(ctl), "%s/%d/ctl", cli_mount(), (int)job);
-	int n = snprintf(cmd, sizeof(cmd), "schedule every=%s", every);
-	if (mtbf)
-		n += snprintf(cmd + n, sizeof(cmd) - (size_t)n, " mtbf=%s", mtbf);
+	char keeps[24] = "";
 	if (keep > 0)
-		n += snprintf(cmd + n, sizeof(cmd) - (size_t)n, " keep=%d", keep);
-	snprintf(cmd + n, sizeof(cmd) - (size_t)n, "\n");
+		snprintf(keeps, sizeof(keeps), " keep=%d", keep);
+	snprintf(cmd, sizeof(cmd), "schedule every=%s%s%s\n", ev, mt, keeps);
 	int e = cli_ctl(ctl, cmd, reply, sizeof(reply));
 	if (e)
 		fprintf(stderr, "phos: --checkpoint-every: phosfs did not take the schedule of process %d: %s\n",

@@ -5,7 +5,9 @@
  *
  * The newest EVENTS_KEEP lines are kept in a ring, by sequence number.
  * A reader starts at the event after its open; a read returns whole
- * lines, waiting for the next one unless the file was opened O_NONBLOCK,
+ * lines (a read shorter than a line returns its next part, and the next
+ * read goes on from there), waiting for one unless the file was opened
+ * O_NONBLOCK,
  * and a reader that fell more than EVENTS_KEEP behind gets a "lost" line
  * saying how many it missed. poll(2) says when there is a line to read.
  * At most EVENTS_WAITERS reads wait at once (each holds one of phosfs's
@@ -86,51 +88,61 @@ void events_emit(const char *event, pid_t pid, json_t *fields)
 	json_decref(fields);
 }
 
-/* Copies whole lines from *seq on into buf (size bytes) under the lock;
- * the bytes copied (0: none is there yet). */
-static size_t copy_locked(uint64_t *seq, char *buf, size_t size)
+/* Copies what c has not read yet into buf (size bytes) under the lock,
+ * from c->off into its next line: whole lines, or, where buf is shorter
+ * than a line, its next part (a short read goes on from there). The
+ * bytes copied (0: none is there yet). */
+static size_t copy_locked(events_cursor *c, char *buf, size_t size)
 {
-	size_t n = 0;
 	uint64_t oldest = next_seq > EVENTS_KEEP ? next_seq - EVENTS_KEEP : 1;
-	if (*seq < oldest) {
-		int k = snprintf(buf, size, "{\"event\":\"lost\",\"count\":%llu}\n", (unsigned long long)(oldest - *seq));
-		if (k < 0 || (size_t)k >= size)
-			return 0;
-		n = (size_t)k;
-		*seq = oldest;
+	if (c->seq < oldest && !c->lost) {
+		/* Fell behind: a line saying how far, then the oldest kept. */
+		c->lost = oldest - c->seq;
+		c->seq = oldest;
+		c->off = 0;
 	}
-	while (*seq < next_seq) {
-		const char *l = ring[*seq % EVENTS_KEEP];
-		size_t len = strlen(l);
-		if (n + len > size) {
-			/* A line longer than a read: its start, then the rest is lost. */
-			if (!n) {
-				memcpy(buf, l, size);
-				n = size;
-				(*seq)++;
-			}
+	size_t n = 0;
+	while (n < size) {
+		char lost[64];
+		const char *l = NULL;
+		if (c->lost) {
+			snprintf(lost, sizeof(lost), "{\"event\":\"lost\",\"count\":%llu}\n", (unsigned long long)c->lost);
+			l = lost;
+		} else if (c->seq < next_seq) {
+			l = ring[c->seq % EVENTS_KEEP];
+		} else {
 			break;
 		}
-		memcpy(buf + n, l, len);
-		n += len;
-		(*seq)++;
+		size_t len = strlen(l) - c->off, k = len < size - n ? len : size - n;
+		if (n && k < len)
+			break; /* whole lines where they fit: the rest at the next read */
+		memcpy(buf + n, l + c->off, k);
+		n += k;
+		c->off += k;
+		if (k < len)
+			break;
+		c->off = 0;
+		if (c->lost)
+			c->lost = 0;
+		else
+			c->seq++;
 	}
 	return n;
 }
 
-int events_read(uint64_t *seq, char *buf, size_t size, bool nonblock)
+int events_read(events_cursor *c, char *buf, size_t size, bool nonblock)
 {
 	if (!size)
 		return 0;
 	pthread_mutex_lock(&lock);
-	size_t n = copy_locked(seq, buf, size);
+	size_t n = copy_locked(c, buf, size);
 	if (!n && !nonblock && waiters >= EVENTS_WAITERS) {
 		pthread_mutex_unlock(&lock);
 		return -EAGAIN;
 	}
 	if (!n && !nonblock) {
 		waiters++;
-		while (!(n = copy_locked(seq, buf, size)) && !fuse_interrupted()) {
+		while (!(n = copy_locked(c, buf, size)) && !fuse_interrupted()) {
 			struct timespec until = engine_deadline(WAIT_SLICE_MS);
 			pthread_cond_timedwait(&arrived, &lock, &until);
 		}
@@ -140,10 +152,10 @@ int events_read(uint64_t *seq, char *buf, size_t size, bool nonblock)
 	return n ? (int)n : nonblock ? -EAGAIN : -EINTR;
 }
 
-int events_poll(uint64_t seq, struct fuse_pollhandle *ph, unsigned *revents)
+int events_poll(const events_cursor *c, struct fuse_pollhandle *ph, unsigned *revents)
 {
 	pthread_mutex_lock(&lock);
-	bool ready = seq < next_seq;
+	bool ready = c->lost || c->seq < next_seq;
 	*revents = ready ? POLLIN : 0;
 	if (ph && !ready) {
 		int i = 0;

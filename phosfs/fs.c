@@ -560,9 +560,9 @@ typedef struct handle {
 	target *stream; /* gpu.data of a checkpoint being written, or NULL */
 	char name[CTL_NAME_MAX + 1]; /* that checkpoint */
 	bool ctl; /* a ctl: t is the answer to its last write */
-	bool events;   /* /events: read from seq on */
+	bool events;   /* /events: read from cur on */
 	bool nonblock; /* /events opened O_NONBLOCK */
-	uint64_t seq;
+	events_cursor cur;
 	size_t got; /* how much of the answer was read: a ctl's reads go on from there, whatever the offset */
 } handle;
 
@@ -663,7 +663,7 @@ static int fs_open(const char *path, struct fuse_file_info *fi)
 	} else if (w.n == N_EVENTS) {
 		h->events = true;
 		h->nonblock = fi->flags & O_NONBLOCK;
-		h->seq = events_next();
+		h->cur.seq = events_next();
 		fi->nonseekable = 1;
 	} else if (!ctl) {
 		e = make_text(&w, &h->t);
@@ -716,7 +716,7 @@ static int fs_read(const char *path, char *buf, size_t size, off_t off, struct f
 	(void)path;
 	handle *h = (handle *)(uintptr_t)fi->fh;
 	if (h->events)
-		return events_read(&h->seq, buf, size, h->nonblock || (fi->flags & O_NONBLOCK));
+		return events_read(&h->cur, buf, size, h->nonblock || (fi->flags & O_NONBLOCK));
 	if (h->stream)
 		return read_stream(h, buf, size, off);
 	if (h->fd >= 0) {
@@ -831,7 +831,7 @@ static int fs_poll(const char *path, struct fuse_file_info *fi, struct fuse_poll
 	(void)path;
 	handle *h = (handle *)(uintptr_t)fi->fh;
 	if (h && h->events)
-		return events_poll(h->seq, ph, reventsp);
+		return events_poll(&h->cur, ph, reventsp);
 	if (ph)
 		fuse_pollhandle_destroy(ph);
 	*reventsp = POLLIN;

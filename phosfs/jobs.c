@@ -268,7 +268,7 @@ static json_t *ckpt_fields(const watch *w, uint64_t stall_ns)
 {
 	char dir[PATH_MAX];
 	snprintf(dir, sizeof(dir), "%s/%d/%s", phosfs_store, (int)w->t->pid, w->name);
-	json_t *f = json_pack("{s:s,s:s,s:s}", "name", w->name, "protocol", w->proto, "dir", dir);
+	json_t *f = json_pack("{s:s,s:s,s:o}", "name", w->name, "protocol", w->proto, "dir", text_json(dir));
 	if (f && stall_ns)
 		json_object_set_new(f, "stall_ms", json_real(stall_ns / 1e6));
 	return f;
@@ -316,7 +316,7 @@ static void finish_job(const watch *w)
 	metrics_checkpoint(w->proto, t->result, &t->last_prog, t->last_step_ns);
 	json_t *f = ckpt_fields(w, t->last_stall_ns);
 	if (t->result)
-		json_object_set_new(f, "error", json_string(t->error));
+		json_object_set_new(f, "error", text_json(t->error));
 	events_emit(t->result ? "checkpoint.failed" : "checkpoint.published", t->pid, f);
 	t->busy = false;
 	t->sh = NULL;
@@ -325,35 +325,44 @@ static void finish_job(const watch *w)
 	munmap(sh, sizeof(*sh));
 }
 
-/* Until w's job process ends: the events of its stall and its copy, as
- * its progress shows them (looked at every WATCH_POLL_US). */
-static void observe(const watch *w)
+/* The events of w's stall and copy that its progress shows now and
+ * *said does not hold yet: bit 0 stalled, 1 resumed, 2 off the GPU. */
+static void transitions(const watch *w, int *said)
 {
 	engine_progress *p = &w->s.sh->prog;
-	bool stalled = false, resumed = false, off = false;
+	int step = atomic_load(&p->step);
+	uint64_t stall = atomic_load(&p->stall_ns), off_ns = atomic_load(&p->off_ns);
+	if (!(*said & 1) && (step == STEP_PARK || step == STEP_LOCK || step == STEP_DUMP || stall || off_ns)) {
+		*said |= 1;
+		events_emit("checkpoint.stalled", w->t->pid, ckpt_fields(w, 0));
+	}
+	if ((*said & 1) && !(*said & 2) && stall) {
+		*said |= 2;
+		events_emit("checkpoint.resumed", w->t->pid, ckpt_fields(w, stall));
+	}
+	if ((*said & 1) && !(*said & 4) && off_ns) {
+		*said |= 4;
+		json_t *f = ckpt_fields(w, 0);
+		json_object_set_new(f, "off_gpu_ms", json_real(off_ns / 1e6));
+		events_emit("checkpoint.off_gpu", w->t->pid, f);
+	}
+}
+
+/* Until w's job process ends: the events of its stall and its copy, as
+ * its progress shows them (looked at every WATCH_POLL_US, and once more
+ * at its end). */
+static void observe(const watch *w)
+{
+	int said = 0;
 	for (;;) {
-		int step = atomic_load(&p->step);
-		uint64_t stall = atomic_load(&p->stall_ns), off_ns = atomic_load(&p->off_ns);
-		if (!stalled && (step == STEP_PARK || step == STEP_LOCK || step == STEP_DUMP || stall)) {
-			stalled = true;
-			events_emit("checkpoint.stalled", w->t->pid, ckpt_fields(w, 0));
-		}
-		if (stalled && !resumed && stall) {
-			resumed = true;
-			events_emit("checkpoint.resumed", w->t->pid, ckpt_fields(w, stall));
-		}
-		if (stalled && !off && off_ns) {
-			off = true;
-			json_t *f = ckpt_fields(w, 0);
-			json_object_set_new(f, "off_gpu_ms", json_real(off_ns / 1e6));
-			events_emit("checkpoint.off_gpu", w->t->pid, f);
-		}
+		transitions(w, &said);
 		siginfo_t si = { 0 };
 		if (atomic_load(&w->s.sh->finished) ||
 		    (waitid(P_PID, (id_t)w->s.child, &si, WEXITED | WNOHANG | WNOWAIT) == 0 && si.si_pid == w->s.child))
-			return;
+			break;
 		usleep(WATCH_POLL_US);
 	}
+	transitions(w, &said);
 }
 
 static void *watch_main(void *arg)
@@ -526,13 +535,14 @@ static void started(target *t, watch *w, const ctl_cmd *c, enum ctl_proto proto,
 	t->traced = traced;
 	snprintf(t->name, sizeof(t->name), "%s", name);
 	snprintf(t->job, sizeof(t->job), "checkpoint %s name=%s%s", proto_name(proto), name, c->kill ? " kill" : "");
+	/* Before its watcher runs: its events come after this one. */
+	events_emit("checkpoint.started", t->pid, ckpt_fields(w, 0));
 	pthread_t th;
 	if (pthread_create(&th, NULL, watch_main, w) != 0)
 		*here = w; /* without a watcher, the caller waits */
 	else
 		pthread_detach(th);
 	syslog(LOG_INFO, "process %d: %s started", (int)t->pid, t->job);
-	events_emit("checkpoint.started", t->pid, ckpt_fields(w, 0));
 }
 
 static int start_locked(target *t, const ctl_cmd *c, watch **here, perr *er)
@@ -617,7 +627,7 @@ static void *deferred_main(void *arg)
 		t->result = e;
 		snprintf(t->error, sizeof(t->error), "%s failed: %s", t->job, pr_msg(&er));
 		syslog(LOG_WARNING, "process %d: %s", (int)t->pid, t->error);
-		events_emit("checkpoint.failed", t->pid, json_pack("{s:s}", "error", t->error));
+		events_emit("checkpoint.failed", t->pid, json_pack("{s:s,s:o}", "protocol", proto_name(d->c.proto), "error", text_json(t->error)));
 		pthread_cond_broadcast(&t->done);
 	}
 	pthread_mutex_unlock(&t->lock);

@@ -342,7 +342,9 @@ static void apply_options(const struct options *o)
 				errno ? strerror(errno) : "not a folder");
 			exit(2);
 		}
-		phosfs_metrics_textfile = o->metrics_textfile;
+		/* Absolute: phosfs leaves its folder when it daemonizes. */
+		static char abs[PATH_MAX];
+		phosfs_metrics_textfile = realpath(o->metrics_textfile, abs) ? abs : o->metrics_textfile;
 	}
 	perr er = { 0 };
 	if (o->checkpoint_timeout && ctl_timeout(o->checkpoint_timeout, &phosfs_checkpoint_timeout_ms, &er)) {

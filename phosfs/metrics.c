@@ -110,7 +110,7 @@ void metrics_checkpoint(const char *proto, int result, const engine_progress *p,
 			if (step_ns[st])
 				observe(&m.step[k][st], s_of(step_ns[st]));
 		m.dev_bytes[k] += atomic_load(&p->done);
-		m.host_bytes[k] += atomic_load(&p->criu_pages) * 4096u;
+		m.host_bytes[k] += atomic_load(&p->criu_pages) * (uint64_t)sysconf(_SC_PAGESIZE);
 	}
 	m.shadows += atomic_load(&p->shadows);
 	m.shadow_bytes += atomic_load(&p->shadow_bytes);
@@ -123,9 +123,9 @@ void metrics_checkpoint(const char *proto, int result, const engine_progress *p,
 	pthread_mutex_unlock(&lock);
 }
 
-void metrics_restore(int result, const engine_progress *p)
+void metrics_restore(bool lazy, int result, const engine_progress *p)
 {
-	int k = atomic_load(&p->lazy) ? 1 : 0;
+	int k = lazy ? 1 : 0;
 	pthread_mutex_lock(&lock);
 	m.restores[k][result != 0]++;
 	if (result) {

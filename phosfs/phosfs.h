@@ -218,16 +218,23 @@ struct fuse_pollhandle;
  * with fields (a JSON object, or NULL), which it takes. An event that
  * cannot be made is left out. */
 void events_emit(const char *event, pid_t pid, json_t *fields);
+/* A reader's place: the next event it reads, how much of it it has
+ * read, and how many it missed, to say so first. */
+typedef struct events_cursor {
+	uint64_t seq;
+	size_t off;
+	uint64_t lost;
+} events_cursor;
 /* The sequence number the next event will have: a new reader's start. */
 uint64_t events_next(void);
-/* Whole lines of events from *seq on into buf (size bytes), advancing
- * *seq; waits for one unless nonblock. Returns the bytes, or -EAGAIN
- * (nonblock and none; or too many reads wait already), -EINTR
- * (interrupted). */
-int events_read(uint64_t *seq, char *buf, size_t size, bool nonblock);
-/* For poll(2): POLLIN in *revents when an event after seq is there;
- * else ph (taken) is told at the next one. Returns 0. */
-int events_poll(uint64_t seq, struct fuse_pollhandle *ph, unsigned *revents);
+/* Lines of events from c on into buf (size bytes), advancing c: whole
+ * lines, or the next part of one longer than size; waits for one unless
+ * nonblock. Returns the bytes, or -EAGAIN (nonblock and none; or too many
+ * reads wait already), -EINTR (interrupted). */
+int events_read(events_cursor *c, char *buf, size_t size, bool nonblock);
+/* For poll(2): POLLIN in *revents when c has something to read; else ph
+ * (taken) is told at the next event. Returns 0. */
+int events_poll(const events_cursor *c, struct fuse_pollhandle *ph, unsigned *revents);
 /* Frees what is kept (at exit). */
 void events_free(void);
 
@@ -236,8 +243,8 @@ void events_free(void);
 /* Counts a checkpoint that ended (proto "cow", "recopy" or "stop";
  * result 0 or a negative errno), with its progress and step times. */
 void metrics_checkpoint(const char *proto, int result, const engine_progress *p, const uint64_t *step_ns);
-/* Counts a restore that ended. */
-void metrics_restore(int result, const engine_progress *p);
+/* Counts a restore that ended (asked lazy or eager). */
+void metrics_restore(bool lazy, int result, const engine_progress *p);
 /* The metrics as the exposition format into t. Errors: -ENOMEM. */
 int metrics_text(text *t);
 /* Waits up to ms until the metrics changed since version seen; the

@@ -144,14 +144,14 @@ static void mark_restored(pid_t pid, const char *dir)
  * (pid, times, error). */
 static void restore_event(const restore_job *j, const char *event, const engine_progress *p)
 {
-	json_t *f = json_pack("{s:i,s:s,s:s}", "restore_id", (int)j->v.id, "dir", j->cmd.dir, "mode",
+	json_t *f = json_pack("{s:i,s:o,s:s}", "restore_id", (int)j->v.id, "dir", text_json(j->cmd.dir), "mode",
 			      j->cmd.lazy ? "lazy" : "eager");
 	if (p && atomic_load(&p->resume_ns))
 		json_object_set_new(f, "resume_ms", json_real(atomic_load(&p->resume_ns) / 1e6));
 	if (p && atomic_load(&p->full_ns))
 		json_object_set_new(f, "full_ms", json_real(atomic_load(&p->full_ns) / 1e6));
 	if (j->v.state == RESTORE_FAILED)
-		json_object_set_new(f, "error", json_string(j->v.error));
+		json_object_set_new(f, "error", text_json(j->v.error));
 	events_emit(event, j->v.pid, f);
 }
 
@@ -190,7 +190,7 @@ static void run(restore_job *j)
 		running--;
 		set_state(j, RESTORE_FAILED);
 		restore_event(j, "restore.failed", NULL);
-		metrics_restore(e, &j->v.prog);
+		metrics_restore(c->lazy, e, &j->v.prog);
 		pthread_mutex_unlock(&lock);
 		syslog(LOG_WARNING, "restore %u: %s", j->v.id, j->v.error);
 		return;
@@ -242,7 +242,7 @@ static void finish(restore_job *j, spawn *sp, pid_t runs)
 	running--;
 	set_state(j, v->result ? RESTORE_FAILED : RESTORE_DONE);
 	restore_event(j, v->result ? "restore.failed" : "restore.done", &v->prog);
-	metrics_restore(v->result, &v->prog);
+	metrics_restore(c->lazy, v->result, &v->prog);
 	if (v->result)
 		syslog(LOG_WARNING, "restore %u%s%.0d: %s", v->id, v->pid > 0 ? " of process " : "", (int)v->pid,
 		       v->error);

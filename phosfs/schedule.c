@@ -18,7 +18,9 @@
  * of the job was measured, the first comes after SCHED_FIRST_S. The
  * interval is kept within [SCHED_MIN_S, M].
  */
+#include <dirent.h>
 #include <errno.h>
+#include <ftw.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <math.h>
@@ -38,6 +40,7 @@
 
 typedef struct sched {
 	pid_t pid;
+	unsigned long long started; /* the process's start time (/proc/PID/stat): a pid used again is not it */
 	ctl_cmd cmd;       /* what was asked */
 	double costs[SCHED_COSTS]; /* seconds, the newest last */
 	int ncosts;
@@ -53,6 +56,34 @@ typedef struct sched {
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t wake = PTHREAD_COND_INITIALIZER;
 static sched *list;
+static int threads; /* schedules' threads that run: schedule_stop_all waits for 0 */
+static _Atomic bool stopping; /* phosfs ends: every thread ends (read without the lock in take) */
+
+/* The start time of process pid, in clock ticks since boot, or 0 when
+ * it is gone. */
+static unsigned long long start_time(pid_t pid)
+{
+	char path[64], buf[1024];
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	FILE *f = fopen(path, "re");
+	size_t n = f ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
+	if (f)
+		fclose(f);
+	buf[n] = 0;
+	/* After the comm's closing parenthesis: state is field 3, start time 22. */
+	char *p = strrchr(buf, ')');
+	unsigned long long t = 0;
+	for (int field = 2; p && *p && field < 22; p++)
+		if (*p == ' ' && ++field == 22)
+			t = strtoull(p + 1, NULL, 10);
+	return t;
+}
+
+/* Whether s's process still runs: the same pid, started when it was. */
+static bool same_process(const sched *s)
+{
+	return engine_alive(s->pid) && start_time(s->pid) == s->started;
+}
 
 static void interval_locked(sched *s)
 {
@@ -91,19 +122,48 @@ static double cost_of(target *t)
 	return c;
 }
 
+static int remove_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+	(void)st, (void)ftw;
+	return (flag == FTW_DP ? rmdir(path) : unlink(path)) ? -1 : 0;
+}
+
+static int by_number(const void *a, const void *b)
+{
+	long x = *(const long *)a, y = *(const long *)b;
+	return (x > y) - (x < y);
+}
+
 /* Removes the job's numbered checkpoints beyond the newest keep, except
  * the one `latest` names. */
 static void prune(pid_t pid, unsigned keep)
 {
-	char dir[PATH_MAX], cmd[2 * PATH_MAX + 256];
+	char dir[PATH_MAX], link[32] = "";
 	snprintf(dir, sizeof(dir), "%s/%d", phosfs_store, (int)pid);
-	snprintf(cmd, sizeof(cmd),
-		 "cd '%s' && l=$(readlink latest 2>/dev/null); ls | grep -E '^[0-9]+$' | sort -n | head -n -%u | "
-		 "while read -r n; do [ \"$n\" = \"$l\" ] || rm -rf -- \"$n\"; done",
-		 dir, keep);
-	if (system(cmd) != 0)
-		syslog(LOG_WARNING, "process %d: the schedule could not remove checkpoints beyond the newest %u in %s",
-		       (int)pid, keep, dir);
+	DIR *d = opendir(dir);
+	if (!d)
+		return;
+	long nums[1024];
+	size_t n = 0;
+	for (struct dirent *de; (de = readdir(d)) && n < sizeof(nums) / sizeof(*nums);) {
+		char *end;
+		long v = strtol(de->d_name, &end, 10);
+		if (de->d_name[0] >= '1' && de->d_name[0] <= '9' && !*end)
+			nums[n++] = v;
+	}
+	closedir(d);
+	char path[PATH_MAX + 32];
+	snprintf(path, sizeof(path), "%s/latest", dir);
+	ssize_t l = readlink(path, link, sizeof(link) - 1);
+	link[l > 0 ? l : 0] = 0;
+	qsort(nums, n, sizeof(*nums), by_number);
+	for (size_t i = 0; i + keep < n; i++) {
+		if (atol(link) == nums[i])
+			continue;
+		snprintf(path, sizeof(path), "%s/%ld", dir, nums[i]);
+		if (nftw(path, remove_one, 16, FTW_DEPTH | FTW_PHYS))
+			syslog(LOG_WARNING, "process %d: the schedule could not remove %s: %m", (int)pid, path);
+	}
 }
 
 /* Takes one checkpoint of s's job and waits for it; its cost, or -1. */
@@ -111,14 +171,19 @@ static double take(sched *s, const ctl_cmd *c)
 {
 	target *t = target_get(s->pid, true);
 	perr er = { 0 };
-	if (!t || job_checkpoint(t, c, &er)) {
-		if (t)
+	int e = t ? job_checkpoint(t, c, &er) : -ENOMEM;
+	if (e) {
+		/* One that runs already (asked by hand) is no error of the job's. */
+		if (t && e != -EBUSY)
 			target_error(t, "scheduled checkpoint: %s", pr_msg(&er));
 		return -1;
 	}
+	/* The job has deadlines of its own; this wait ends with phosfs too. */
 	pthread_mutex_lock(&t->lock);
-	while (t->busy)
-		pthread_cond_wait(&t->done, &t->lock);
+	while (t->busy && !stopping) {
+		struct timespec until = engine_deadline(1000);
+		pthread_cond_timedwait(&t->done, &t->lock, &until);
+	}
 	pthread_mutex_unlock(&t->lock);
 	return cost_of(t);
 }
@@ -127,15 +192,21 @@ static void *sched_main(void *arg)
 {
 	sched *s = arg;
 	pthread_mutex_lock(&lock);
-	while (!s->stop) {
+	while (!s->stop && !stopping) {
 		uint64_t now = engine_now_ns();
 		if (now < s->due_ns) {
+			/* A second at most: a job that ended ends its schedule. */
 			uint64_t ms = (s->due_ns - now) / 1000000u + 1;
-			struct timespec until = engine_deadline(ms < 60000 ? (int)ms : 60000);
+			struct timespec until = engine_deadline(ms < 1000 ? (int)ms : 1000);
 			pthread_cond_timedwait(&wake, &lock, &until);
+			pthread_mutex_unlock(&lock);
+			bool alive = same_process(s);
+			pthread_mutex_lock(&lock);
+			if (!alive)
+				break;
 			continue;
 		}
-		if (!engine_alive(s->pid))
+		if (!same_process(s))
 			break;
 		ctl_cmd c = { .verb = CTL_CHECKPOINT, .proto = s->cmd.proto };
 		unsigned keep = s->cmd.keep;
@@ -161,6 +232,8 @@ static void *sched_main(void *arg)
 			*p = s->next;
 			break;
 		}
+	threads--;
+	pthread_cond_broadcast(&wake);
 	pthread_mutex_unlock(&lock);
 	free(s);
 	return NULL;
@@ -168,6 +241,11 @@ static void *sched_main(void *arg)
 
 int schedule_set(pid_t pid, const ctl_cmd *c, perr *er)
 {
+	/* The job's last checkpoint, where it has one, is its first cost
+	 * (before the schedules' lock: the target's may be held long). */
+	target *t = target_get(pid, false);
+	double c0 = t && !c->every_s && !c->off ? cost_of(t) : -1;
+	unsigned long long started = start_time(pid);
 	pthread_mutex_lock(&lock);
 	for (sched *o = list; o; o = o->next)
 		if (o->pid == pid && !o->stop)
@@ -183,10 +261,8 @@ int schedule_set(pid_t pid, const ctl_cmd *c, perr *er)
 		return pr_err(er, -ENOMEM, "out of memory");
 	}
 	s->pid = pid;
+	s->started = started;
 	s->cmd = *c;
-	/* The job's last checkpoint, where it has one, is its first cost. */
-	target *t = target_get(pid, false);
-	double c0 = t && !c->every_s ? cost_of(t) : -1;
 	if (c0 > 0)
 		s->costs[s->ncosts++] = c0;
 	interval_locked(s);
@@ -199,10 +275,14 @@ int schedule_set(pid_t pid, const ctl_cmd *c, perr *er)
 		return pr_err(er, -e, "cannot start the schedule's thread: %s", strerror(e));
 	}
 	pthread_detach(th);
+	threads++;
 	s->next = list;
 	list = s;
+	double every = s->interval_s;
+	char why[sizeof(s->why)];
+	snprintf(why, sizeof(why), "%s", s->why);
 	pthread_mutex_unlock(&lock);
-	syslog(LOG_INFO, "process %d: checkpoints every %.0f s (%s)", (int)pid, s->interval_s, s->why);
+	syslog(LOG_INFO, "process %d: checkpoints every %.0f s (%s)", (int)pid, every, why);
 	return 0;
 }
 
@@ -225,8 +305,12 @@ void schedule_status(pid_t pid, text *t)
 void schedule_stop_all(void)
 {
 	pthread_mutex_lock(&lock);
-	for (sched *s = list; s; s = s->next)
-		s->stop = true;
+	stopping = true;
 	pthread_cond_broadcast(&wake);
+	/* A checkpoint under way ends first: its job has its deadlines. */
+	while (threads) {
+		struct timespec until = engine_deadline(1000);
+		pthread_cond_timedwait(&wake, &lock, &until);
+	}
 	pthread_mutex_unlock(&lock);
 }

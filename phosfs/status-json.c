@@ -12,7 +12,8 @@
  *   2 (512 bytes)                 {"count": 2, "bytes": 512}
  *   anything else                 a string
  * with a note in parentheses after a number or pairs kept as "note" (and
- * left out after a lone number). A key given more than once becomes an
+ * left out after a lone number). The values of names and messages (error,
+ * job, last checkpoint, log, …: is_text) are strings, or null for none. A key given more than once becomes an
  * array; "member" lines become "members", [{"pid", "comm", "gpu"}] (their
  * number, "members: N", is its length), and
  * /status's "restore ID" lines "pending", [{"id", "state", "job"}].
@@ -148,11 +149,11 @@ static json_t *value(char *v)
 	snprintf(main_copy, sizeof(main_copy), "%s", v);
 	if (pairs(main_copy, obj)) {
 		if (note && !pairs(note, obj))
-			json_object_set_new(obj, "note", json_string(note_copy));
+			json_object_set_new(obj, "note", text_json(note_copy));
 		return obj;
 	}
 	json_decref(obj);
-	return json_string(orig);
+	return text_json(orig);
 }
 
 /* Sets key in obj to v, making an array of a key given again. */
@@ -183,11 +184,16 @@ static bool special(json_t *obj, const char *key, size_t klen, const char *v)
 			json_object_set_new(obj, "members", json_array());
 		return true;
 	}
-	if (klen == 6 && !strncmp(key, "member", 6) && sscanf(v, "%d %63s gpu=%31s", &pid, comm, gpu) == 3) {
+	const char *g = klen == 6 && !strncmp(key, "member", 6) ? strrchr(v, ' ') : NULL;
+	int at0 = 0;
+	/* "PID COMM gpu=G", the comm's blanks and all: read from both ends. */
+	if (g && !strncmp(g, " gpu=", 5) && sscanf(v, "%d %n", &pid, &at0) == 1 && at0 && v + at0 <= g) {
+		snprintf(comm, sizeof(comm), "%.*s", (int)(g - v - at0), v + at0);
+		snprintf(gpu, sizeof(gpu), "%s", g + 5);
 		json_t *a = json_object_get(obj, "members");
 		if (!a)
 			json_object_set_new(obj, "members", a = json_array());
-		json_array_append_new(a, json_pack("{s:i,s:s,s:s}", "pid", pid, "comm", comm, "gpu", gpu));
+		json_array_append_new(a, json_pack("{s:i,s:o,s:s}", "pid", pid, "comm", text_json(comm), "gpu", gpu));
 		return true;
 	}
 	if (klen > 8 && !strncmp(key, "restore ", 8) && sscanf(key + 8, "%d", &id) == 1 &&
@@ -201,13 +207,28 @@ static bool special(json_t *obj, const char *key, size_t klen, const char *v)
 	return false;
 }
 
+/* Keys whose values are words, whatever their shape: a name, a
+ * message. */
+static bool is_text(const char *key)
+{
+	static const char *const keys[] = { "error",	 "job",	      "last_job", "last_checkpoint",
+					    "log",	 "nccl_cut",  "moved_gpus", "checkpoint_interval_why",
+					    "stop_only", "traced",    "state",	    "protocol",
+					    "step",	 "cpu_pages", "restore" };
+	for (size_t i = 0; i < sizeof(keys) / sizeof(*keys); i++)
+		if (!strcmp(key, keys[i]))
+			return true;
+	return false;
+}
+
 int status_json(const char *s, size_t len, text *out)
 {
 	json_t *obj = json_object();
 	if (!obj)
 		return -ENOMEM;
 	for (size_t at = 0; at < len;) {
-		size_t n = strcspn(s + at, "\n");
+		const char *nl = memchr(s + at, '\n', len - at);
+		size_t n = nl ? (size_t)(nl - s - at) : len - at;
 		char line[2048];
 		snprintf(line, sizeof(line), "%.*s", (int)n, s + at);
 		at += n + 1;
@@ -219,7 +240,8 @@ int status_json(const char *s, size_t len, text *out)
 			continue;
 		char key[128];
 		key_of(line, klen, key, sizeof(key));
-		set(obj, key, value(colon + 2));
+		const char *v = colon + 2;
+		set(obj, key, !is_text(key) ? value(colon + 2) : !strcmp(v, "none") ? json_null() : text_json(v));
 	}
 	char *js = json_dumps(obj, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(15));
 	json_decref(obj);

@@ -4,6 +4,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "text.h"
 
@@ -33,6 +34,22 @@ void text_add(text *t, const char *fmt, ...)
 		t->s = s;
 		t->cap = cap;
 	}
+}
+
+json_t *text_json(const char *s)
+{
+	json_t *j = json_string(s);
+	if (j)
+		return j;
+	char *copy = strdup(s);
+	if (!copy)
+		return NULL;
+	for (char *c = copy; *c; c++)
+		if ((unsigned char)*c >= 0x80)
+			*c = '?';
+	j = json_string(copy);
+	free(copy);
+	return j;
 }
 
 void text_free(text *t)

@@ -8,6 +8,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include <jansson.h>
+
 typedef struct text {
 	char *s;   /* malloc'd, owned by the text; NULL while empty */
 	size_t len, cap;
@@ -17,6 +19,9 @@ typedef struct text {
 /* Appends printf-style text to t; on a failed allocation sets t->oom
  * and leaves t as it was. */
 void text_add(text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* A JSON string of s, its bytes that are not UTF-8 as '?' (jansson takes
+ * only UTF-8). NULL only when out of memory. */
+json_t *text_json(const char *s);
 /* Frees t's contents and empties it. */
 void text_free(text *t);
 

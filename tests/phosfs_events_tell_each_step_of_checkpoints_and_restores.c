@@ -5,7 +5,8 @@
  * --kill checkpoint likewise; a lazy restore of it started, resumed with
  * the new pid and was done; a restore of a damaged copy failed, saying
  * why. poll(2) says when a line is there; a blocking read waits for one;
- * each reader starts at its open. Needs root and FUSE.
+ * reads of 5 bytes get every line whole, in parts; each reader starts at
+ * its open. Needs root and FUSE.
  */
 #include <jansson.h>
 #include <poll.h>
@@ -140,7 +141,7 @@ int main(void)
 {
 	rig r;
 	rig_require(&r);
-	plan(7);
+	plan(8);
 	if (rig_mount(&r, NULL))
 		bail("phosfs did not mount");
 	char path[160], out[160], ctl[160], status[160], last[256], st[8192];
@@ -194,6 +195,7 @@ int main(void)
 	char image[PATH_MAX], cmd[4 * PATH_MAX], seq[512];
 	snprintf(image, sizeof(image), "%s/%d/two", r.store, (int)pid);
 	mark = e.n;
+	int small = open(path, O_RDONLY | O_NONBLOCK);
 	pid_t back = 0;
 	int re = rig_restore(&r, image, &back, st, sizeof(st));
 	int fin = re ? -1 : until(&e, mark, "restore.done", 0, 30000);
@@ -205,7 +207,23 @@ int main(void)
 	   (int)back);
 	kill(back, SIGKILL);
 
-	/* 6. A restore of a damaged copy fails, and says why. */
+	/* 6. Reads of 5 bytes: every line comes whole, in its parts. */
+	static char all[65536];
+	size_t got = 0;
+	for (ssize_t k; got + 5 < sizeof(all) && (k = read(small, all + got, 5)) > 0;)
+		got += (size_t)k;
+	all[got] = 0;
+	int lines = 0, whole = 0;
+	for (char *save = NULL, *l = strtok_r(all, "\n", &save); l; l = strtok_r(NULL, "\n", &save), lines++) {
+		json_t *j = json_loads(l, 0, NULL);
+		whole += j != NULL;
+		json_decref(j);
+	}
+	close(small);
+	ok(fin >= mark && lines == fin - mark + 1 && whole == lines,
+	   "a reader that reads 5 bytes at a time gets the same %d events, each line whole", lines);
+
+	/* 7. A restore of a damaged copy fails, and says why. */
 	char bad[PATH_MAX + 16];
 	snprintf(bad, sizeof(bad), "%s/bad", r.dir);
 	snprintf(cmd, sizeof(cmd), "cp -r '%s' '%s' && truncate -s 100 '%s/" PHOSIMG_MANIFEST_FILE "'", image, bad,
@@ -220,7 +238,7 @@ int main(void)
 	   "a restore of a damaged image ends in restore.failed, with the image and why: %s",
 	   failed >= 0 ? str(e.ev[failed], "error") : "none");
 
-	/* 7. A new reader starts at its open. */
+	/* 8. A new reader starts at its open. */
 	int fd2 = open(path, O_RDONLY | O_NONBLOCK);
 	ok(fd2 >= 0 && read(fd2, buf, sizeof(buf)) < 0 && errno == EAGAIN,
 	   "a reader opened after the events sees none of them");

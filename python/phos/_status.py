@@ -12,7 +12,7 @@ from . import _fs
 _INT = re.compile(r"-?[0-9]+\Z")
 _FLOAT = re.compile(r"-?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?\Z")
 _BYTES = re.compile(r"([0-9]+)/([0-9]+) bytes\Z")
-_MEMBER = re.compile(r"\s*([-+]?[0-9]+)\s*(\S{1,63})\s*gpu=\s*(\S{1,31})")
+_MEMBER = re.compile(r"\s*([-+]?[0-9]+)\s*(.*) gpu=([^ ]*)")
 _RESTORE_ID = re.compile(r"\s*([-+]?[0-9]+)")
 _STATE = re.compile(r"\s*(\S{1,31})\s*")
 _TOKENS_MAX = 64
@@ -107,10 +107,11 @@ def _special(obj, key, v):
         obj.setdefault("members", [])
         return True
     if key == "member":
-        m = _MEMBER.match(v)
+        # "PID COMM gpu=G", the comm's blanks and all.
+        m = _MEMBER.fullmatch(v)
         if m:
             a = obj.setdefault("members", [])
-            a.append({"pid": int(m.group(1)), "comm": m.group(2), "gpu": m.group(3)})
+            a.append({"pid": int(m.group(1)), "comm": m.group(2)[:63], "gpu": m.group(3)[:31]})
             return True
     if len(key) > 8 and key.startswith("restore "):
         mid = _RESTORE_ID.match(key[8:])
@@ -122,6 +123,13 @@ def _special(obj, key, v):
     return False
 
 
+# Keys whose values are words, whatever their shape: a name, a message
+# (phosfs/status-json.c's is_text).
+_TEXT = frozenset(("error", "job", "last_job", "last_checkpoint", "log", "nccl_cut", "moved_gpus",
+                   "checkpoint_interval_why", "stop_only", "traced", "state", "protocol", "step",
+                   "cpu_pages", "restore"))
+
+
 def parse_status(text):
     """The dict that status.json holds, from a status file's text.
 
@@ -129,7 +137,8 @@ def parse_status(text):
     the value is None for ``none``, a number, ``{"done", "total"}`` for
     ``3/7 bytes``, a dict for pairs of words and numbers (``park 2.0
     unpark 1.0``, ``12 written, 4 shared``, ``2 (512 bytes)`` as
-    ``{"bytes": 512, "count": 2}``), else the text. A key given more than
+    ``{"bytes": 512, "count": 2}``), else the text; names and messages
+    (``error``, ``job``, ``last checkpoint``, ...) stay text. A key given more than
     once becomes a list; ``member`` lines become ``members``, a list of
     ``{"pid", "comm", "gpu"}``, and /status's ``restore ID`` lines
     ``pending``, a list of ``{"id", "state", "job"}``.
@@ -144,7 +153,7 @@ def parse_status(text):
         if _special(obj, raw, v):
             continue
         key = _key(raw)
-        val = _value(v)
+        val = (None if v == "none" else v) if key in _TEXT else _value(v)
         if key not in obj:
             obj[key] = val
         elif isinstance(obj[key], list):

@@ -6,11 +6,11 @@
 # checkpoint, which ends the job, and exits. The requeued job is the same
 # line with --restore-from latest: it restores the newest image of NAME,
 # and the job's losses continue exactly (each step's line is the
-# uninterrupted run's, up to its parameter checksum).
+# uninterrupted run's, to the last step).
 #   1. SIGTERM: the checkpoint is published, NAME's latest names it, and
 #      the job and phos run end;
 #   2. --restore-from latest restores it (not a fresh start);
-#   3. its losses and parameters equal the uninterrupted run's;
+#   3. its losses equal the uninterrupted run's, every step to the last;
 #   4. phos run exits with the job's status (0).
 # Needs root, FUSE, a GPU and PyTorch.
 b=${PHOS_BUNDLE:-gpu-bundle}
@@ -29,8 +29,9 @@ rig_mount preempt ||
 	{ for i in 1 2 3 4; do echo "not ok $i - phosfs did not mount (bundle $b)"; done; exit 1; }
 train=(python3 "$src/examples/pytorch/train_mlp.py" --steps 200 --sleep 0.05)
 
-if ! reference "${train[@]}"; then
-	for i in 1 2 3 4; do echo "not ok $i - the reference run did not finish"; done
+plain=$(timeout 600 python3 "$src/examples/pytorch/train_mlp.py" --steps 200 2>&1 | grep '^step')
+if [ "$(printf '%s\n' "$plain" | grep -c '^step')" != 200 ]; then
+	for i in 1 2 3 4; do echo "not ok $i - the uninterrupted run did not finish"; done
 	exit 1
 fi
 
@@ -66,11 +67,16 @@ restored=0
 grep -qi 'restor' "$work/run2.err" && [ ! -s "$store/run/$rpid.out" ] && restored=1
 [ $restored = 1 ] && echo "ok 2 - --restore-from latest restored the job (now $rpid, was $pid), not a fresh start" ||
 	echo "not ok 2 - --restore-from latest did not restore the job"
-wait_line "$out" '^params' 600
+wait_line "$out" '^step 199 ' 600
 wait "$run"
 rc2=$?
 sed 's/^/# run 2: /' "$work/run2.err"
 echo "# $steps_before step lines before SIGTERM, $(grep -c '^step' "$out") in all"
-same_as_reference 3 "$out"
+# Every line, from before SIGTERM and after the restore, is the
+# uninterrupted run's line for that step, and every step is there.
+bad=$(grep '^step' "$out" | sort -u | grep -vxF -f <(printf '%s\n' "$plain") | wc -l)
+steps=$(grep '^step' "$out" | awk '{print $2}' | sort -un | wc -l)
+[ "$bad" = 0 ] && [ "$steps" = 200 ] && echo "ok 3 - its losses equal the uninterrupted run's, all 200 steps" ||
+	echo "not ok 3 - its losses differ from the uninterrupted run's ($bad lines differ, $steps of 200 steps)"
 [ "$rc2" = 0 ] && echo "ok 4 - phos run exited with the restored job's status (0)" ||
 	echo "not ok 4 - phos run exited $rc2, the job's status was 0"
