@@ -126,9 +126,12 @@ check 'wait_line "$work/job.out" "requeueing job $id" 30 && [ -f "$store/jobs/$i
 c=$(last_count "$out")
 
 # ---- 3. the requeued job comes back -----------------------------------------------
-# A requeued job waits 2 minutes before it may start again: not here.
+# A requeued job waits 2 minutes before it may start again: not here. Its
+# new credential must be of a later second than the requeue revoked the
+# old one in (slurmd refuses one of the same second: "Job credential
+# revoked"), so it starts 2 s on.
 for _ in $(seq 100); do
-	[ "$(squeue -h -j "$id" -o %T 2>/dev/null)" = PENDING ] && scontrol update JobId="$id" StartTime=now 2>/dev/null && break
+	[ "$(squeue -h -j "$id" -o %T 2>/dev/null)" = PENDING ] && scontrol update JobId="$id" StartTime=now+2 2>/dev/null && break
 	sleep 0.2
 done
 wait_line "$work/job.out" "^phos: process [0-9]+ restored from" 60
