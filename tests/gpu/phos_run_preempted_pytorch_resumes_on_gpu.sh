@@ -38,7 +38,7 @@ fi
 # 1. The first run, sent SIGTERM mid-training.
 "$phos" run --pid-ns --name preempt --on-signal TERM=recopy-kill -- "${train[@]}" >"$work/run1.out" 2>"$work/run1.err" &
 run=$!
-wait_line "$work/run1.out" '^[0-9]+$' 60
+wait_line "$work/run1.out" '^[0-9][0-9]*$' 60
 pid=$(head -1 "$work/run1.out")
 follow "$pid"
 out=$store/run/$pid.out
@@ -62,7 +62,7 @@ steps_before=$(grep -c '^step' "$out")
 "$phos" run --pid-ns --name preempt --on-signal TERM=recopy-kill --restore-from latest -- "${train[@]}" \
 	>"$work/run2.out" 2>"$work/run2.err" &
 run=$!
-wait_line "$work/run2.out" '^[0-9]+$' 120
+wait_line "$work/run2.out" '^[0-9][0-9]*$' 120
 rpid=$(head -1 "$work/run2.out")
 follow "$rpid"
 restored=0
