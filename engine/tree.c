@@ -15,20 +15,30 @@
 #include "../common/pidns.h"
 #include "tree.h"
 
-int engine_proc_stat(pid_t pid, pid_t *ppid, char comm[PHOSIMG_COMM_MAX])
+/* /proc/PID/stat into buf (len bytes), and where its fields after the
+ * comm begin (its closing parenthesis: the comm may hold spaces and
+ * parentheses); NULL when pid is gone or the file is not whole. */
+static const char *read_stat(pid_t pid, char *buf, size_t len)
 {
-	char path[64], buf[512];
+	char path[64];
 	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
 	FILE *f = fopen(path, "re");
-	if (!f)
-		return -ESRCH;
-	size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-	fclose(f);
+	size_t n = f ? fread(buf, 1, len - 1, f) : 0;
+	if (f)
+		fclose(f);
 	buf[n] = 0;
-	/* pid (comm) state ppid …: comm may hold spaces and parentheses. */
-	char *open = strchr(buf, '('), *close = strrchr(buf, ')');
-	if (!open || !close || close < open)
-		return -EIO;
+	const char *open = strchr(buf, '('), *close = strrchr(buf, ')');
+	return open && close && close > open ? close : NULL;
+}
+
+int engine_proc_stat(pid_t pid, pid_t *ppid, char comm[PHOSIMG_COMM_MAX])
+{
+	char buf[512];
+	/* pid (comm) state ppid … */
+	const char *close = read_stat(pid, buf, sizeof(buf));
+	if (!close)
+		return *buf ? -EIO : -ESRCH;
+	const char *open = strchr(buf, '(');
 	size_t len = (size_t)(close - open - 1);
 	if (len >= PHOSIMG_COMM_MAX)
 		len = PHOSIMG_COMM_MAX - 1;
@@ -132,16 +142,22 @@ bool engine_alive(pid_t pid)
 	return kill(pid, 0) == 0 || errno == EPERM;
 }
 
+unsigned long long engine_proc_start(pid_t pid)
+{
+	char buf[1024];
+	const char *p = read_stat(pid, buf, sizeof(buf));
+	/* From the comm's closing parenthesis: state is field 3, start time 22. */
+	unsigned long long t = 0;
+	for (int field = 2; p && *p && field < 22; p++)
+		if (*p == ' ' && ++field == 22)
+			t = strtoull(p + 1, NULL, 10);
+	return t;
+}
+
 pid_t engine_zombie_parent(pid_t pid)
 {
-	char path[64], buf[512];
-	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	FILE *f = fopen(path, "re");
-	size_t n = f ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
-	if (f)
-		fclose(f);
-	buf[n] = 0;
-	const char *end = strrchr(buf, ')'); /* the name may hold anything */
+	char buf[512];
+	const char *end = read_stat(pid, buf, sizeof(buf));
 	char state = 0;
 	int ppid = 0;
 	if (!end || sscanf(end + 1, " %c %d", &state, &ppid) != 2 || state != 'Z')

@@ -35,6 +35,11 @@ int engine_tcp_outside(const phosimg_member *m, uint32_t n, char *what, size_t l
 /* Whether pid exists (a zombie included). */
 bool engine_alive(pid_t pid);
 
+/* The start time of process pid (clock ticks since boot, /proc/PID/stat):
+ * with its pid, what tells it from a later process given the same pid.
+ * 0 when it is gone. */
+unsigned long long engine_proc_start(pid_t pid);
+
 /* When pid is a zombie, the parent that has not reaped it; else 0. */
 pid_t engine_zombie_parent(pid_t pid);
 

@@ -160,14 +160,56 @@ static void hist_series(text *t, const char *name, const char *labels, const his
 		 h->count, name, labels, h->sum, name, labels, h->count);
 }
 
+/* A histogram family, one series for each value of label key. */
+static void hists(text *t, const char *name, const char *help, const char *key, const char *const *vals, int n,
+		  const hist *h)
+{
+	char l[64];
+	family(t, name, "histogram", help);
+	for (int k = 0; k < n; k++) {
+		snprintf(l, sizeof(l), "%s=\"%s\"", key, vals[k]);
+		hist_series(t, name, l, &h[k]);
+	}
+}
+
+/* A counter family of outcomes: one series for each value of label key,
+ * result "ok" and "failed". */
+static void outcomes(text *t, const char *name, const char *help, const char *key, const char *const *vals, int n,
+		     const uint64_t (*c)[2])
+{
+	family(t, name, "counter", help);
+	for (int k = 0; k < n; k++)
+		for (int r = 0; r < 2; r++)
+			text_add(t, "%s{%s=\"%s\",result=\"%s\"} %" PRIu64 "\n", name, key, vals[k], r ? "failed" : "ok",
+				 c[k][r]);
+}
+
+/* A counter family with one series for each protocol. */
+static void by_protocol(text *t, const char *name, const char *help, const uint64_t *v)
+{
+	family(t, name, "counter", help);
+	for (int k = 0; k < PROTOS; k++)
+		text_add(t, "%s{protocol=\"%s\"} %" PRIu64 "\n", name, proto_names[k], v[k]);
+}
+
+/* A counter without labels: a count, or (seconds) a time. */
+static void counter(text *t, const char *name, const char *help, uint64_t count)
+{
+	family(t, name, "counter", help);
+	text_add(t, "%s %" PRIu64 "\n", name, count);
+}
+
+static void seconds(text *t, const char *name, const char *help, double s)
+{
+	family(t, name, "counter", help);
+	text_add(t, "%s %.6f\n", name, s);
+}
+
 static void checkpoint_text(text *t)
 {
 	char l[128];
-	family(t, "phos_checkpoint_stall_seconds", "histogram", "How long a checkpoint stopped its job.");
-	for (int k = 0; k < PROTOS; k++) {
-		snprintf(l, sizeof(l), "protocol=\"%s\"", proto_names[k]);
-		hist_series(t, "phos_checkpoint_stall_seconds", l, &m.stall[k]);
-	}
+	hists(t, "phos_checkpoint_stall_seconds", "How long a checkpoint stopped its job.", "protocol", proto_names,
+	      PROTOS, m.stall);
 	family(t, "phos_checkpoint_step_seconds", "histogram", "How long each step of a checkpoint took.");
 	for (int k = 0; k < PROTOS; k++)
 		for (int st = 1; st < STEP_DONE; st++)
@@ -175,57 +217,30 @@ static void checkpoint_text(text *t)
 				snprintf(l, sizeof(l), "protocol=\"%s\",step=\"%s\"", proto_names[k], engine_step_name(st));
 				hist_series(t, "phos_checkpoint_step_seconds", l, &m.step[k][st]);
 			}
-	family(t, "phos_checkpoints_total", "counter", "Checkpoints that ended, by outcome.");
-	for (int k = 0; k < PROTOS; k++)
-		for (int r = 0; r < 2; r++)
-			text_add(t, "phos_checkpoints_total{protocol=\"%s\",result=\"%s\"} %" PRIu64 "\n", proto_names[k],
-				 r ? "failed" : "ok", m.ckpts[k][r]);
-	family(t, "phos_checkpoint_device_bytes_total", "counter", "GPU memory written into published images.");
-	for (int k = 0; k < PROTOS; k++)
-		text_add(t, "phos_checkpoint_device_bytes_total{protocol=\"%s\"} %" PRIu64 "\n", proto_names[k],
-			 m.dev_bytes[k]);
-	family(t, "phos_checkpoint_host_bytes_total", "counter", "Host memory pages CRIU wrote into published images.");
-	for (int k = 0; k < PROTOS; k++)
-		text_add(t, "phos_checkpoint_host_bytes_total{protocol=\"%s\"} %" PRIu64 "\n", proto_names[k],
-			 m.host_bytes[k]);
-	family(t, "phos_cow_shadows_total", "counter", "Shadow copies made for writes during a copy-on-write copy.");
-	text_add(t, "phos_cow_shadows_total %" PRIu64 "\n", m.shadows);
-	family(t, "phos_cow_shadow_bytes_total", "counter", "Bytes of those shadow copies.");
-	text_add(t, "phos_cow_shadow_bytes_total %" PRIu64 "\n", m.shadow_bytes);
-	family(t, "phos_cow_waits_total", "counter", "Calls that waited for the copy of what they write.");
-	text_add(t, "phos_cow_waits_total %" PRIu64 "\n", m.waits);
-	family(t, "phos_cow_wait_seconds_total", "counter", "Time those calls waited.");
-	text_add(t, "phos_cow_wait_seconds_total %.6f\n", m.wait_s);
-	family(t, "phos_safety_net_waits_total", "counter", "Calls the safety net held until the copy ended.");
-	text_add(t, "phos_safety_net_waits_total %" PRIu64 "\n", m.net_waits);
-	family(t, "phos_safety_net_wait_seconds_total", "counter", "Time the safety net held them.");
-	text_add(t, "phos_safety_net_wait_seconds_total %.6f\n", m.net_wait_s);
+	outcomes(t, "phos_checkpoints_total", "Checkpoints that ended, by outcome.", "protocol", proto_names, PROTOS,
+		 m.ckpts);
+	by_protocol(t, "phos_checkpoint_device_bytes_total", "GPU memory written into published images.", m.dev_bytes);
+	by_protocol(t, "phos_checkpoint_host_bytes_total", "Host memory pages CRIU wrote into published images.",
+		    m.host_bytes);
+	counter(t, "phos_cow_shadows_total", "Shadow copies made for writes during a copy-on-write copy.", m.shadows);
+	counter(t, "phos_cow_shadow_bytes_total", "Bytes of those shadow copies.", m.shadow_bytes);
+	counter(t, "phos_cow_waits_total", "Calls that waited for the copy of what they write.", m.waits);
+	seconds(t, "phos_cow_wait_seconds_total", "Time those calls waited.", m.wait_s);
+	counter(t, "phos_safety_net_waits_total", "Calls the safety net held until the copy ended.", m.net_waits);
+	seconds(t, "phos_safety_net_wait_seconds_total", "Time the safety net held them.", m.net_wait_s);
 }
 
 static void restore_text(text *t)
 {
-	char l[64];
-	family(t, "phos_restore_resume_seconds", "histogram", "Time from a restore's start until its job ran.");
-	for (int k = 0; k < MODES; k++) {
-		snprintf(l, sizeof(l), "mode=\"%s\"", mode_names[k]);
-		hist_series(t, "phos_restore_resume_seconds", l, &m.resume[k]);
-	}
-	family(t, "phos_restore_full_seconds", "histogram", "Time from a restore's start until all its memory was back.");
-	for (int k = 0; k < MODES; k++) {
-		snprintf(l, sizeof(l), "mode=\"%s\"", mode_names[k]);
-		hist_series(t, "phos_restore_full_seconds", l, &m.full[k]);
-	}
-	family(t, "phos_restores_total", "counter", "Restores that ended, by outcome.");
-	for (int k = 0; k < MODES; k++)
-		for (int r = 0; r < 2; r++)
-			text_add(t, "phos_restores_total{mode=\"%s\",result=\"%s\"} %" PRIu64 "\n", mode_names[k],
-				 r ? "failed" : "ok", m.restores[k][r]);
-	family(t, "phos_restore_device_bytes_total", "counter", "GPU memory restores brought back.");
-	text_add(t, "phos_restore_device_bytes_total %" PRIu64 "\n", m.restore_bytes);
-	family(t, "phos_restore_on_demand_waits_total", "counter", "Calls of lazily restored jobs that waited for memory.");
-	text_add(t, "phos_restore_on_demand_waits_total %" PRIu64 "\n", m.on_demand_waits);
-	family(t, "phos_restore_on_demand_wait_seconds_total", "counter", "Time those calls waited.");
-	text_add(t, "phos_restore_on_demand_wait_seconds_total %.6f\n", m.on_demand_wait_s);
+	hists(t, "phos_restore_resume_seconds", "Time from a restore's start until its job ran.", "mode", mode_names,
+	      MODES, m.resume);
+	hists(t, "phos_restore_full_seconds", "Time from a restore's start until all its memory was back.", "mode",
+	      mode_names, MODES, m.full);
+	outcomes(t, "phos_restores_total", "Restores that ended, by outcome.", "mode", mode_names, MODES, m.restores);
+	counter(t, "phos_restore_device_bytes_total", "GPU memory restores brought back.", m.restore_bytes);
+	counter(t, "phos_restore_on_demand_waits_total", "Calls of lazily restored jobs that waited for memory.",
+		m.on_demand_waits);
+	seconds(t, "phos_restore_on_demand_wait_seconds_total", "Time those calls waited.", m.on_demand_wait_s);
 	family(t, "phos_jobs_failed_total", "counter", "Checkpoints and restores that failed, by the errno's name.");
 	for (int i = 0; i < m.nreasons; i++)
 		text_add(t, "phos_jobs_failed_total{job=\"%s\",reason=\"%s\"} %" PRIu64 "\n", m.reasons[i].job,

@@ -59,30 +59,10 @@ static sched *list;
 static int threads; /* schedules' threads that run: schedule_stop_all waits for 0 */
 static _Atomic bool stopping; /* phosfs ends: every thread ends (read without the lock in take) */
 
-/* The start time of process pid, in clock ticks since boot, or 0 when
- * it is gone. */
-static unsigned long long start_time(pid_t pid)
-{
-	char path[64], buf[1024];
-	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	FILE *f = fopen(path, "re");
-	size_t n = f ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
-	if (f)
-		fclose(f);
-	buf[n] = 0;
-	/* After the comm's closing parenthesis: state is field 3, start time 22. */
-	char *p = strrchr(buf, ')');
-	unsigned long long t = 0;
-	for (int field = 2; p && *p && field < 22; p++)
-		if (*p == ' ' && ++field == 22)
-			t = strtoull(p + 1, NULL, 10);
-	return t;
-}
-
 /* Whether s's process still runs: the same pid, started when it was. */
 static bool same_process(const sched *s)
 {
-	return engine_alive(s->pid) && start_time(s->pid) == s->started;
+	return s->started && engine_proc_start(s->pid) == s->started;
 }
 
 static void interval_locked(sched *s)
@@ -245,7 +225,7 @@ int schedule_set(pid_t pid, const ctl_cmd *c, perr *er)
 	 * (before the schedules' lock: the target's may be held long). */
 	target *t = target_get(pid, false);
 	double c0 = t && !c->every_s && !c->off ? cost_of(t) : -1;
-	unsigned long long started = start_time(pid);
+	unsigned long long started = engine_proc_start(pid);
 	pthread_mutex_lock(&lock);
 	for (sched *o = list; o; o = o->next)
 		if (o->pid == pid && !o->stop)

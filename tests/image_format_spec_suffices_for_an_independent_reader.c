@@ -92,28 +92,23 @@ static int same_stats(const char *image, const char *out)
 	return same;
 }
 
+/* patch_manifest's fix: names[0] (a stat's name) replaced by names[1],
+ * of the same length. */
+static void replace_name(uint8_t *m, size_t n, void *arg)
+{
+	const char *const *names = arg;
+	uint8_t *at = memmem(m, n, names[0], strlen(names[0]));
+	if (!at)
+		bail("no stat %s in the manifest", names[0]);
+	memcpy(at, names[1], strlen(names[1]));
+}
+
 /* Rewrites the manifest of image with `from` (a stat's name) replaced by
  * `to`, of the same length, and its checksum made good again. */
 static void rename_stat(const char *image, const char *from, const char *to)
 {
-	char p[PATH_MAX + 32];
-	snprintf(p, sizeof(p), "%s/manifest.phos", image);
-	FILE *f = fopen(p, "r+b");
-	uint8_t m[1 << 16];
-	size_t n = f ? fread(m, 1, sizeof(m), f) : 0;
-	uint8_t *at = n ? memmem(m, n, from, strlen(from)) : NULL;
-	if (!at || n < 16)
-		bail("no stat %s in %s", from, p);
-	memcpy(at, to, strlen(to));
-	XXH128_hash_t h = XXH3_128bits(m, n - 16);
-	for (int i = 0; i < 8; i++) {
-		m[n - 16 + i] = (uint8_t)(h.low64 >> (8 * i));
-		m[n - 8 + i] = (uint8_t)(h.high64 >> (8 * i));
-	}
-	fseek(f, 0, SEEK_SET);
-	if (fwrite(m, 1, n, f) != n)
-		bail("cannot write %s", p);
-	fclose(f);
+	const char *names[] = { from, to };
+	patch_manifest(image, replace_name, names);
 }
 
 int main(void)

@@ -16,10 +16,35 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include "phosimg.h"
 #include "tap.h"
 #include "testpath.h"
+
+/* Rewrites the manifest of the image at dir with fix(m, n, arg) applied
+ * to its bytes, and its checksum (XXH3-128 of all but the last 16 bytes,
+ * little-endian) made good again; bails where it cannot. */
+static inline void patch_manifest(const char *dir, void (*fix)(uint8_t *m, size_t n, void *arg), void *arg)
+{
+	char p[PATH_MAX + 32];
+	snprintf(p, sizeof(p), "%s/manifest.phos", dir);
+	static uint8_t m[1 << 16];
+	FILE *f = fopen(p, "r+b");
+	size_t n = f ? fread(m, 1, sizeof(m), f) : 0;
+	if (n < 56)
+		bail("cannot read %s", p);
+	fix(m, n, arg);
+	XXH128_hash_t h = XXH3_128bits(m, n - 16);
+	for (int i = 0; i < 8; i++) {
+		m[n - 16 + i] = (uint8_t)(h.low64 >> (8 * i));
+		m[n - 8 + i] = (uint8_t)(h.high64 >> (8 * i));
+	}
+	fseek(f, 0, SEEK_SET);
+	if (fwrite(m, 1, n, f) != n)
+		bail("cannot write %s", p);
+	fclose(f);
+}
 
 /* A fresh scratch directory under $TMPDIR, removed by rm_rf. */
 static inline char *scratch_dir(const char *tag)
