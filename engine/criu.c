@@ -215,19 +215,29 @@ static uint64_t deadline_ns(int timeout_s)
 	return timeout_s > 0 ? engine_now_ns() + (uint64_t)timeout_s * 1000000000u : 0;
 }
 
-/* Waits for child c, at most timeout_s seconds (0: for ever); one that
- * runs longer is killed, with its process group when it leads one (a
- * dump: what it started goes too). Returns 0 (*st its status), -ETIMEDOUT, or an
- * errno of waiting. */
-static int wait_child(pid_t c, int timeout_s, int *st)
+/* How often a wait that can be cancelled looks at its flag, in ms. */
+#define CANCEL_POLL_MS 50
+
+static bool cancelled(const atomic_bool *cancel)
 {
-	int pfd = timeout_s > 0 ? (int)syscall(SYS_pidfd_open, c, 0) : -1;
+	return cancel && atomic_load(cancel);
+}
+
+/* Waits for child c, at most timeout_s seconds (0: for ever) and, with
+ * cancel, until *cancel reads true; one that runs longer is killed, with
+ * its process group when it leads one (a dump: what it started goes too).
+ * Returns 0 (*st its status), -ETIMEDOUT, -ECANCELED, or an errno of
+ * waiting. */
+static int wait_child(pid_t c, int timeout_s, const atomic_bool *cancel, int *st)
+{
+	int pfd = timeout_s > 0 || cancel ? (int)syscall(SYS_pidfd_open, c, 0) : -1;
 	if (pfd >= 0) {
 		struct pollfd pf = { pfd, POLLIN, 0 };
-		uint64_t end = deadline_ns(timeout_s);
+		uint64_t end = timeout_s > 0 ? deadline_ns(timeout_s) : UINT64_MAX;
 		int n = 0;
-		for (uint64_t now; n == 0 && (now = engine_now_ns()) < end;) {
-			n = poll(&pf, 1, (int)((end - now) / 1000000u) + 1);
+		for (uint64_t now; n == 0 && !cancelled(cancel) && (now = engine_now_ns()) < end;) {
+			uint64_t ms = (end - now) / 1000000u + 1;
+			n = poll(&pf, 1, cancel && ms > CANCEL_POLL_MS ? CANCEL_POLL_MS : ms > INT_MAX ? INT_MAX : (int)ms);
 			if (n < 0 && errno == EINTR)
 				n = 0;
 		}
@@ -236,7 +246,7 @@ static int wait_child(pid_t c, int timeout_s, int *st)
 			kill(getpgid(c) == c ? -c : c, SIGKILL);
 			while (waitpid(c, st, 0) < 0 && errno == EINTR)
 				;
-			return -ETIMEDOUT;
+			return cancelled(cancel) ? -ECANCELED : -ETIMEDOUT;
 		}
 	}
 	while (waitpid(c, st, 0) < 0)
@@ -284,16 +294,20 @@ static pid_t spawn(char *const argv[], int out, const int *keep, int nkeep, bool
 }
 
 /* What criu c, run for what (of pid's tree) with its log at log, ended
- * with, waiting for it until end_ns (0: for ever): 0 or an error with er. */
-static int ended(pid_t c, const char *log, const char *what, pid_t pid, uint64_t end_ns, int timeout_s, perr *er)
+ * with, waiting for it until end_ns (0: for ever) or *cancel (cancel
+ * NULL: none): 0 or an error with er. */
+static int ended(pid_t c, const char *log, const char *what, pid_t pid, uint64_t end_ns, int timeout_s,
+		 const atomic_bool *cancel, perr *er)
 {
 	uint64_t now = engine_now_ns();
 	int left = !end_ns ? 0 : end_ns > now ? (int)((end_ns - now + 999999999u) / 1000000000u) : 1;
 	int st;
-	int e = wait_child(c, left, &st);
+	int e = wait_child(c, left, cancel, &st);
 	if (e == -ETIMEDOUT)
 		return pr_err(er, e, "criu %s did not finish within %d s and was stopped (log: %s)", what, timeout_s,
 			      log);
+	if (e == -ECANCELED)
+		return pr_err(er, e, "cancelled: criu %s was stopped before it finished (log: %s)", what, log);
 	if (e)
 		return pr_perror(er, e, "waiting for criu");
 	if (WIFEXITED(st) && WEXITSTATUS(st) == 0)
@@ -326,7 +340,7 @@ static int run(char *const argv[], const char *log, const char *what, pid_t pid,
 	int e = start(argv, log, NULL, 0, false, &c, er);
 	if (e)
 		return e;
-	return ended(c, log, what, pid, deadline_ns(timeout_s), timeout_s, er);
+	return ended(c, log, what, pid, deadline_ns(timeout_s), timeout_s, NULL, er);
 }
 
 /* `criu --help` of the criu last asked ("" if it could not be run). */
@@ -341,7 +355,7 @@ static const char *criu_help(const char *criu)
 	char *argv[] = { (char *)criu, "--help", NULL };
 	pid_t c = out < 0 ? -1 : spawn(argv, out, NULL, 0, false);
 	int st = 0;
-	bool ok = c > 0 && wait_child(c, 5, &st) == 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0;
+	bool ok = c > 0 && wait_child(c, 5, NULL, &st) == 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0;
 	ssize_t n = ok ? pread(out, help, sizeof(help) - 1, 0) : -1;
 	if (out >= 0)
 		close(out);
@@ -435,15 +449,17 @@ static int dump_failed(int e, const char *dir, perr *er)
 }
 
 /* Waits until criu c says its tree runs on (a byte on status, which it
- * then closes) or ends, until end_ns. Returns 1 when the tree runs on, 0
- * when criu ended or the time is up (ended() then says how). */
-static int resumed(int status, pid_t c, uint64_t end_ns)
+ * then closes) or ends, until end_ns or *cancel. Returns 1 when the tree
+ * runs on, 0 when criu ended, the time is up or the wait was cancelled
+ * (ended() then says how). */
+static int resumed(int status, pid_t c, uint64_t end_ns, const atomic_bool *cancel)
 {
 	int pfd = (int)syscall(SYS_pidfd_open, c, 0);
 	struct pollfd pf[2] = { { status, POLLIN, 0 }, { pfd, POLLIN, 0 } };
-	for (uint64_t now; (now = engine_now_ns()) < end_ns;) {
+	int slice = cancel ? CANCEL_POLL_MS : 1000;
+	for (uint64_t now; !cancelled(cancel) && (now = engine_now_ns()) < end_ns;) {
 		uint64_t ms = (end_ns - now) / 1000000u + 1;
-		int n = poll(pf, pfd >= 0 ? 2 : 1, ms > 1000 ? 1000 : (int)ms);
+		int n = poll(pf, pfd >= 0 ? 2 : 1, ms > (uint64_t)slice ? slice : (int)ms);
 		if (n < 0 && errno != EINTR)
 			break;
 		if (n > 0 && pf[0].revents) {
@@ -584,11 +600,13 @@ int criu_dump_go(criu_dumper *d, criu_tail *tail, perr *er)
 	d->pid = 0;
 	/* Without tail, the byte is read all the same (CRIU must not write
 	 * into a closed pipe), and the whole dump waited for below. */
-	if (!e && d->snapshot && resumed(d->status, c, end ? end : UINT64_MAX) && tail) {
+	if (!e && d->snapshot && resumed(d->status, c, end ? end : UINT64_MAX, d->cancel) && tail) {
 		/* The tree runs on; CRIU writes its pages (criu_dump_wait). */
 		close(d->status);
 		d->status = -1;
-		*tail = (criu_tail){ .pid = c, .root = d->root, .end_ns = end, .timeout_s = d->timeout_s };
+		*tail = (criu_tail){
+			.pid = c, .root = d->root, .end_ns = end, .timeout_s = d->timeout_s, .cancel = d->cancel
+		};
 		snprintf(tail->log, sizeof(tail->log), "%s", d->log);
 		snprintf(tail->dir, sizeof(tail->dir), "%s", d->dir);
 		return 0;
@@ -597,8 +615,13 @@ int criu_dump_go(criu_dumper *d, criu_tail *tail, perr *er)
 		close(d->status);
 	d->status = -1;
 	if (!e)
-		e = ended(c, d->log, "dump", d->root, end, d->timeout_s, er);
+		e = ended(c, d->log, "dump", d->root, end, d->timeout_s, d->cancel, er);
 	return dump_failed(e, d->dir, er);
+}
+
+void criu_dump_cancel_on(criu_dumper *d, const atomic_bool *cancel)
+{
+	d->cancel = cancel;
 }
 
 void criu_dump_drop(criu_dumper *d)
@@ -613,7 +636,7 @@ void criu_dump_drop(criu_dumper *d)
 		/* It has seized nothing: one that does not end at once is
 		 * killed, with whatever it started. */
 		int st;
-		wait_child(d->pid, 2, &st);
+		wait_child(d->pid, 2, NULL, &st);
 	}
 	d->pid = 0;
 }
@@ -633,7 +656,7 @@ int criu_dump_wait(criu_tail *tail, perr *er)
 {
 	if (!tail->pid)
 		return 0;
-	int e = ended(tail->pid, tail->log, "dump", tail->root, tail->end_ns, tail->timeout_s, er);
+	int e = ended(tail->pid, tail->log, "dump", tail->root, tail->end_ns, tail->timeout_s, tail->cancel, er);
 	tail->pid = 0;
 	return dump_failed(e, tail->dir, er);
 }

@@ -6,6 +6,7 @@
 #define PHOS_ENGINE_CRIU_H
 
 #include <limits.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stddef.h>
@@ -46,6 +47,7 @@ typedef struct criu_tail {
 	pid_t root;         /* the dumped tree's */
 	uint64_t end_ns;    /* its deadline (engine_now_ns; 0: none) */
 	int timeout_s;
+	const atomic_bool *cancel; /* its dumper's (criu_dump_cancel_on) */
 	char log[PATH_MAX];
 	char dir[PATH_MAX];
 } criu_tail;
@@ -58,6 +60,7 @@ typedef struct criu_dumper {
 	pid_t root;
 	bool kill, snapshot;
 	int timeout_s;
+	const atomic_bool *cancel; /* NULL, or criu_dump_cancel_on's */
 	char criu[PATH_MAX], dir[PATH_MAX], log[PATH_MAX];
 } criu_dumper;
 
@@ -75,6 +78,12 @@ int criu_dump_ready(const char *criu, pid_t pid, const char *dir, bool kill, int
  * ahead), and returns as criu_dump. Errors: as criu_dump's. */
 int criu_dump_go(criu_dumper *d, criu_tail *tail, perr *er);
 
+/* From now on, d's dump (and the tail criu_dump_go gives) is stopped as
+ * soon as *cancel reads true, within 50 ms: CRIU is killed with its
+ * process group, and criu_dump_go or criu_dump_wait fails -ECANCELED.
+ * cancel must outlive d and its tail. */
+void criu_dump_cancel_on(criu_dumper *d, const atomic_bool *cancel);
+
 /* Ends what is left of d: a CRIU still waiting to start is told not to
  * (it ends without touching the tree, and says so in its log) and reaped,
  * killed with its process group after 2 s. */
@@ -87,7 +96,7 @@ void criu_dump_drop(criu_dumper *d);
  * on, and *tail is what is left: criu_dump_wait ends it (tail->pid 0: the
  * dump is whole). Errors: -EIO (er gives CRIU's first real error, what
  * it names, and what to do), -ENOSPC (the store holding dir was full when
- * it failed), -ETIMEDOUT, pipe's. */
+ * it failed), -ETIMEDOUT, -ECANCELED (criu_dump_cancel_on), pipe's. */
 int criu_dump(const char *criu, pid_t pid, const char *dir, bool kill, int timeout_s, const char *log,
 	      criu_tail *tail, perr *er);
 

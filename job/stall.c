@@ -494,6 +494,7 @@ int stall_freeze(ckpt *k, perr *er)
 	criu_dumper d;
 	int e = criu_dump_ready(k->a->criu, k->a->pid, phosimg_writer_criu_dir(k->w), k->a->kill, k->dump_timeout_s,
 				k->a->log, true, &d, er);
+	criu_dump_cancel_on(&d, &k->prog->cancel); /* ctl's cancel stops CRIU too */
 	/* Every CUDA member is locked at once, each within the checkpoint's
 	 * timeout (one that waits for a locked peer would wait for ever);
 	 * then the driver checkpoints them at once. */
