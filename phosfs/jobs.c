@@ -566,8 +566,9 @@ static int start_locked(target *t, const ctl_cmd *c, watch **here, perr *er)
 	enum ctl_proto proto = c->proto != CTL_DEFAULT ? c->proto : ntraced ? CTL_COW : CTL_STOP;
 	if ((proto == CTL_COW || proto == CTL_RECOPY) && !ntraced)
 		e = pr_err(er, -EOPNOTSUPP,
-			   "checkpoint %s needs the tracer, and no process of %d's tree was started with phos run; "
-			   "use checkpoint stop",
+			   "checkpoint %s needs the tracer, and no process of %d's tree is traced (the tracer "
+			   "takes a process of phos run when it first calls CUDA; one that never did has no "
+			   "device state to copy); use checkpoint stop",
 			   proto_name(proto), (int)t->pid);
 	if (!e && ntraced > JOB_MEMBERS_MAX)
 		e = pr_err(er, -E2BIG, "process %d's tree has %d traced processes; phos takes at most %d",
