@@ -291,7 +291,8 @@ ENGINE_TESTS := $(BUILD)/tests/phosfs_criu_errors_name_the_real_cause $(BUILD)/t
 		$(BUILD)/tests/shares_find_the_owner_of_every_import $(BUILD)/tests/criu_dump_writes_pages_at_once_where_criu_can \
 		$(BUILD)/tests/tracer_nccl_cut_waits_for_an_open_group_to_end \
 		$(BUILD)/tests/criu_dump_made_ready_ahead_seizes_the_tree_when_told $(BUILD)/tests/criu_gate_holds_the_tree_until_told \
-		$(BUILD)/tests/criu_restore_reads_pages_with_threads_intact
+		$(BUILD)/tests/criu_restore_reads_pages_with_threads_intact \
+		$(BUILD)/tests/cgroups_of_a_process_resolve_to_files_it_can_join
 $(ENGINE_TESTS): $(ENGINE_OBJ)
 $(ENGINE_TESTS): TEST_OBJ = $(ENGINE_OBJ)
 # The ctl grammar's fuzz test links the parser and what it calls.

@@ -257,10 +257,11 @@ static int wait_child(pid_t c, int timeout_s, const atomic_bool *cancel, int *st
 
 /* Starts argv[0] with argv: stdin from /dev/null, stdout and stderr to
  * out (-1: /dev/null), the nkeep fds of keep as 3, 4, ... (a -1 there:
- * /dev/null), nothing else open; in a process group of its own if group.
+ * /dev/null), nothing else open; in a process group of its own if group,
+ * in the cgroups of cg if not NULL.
  * One that cannot be run says so on out and exits 127. Returns its pid,
  * or fork's negative errno. */
-static pid_t spawn(char *const argv[], int out, const int *keep, int nkeep, bool group)
+static pid_t spawn(char *const argv[], int out, const int *keep, int nkeep, bool group, const engine_cgroups *cg)
 {
 	pid_t c = fork();
 	if (c < 0)
@@ -286,6 +287,12 @@ static pid_t spawn(char *const argv[], int out, const int *keep, int nkeep, bool
 			_exit(127);
 		}
 		close_range(3 + (unsigned)nkeep, ~0u, 0);
+		const char *refused = "";
+		int e = cg ? engine_cgroups_enter(cg, &refused) : 0;
+		if (e) {
+			dprintf(2, "Error (phos): cannot join the cgroup of %s: %s\n", refused, strerror(-e));
+			_exit(127);
+		}
 		execvp(argv[0], argv);
 		dprintf(2, "Error (phos): cannot run %s: %s\n", argv[0], strerror(errno));
 		_exit(127);
@@ -321,23 +328,26 @@ static int ended(pid_t c, const char *log, const char *what, pid_t pid, uint64_t
 }
 
 /* Starts criu (argv) with its log at log and the nkeep fds of keep as 3,
- * 4, ..., in a process group of its own if group; *c is its pid. */
-static int start(char *const argv[], const char *log, const int *keep, int nkeep, bool group, pid_t *c, perr *er)
+ * 4, ..., in a process group of its own if group, in cg's cgroups if not
+ * NULL; *c is its pid. */
+static int start(char *const argv[], const char *log, const int *keep, int nkeep, bool group,
+		 const engine_cgroups *cg, pid_t *c, perr *er)
 {
 	int lfd = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
 	if (lfd < 0)
 		return pr_err(er, -errno, "cannot open CRIU's log %s: %s", log, strerror(errno));
-	*c = spawn(argv, lfd, keep, nkeep, group);
+	*c = spawn(argv, lfd, keep, nkeep, group, cg);
 	close(lfd);
 	if (*c < 0)
 		return pr_perror(er, *c, "cannot start criu");
 	return 0;
 }
 
-static int run(char *const argv[], const char *log, const char *what, pid_t pid, int timeout_s, perr *er)
+static int run(char *const argv[], const char *log, const char *what, pid_t pid, int timeout_s,
+	       const engine_cgroups *cg, perr *er)
 {
 	pid_t c;
-	int e = start(argv, log, NULL, 0, false, &c, er);
+	int e = start(argv, log, NULL, 0, false, cg, &c, er);
 	if (e)
 		return e;
 	return ended(c, log, what, pid, deadline_ns(timeout_s), timeout_s, NULL, er);
@@ -353,7 +363,7 @@ static const char *criu_help(const char *criu)
 		return help;
 	int out = memfd_create("criu-help", MFD_CLOEXEC);
 	char *argv[] = { (char *)criu, "--help", NULL };
-	pid_t c = out < 0 ? -1 : spawn(argv, out, NULL, 0, false);
+	pid_t c = out < 0 ? -1 : spawn(argv, out, NULL, 0, false, NULL);
 	int st = 0;
 	bool ok = c > 0 && wait_child(c, 5, NULL, &st) == 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0;
 	ssize_t n = ok ? pread(out, help, sizeof(help) - 1, 0) : -1;
@@ -540,7 +550,7 @@ static int dump_spawn(criu_dumper *d, int go, perr *er)
 	char *argv[32], spid[16]; /* room for every option of dump_argv */
 	dump_argv(d, argv, spid, go >= 0);
 	int keep[2] = { status[1], go };
-	int e = start(argv, d->log, keep, go >= 0 ? 2 : 1, true, &d->pid, er);
+	int e = start(argv, d->log, keep, go >= 0 ? 2 : 1, true, NULL, &d->pid, er);
 	if (status[1] >= 0)
 		close(status[1]);
 	if (e) {
@@ -662,13 +672,13 @@ int criu_dump_wait(criu_tail *tail, perr *er)
 }
 
 int criu_restore(const char *criu, const char *dir, const char *lazy_dir, const char *script, const char *log,
-		 pid_t *root, criu_restore_stats *st, perr *er)
+		 const engine_cgroups *cg, pid_t *root, criu_restore_stats *st, perr *er)
 {
 	char pidfile[PATH_MAX];
 	if (snprintf(pidfile, sizeof(pidfile), "%s.pid", log) >= (int)sizeof(pidfile))
 		return pr_err(er, -ENAMETOOLONG, "CRIU's log path %s is too long", log);
 	unlink(pidfile);
-	/* room for every option below (25 at most) */
+	/* room for every option below (26 at most) */
 	/* -v3: CRIU logs some causes of a failed restore at info level only;
 	 * with PHOS_DEBUG, -v4: every step, timed. */
 	const char *debug = getenv("PHOS_DEBUG");
@@ -702,6 +712,8 @@ int criu_restore(const char *criu, const char *dir, const char *lazy_dir, const 
 		argv[n++] = "--action-script";
 		argv[n++] = (char *)script;
 	}
+	if (cg)
+		argv[n++] = "--manage-cgroups=ignore"; /* the tree stays in CRIU's, cg's */
 	char threads[16];
 	int nt = criu_pages_threads(criu);
 	if (nt > 1) {
@@ -710,7 +722,7 @@ int criu_restore(const char *criu, const char *dir, const char *lazy_dir, const 
 		argv[n++] = threads;
 	}
 	argv[n] = NULL;
-	int e = run(argv, log, "restore", 0, 0, er);
+	int e = run(argv, log, "restore", 0, 0, cg, er);
 	if (st && criu_restore_stats_read(lazy_dir ? lazy_dir : work, st))
 		memset(st, 0, sizeof(*st));
 	if (!lazy_dir) {
@@ -742,7 +754,7 @@ int criu_pages_start(const char *criu, const char *dir, const char *work, const 
 	/* --status-fd: CRIU writes a byte there once it listens. */
 	char *argv[] = { (char *)criu, "lazy-pages", "-D", (char *)dir, "-W", (char *)work, "-o", (char *)log,
 			 "-v2", "--status-fd", "3", NULL };
-	pid_t c = spawn(argv, -1, &ready[1], 1, false);
+	pid_t c = spawn(argv, -1, &ready[1], 1, false, NULL);
 	close(ready[1]);
 	if (c < 0) {
 		close(ready[0]);

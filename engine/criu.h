@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <sys/types.h>
 
+#include "cgroup.h"
 #include "criu-image.h"
 #include "error.h"
 
@@ -111,10 +112,14 @@ int criu_dump_wait(criu_tail *tail, perr *er);
  * criu_pages_start's work directory), the tree runs before its CPU pages
  * are back. With script (or NULL), CRIU runs it at each of its actions
  * (--action-script; a gate's: criu-gate.h). st (or NULL) gets what CRIU
- * measured (all 0 where it wrote no statistics). With PHOS_DEBUG set,
- * CRIU logs at -v4. Errors as criu_dump, and -EIO when CRIU says no root. */
+ * measured (all 0 where it wrote no statistics). With cg, the tree goes
+ * into cg's cgroups (CRIU joins them before it makes the tree, and leaves
+ * the image's alone); with NULL, into the cgroups the image names, made
+ * where missing, as CRIU does. With PHOS_DEBUG set, CRIU logs at -v4.
+ * Errors as criu_dump, and -EIO when CRIU says no root or cannot join a
+ * cgroup of cg. */
 int criu_restore(const char *criu, const char *dir, const char *lazy_dir, const char *script, const char *log,
-		 pid_t *root, criu_restore_stats *st, perr *er);
+		 const engine_cgroups *cg, pid_t *root, criu_restore_stats *st, perr *er);
 
 /* Starts `criu lazy-pages` for the image in dir, with work directory
  * work (its socket; one per restore) and its log at log, and waits until

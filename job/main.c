@@ -335,6 +335,7 @@ static int run_restore(const job_request *req, job_shared *sh, perr *er)
 			   .lazy_pages = rr->lazy_pages,
 			   .fill_threads = rr->fill_threads,
 			   .timeout_s = rr->timeout_s,
+			   .cgroups = rr->cgroups,
 			   .tracer = &t,
 			   .prog = &sh->prog,
 			   .pid = &rpid,

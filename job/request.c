@@ -88,6 +88,8 @@ static int check_restore(const job_request *r, perr *er)
 {
 	if (!string_ok(r->restore.devices, sizeof(r->restore.devices), true))
 		return pr_err(er, -EINVAL, "the job request's device moves do not end");
+	if (!string_ok(r->restore.cgroups, sizeof(r->restore.cgroups), true))
+		return pr_err(er, -EINVAL, "the job request's cgroups do not end");
 	if (r->restore.fill_threads < 0 || r->restore.fill_threads > ENGINE_FILL_THREADS_MAX)
 		return pr_err(er, -EINVAL, "the job request asks for %d fill threads (0 to %d)",
 			      (int)r->restore.fill_threads, ENGINE_FILL_THREADS_MAX);

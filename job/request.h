@@ -14,10 +14,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "../engine/cgroup.h"
 #include "../engine/error.h"
 
 #define JOB_REQUEST_MAGIC 0x4a524850u /* "PHRJ" in memory, little-endian */
-#define JOB_REQUEST_VERSION 2
+#define JOB_REQUEST_VERSION 3
 #define JOB_MEMBERS_MAX 256 /* traced processes of one checkpointed tree */
 #define JOB_DEVICES_MAX 4096 /* the longest list of GPU moves, with its NUL */
 #define JOB_TIMEOUT_MAX_MS 3600000u /* the longest quiesce a checkpoint may wait */
@@ -54,6 +55,9 @@ typedef struct job_restore_req {
 	int32_t fill_threads;  /* 0: the default */
 	int32_t timeout_s;     /* each step's deadline; 0: none */
 	bool lazy, lazy_pages;
+	/* The cgroups the tree goes into, as /proc/PID/cgroup says them
+	 * (those of the process that asked); "": the image's. */
+	char cgroups[ENGINE_CGROUPS_TEXT_MAX];
 } job_restore_req;
 
 typedef struct job_request {

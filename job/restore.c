@@ -329,10 +329,14 @@ static int restore_tree(const restore_args *a, restore_ctx *c, const criu_gate *
 				a->image, ended, ended == 1 ? "" : "s");
 	}
 	criu_restore_stats st = { 0 };
+	engine_cgroups cg;
+	bool own_cgroups = a->cgroups && *a->cgroups;
+	if (!e && own_cgroups)
+		e = engine_cgroups_resolve(a->cgroups, &cg, er);
 	if (!e)
 		e = criu_restore(a->criu, *folder ? folder : phosimg_criu_dir(c->img),
 				 a->lazy_pages ? c->pages_dir : NULL, gate->fd >= 0 ? gate->script : NULL, a->log,
-				 &root, &st, er);
+				 own_cgroups ? &cg : NULL, &root, &st, er);
 	atomic_store(&a->prog->criu_forking_us, st.forking_us);
 	atomic_store(&a->prog->criu_restore_us, st.restore_us);
 	atomic_store(&a->prog->criu_restored_pages, st.pages_restored);

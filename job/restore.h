@@ -27,6 +27,9 @@ typedef struct restore_args {
 	bool lazy_pages;
 	int fill_threads; /* threads that fill device memory (0: engine_filler_start's default) */
 	int timeout_s;    /* a step's deadline (the job's watchdog); CRIU waits at its gate this long at most */
+	/* The cgroups the tree goes into, as /proc/PID/cgroup says them;
+	 * NULL or "": those the image names (engine_cgroups_resolve, criu_restore). */
+	const char *cgroups;
 	/* How to meet the restored tracers, one process at a time. Unused for
 	 * an image of untraced processes. */
 	const engine_tracer *tracer;

@@ -751,6 +751,18 @@ static void answer(handle *h, const char *fmt, ...)
 	h->got = 0;
 }
 
+/* The cgroups of the process that writes to a ctl, as /proc/PID/cgroup
+ * says them, into text (len bytes): a tree it restores goes there, as a
+ * job it started would. Where that process cannot be seen from here (a
+ * pid namespace phosfs's does not hold) or read, phosfs's own. */
+static void caller_cgroups(char *text, size_t len)
+{
+	pid_t pid = fuse_get_context()->pid;
+	if (pid <= 0 || engine_cgroups_read(pid, text, len) != 0)
+		if (engine_cgroups_read(getpid(), text, len) != 0)
+			*text = 0;
+}
+
 /* A write to a ctl: accepted (a job started, or a restore queued) or
  * refused at once; it never waits for a job. */
 static int fs_write(const char *path, const char *buf, size_t size, off_t off, struct fuse_file_info *fi)
@@ -775,7 +787,9 @@ static int fs_write(const char *path, const char *buf, size_t size, off_t off, s
 		answer(h, "error: bad command: %s\n", er.msg);
 	} else if (!e && c->verb == CTL_RESTORE) {
 		unsigned id = 0;
-		e = restore_submit(c, &id, &er);
+		char cgroups[ENGINE_CGROUPS_TEXT_MAX];
+		caller_cgroups(cgroups, sizeof(cgroups));
+		e = restore_submit(c, cgroups, &id, &er);
 		if (e)
 			answer(h, "error: %s\n", pr_msg(&er));
 		else

@@ -180,9 +180,10 @@ typedef struct restore_view {
 	engine_progress prog;  /* as it is now, or as it ended */
 } restore_view;
 /* Submits a restore; *id names it in /restores. It starts at once, or
- * waits its turn. Errors: -EBUSY (the queue is full), -ENOMEM, errno of
- * pthread_create; er says why. */
-int restore_submit(const ctl_cmd *c, unsigned *id, perr *er);
+ * waits its turn. The restored tree goes into cgroups (as
+ * /proc/PID/cgroup says them; "": those the image names). Errors: -EBUSY
+ * (the queue is full), -ENOMEM, errno of pthread_create; er says why. */
+int restore_submit(const ctl_cmd *c, const char *cgroups, unsigned *id, perr *er);
 /* Every restore still known (newest first) into *out (malloc'd), with
  * how many run and wait now. Errors: -ENOMEM. */
 int restore_views(restore_view **out, size_t *n, int *running, int *queued);

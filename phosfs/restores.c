@@ -30,6 +30,7 @@
 typedef struct restore_job {
 	restore_view v;     /* what status shows */
 	ctl_cmd cmd;        /* what was asked */
+	char cgroups[ENGINE_CGROUPS_TEXT_MAX]; /* where the tree goes (restore_submit) */
 	job_shared *sh;  /* the job's progress, while it runs */
 	struct restore_job *next;
 } restore_job;
@@ -173,7 +174,8 @@ static void run(restore_job *j)
 	if (!e) {
 		job_restore_req *rr = &req->restore;
 		if (job_request_init(req, JOB_RESTORE, c->dir, phosfs_criu, j->v.log, phosfs_criu_plugins) ||
-		    job_request_set(rr->devices, sizeof(rr->devices), c->devices))
+		    job_request_set(rr->devices, sizeof(rr->devices), c->devices) ||
+		    job_request_set(rr->cgroups, sizeof(rr->cgroups), j->cgroups))
 			e = pr_err(&er, -ENAMETOOLONG, "a path of the restore is too long");
 		rr->fill_threads = phosfs_fill_threads;
 		rr->timeout_s = phosfs_restore_timeout;
@@ -284,12 +286,13 @@ static void log_name(const char *dir, unsigned id, char *out, size_t len)
 	snprintf(out, len, "%.3900s/restore-%s-%d-%u.log", dir, when, (int)getpid(), id);
 }
 
-int restore_submit(const ctl_cmd *c, unsigned *id, perr *er)
+int restore_submit(const ctl_cmd *c, const char *cgroups, unsigned *id, perr *er)
 {
 	restore_job *j = calloc(1, sizeof(*j));
 	if (!j)
 		return pr_err(er, -ENOMEM, "out of memory");
 	j->cmd = *c;
+	snprintf(j->cgroups, sizeof(j->cgroups), "%s", cgroups);
 	snprintf(j->v.job, sizeof(j->v.job), "restore %.80s%s%s", c->dir, c->lazy ? " lazy" : " eager",
 		 c->lazy_pages ? " lazy-pages" : "");
 	char logs[PATH_MAX];

@@ -235,7 +235,7 @@ static void tree(const char *criu, const char *dir, bool own)
 	setenv("PHOS_DEBUG", "1", 1); /* CRIU's log at -v4: the restorer's lines */
 	pid_t back = 0;
 	criu_restore_stats st;
-	e = criu_restore(criu, img, NULL, NULL, log, &back, &st, &er);
+	e = criu_restore(criu, img, NULL, NULL, log, NULL, &back, &st, &er);
 	unsetenv("PHOS_DEBUG");
 	ok(!e && (own || back == root) && st.pages_restored >= 3 * (MEM / 4096),
 	   "%s: the tree of three, 6 threads and 48 MiB each, is restored with 8 threads a task (%llu pages; %s)",

@@ -75,7 +75,7 @@ int main(void)
 	if (access(phosfs, X_OK))
 		skip_all("phosfs is not built");
 	setenv("LD_LIBRARY_PATH", test_path("PHOS_SIMCUDA", "../simcuda"), 1);
-	plan(8);
+	plan(9);
 	int fd = memfd_create("phos-job-test", 0);
 	if (fd < 0 || ftruncate(fd, sizeof(job_shared)))
 		bail("memfd: %s", strerror(errno));
@@ -90,6 +90,10 @@ int main(void)
 	good_restore(sh);
 	memset(sh->req.image, 'x', sizeof(sh->req.image));
 	ok(refused(sh, fd, "image is empty or not ended", "image"), "an image path that does not end is refused");
+
+	good_restore(sh);
+	memset(sh->req.restore.cgroups, '0', sizeof(sh->req.restore.cgroups));
+	ok(refused(sh, fd, "cgroups do not end", "cgroups"), "a restore's cgroups that do not end are refused");
 
 	good_restore(sh);
 	sh->req.kind = 7;
