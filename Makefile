@@ -474,7 +474,8 @@ gpu-bundle: $(GPU_BIN) $(GPU_KERNELS) $(GPU_BENCH) $(PHOS_IMAGE) $(BUILD)/bench/
 	mk/gpu-bundle.sh $(BUNDLE) bin:$(CRIU) bin:$(PHOS_IMAGE) bin:$(BUILD)/bench/image-bench bin:$(BUILD)/bench/store-bw bin:$(BUILD)/bench/fork-snapshot \
 		bin:$(BUILD)/bench/page-restore bin:$(BUILD)/bench/fill bin:$(BUILD)/bench/read-path lib:$(LIBPHOS) \
 		bin:$(PHOSFS) bin:$(PHOS_CLI) \
-		$(addprefix test:,$(GPU_SH)) share:tests/gpu/rig.sh:gpu-rig.sh
+		$(addprefix test:,$(GPU_SH)) share:tests/gpu/rig.sh:gpu-rig.sh \
+		share:tests/procs.bash:procs.bash
 	install -d $(BUNDLE)/criu-plugins
 	install -m 0644 $(CRIU_PLUGIN) $(BUNDLE)/criu-plugins/
 	@du -sh $(BUNDLE)

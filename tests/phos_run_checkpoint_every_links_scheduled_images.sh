@@ -36,9 +36,7 @@ check '[ $bad = 0 ]' "a malformed --checkpoint-every or --mtbf, or --mtbf withou
 "$phos" run --name every --checkpoint-every 2 --keep 2 --on-signal USR1=checkpoint -- "$counter" 8 \
 	>"$work/pid" 2>"$work/run.err" &
 run=$!
-wait_line "$work/pid" '^[0-9]+$' 10
-pid=$(cat "$work/pid")
-note "$pid"
+pid=$(started "$work/pid")
 wait_line "$store/run/$pid.out" '^count 5$' 20
 check 'grep -q "^checkpoint interval s: 2$" "$mnt/$pid/status" && grep -q "^checkpoint interval why: fixed$" "$mnt/$pid/status"' \
 	"status shows the job's interval (2 s) and why (fixed)"
@@ -68,9 +66,7 @@ wait "$run"
 # 6. auto.
 "$phos" run --name auto --checkpoint-every auto --mtbf 1h -- "$counter" 8 >"$work/pid2" 2>"$work/run2.err" &
 run=$!
-wait_line "$work/pid2" '^[0-9]+$' 10
-pid=$(cat "$work/pid2")
-note "$pid"
+pid=$(started "$work/pid2")
 wait_line "$store/run/$pid.out" '^count 3$' 20
 check 'grep -q "^checkpoint interval why: auto: .*MTBF 3600 s" "$mnt/$pid/status"' \
 	"--checkpoint-every auto --mtbf 1h: status says how auto chooses ($(sed -n 's/^checkpoint interval why: //p' "$mnt/$pid/status"))"

@@ -27,9 +27,7 @@ rig_mount
 "$phos" run --name sig --on-signal USR1=checkpoint --on-signal USR2=cow,nopass --on-signal TERM=stop \
 	-- "$counter" 8 >"$work/pid" 2>"$work/run.err" &
 run=$!
-wait_line "$work/pid" '^[0-9]+$' 10
-pid=$(cat "$work/pid")
-note "$pid"
+pid=$(started "$work/pid")
 out=$store/run/$pid.out
 wait_line "$out" '^count 20$' 20
 kill -USR1 "$run"
@@ -64,9 +62,7 @@ sed 's/^/# phos run: /' "$work/run.err"
 # 4. HUP=checkpoint-kill: the checkpoint ends the job.
 "$phos" run --name kill --on-signal HUP=checkpoint-kill -- "$counter" 8 >"$work/pid2" 2>"$work/run2.err" &
 run=$!
-wait_line "$work/pid2" '^[0-9]+$' 10
-pid=$(cat "$work/pid2")
-note "$pid"
+pid=$(started "$work/pid2")
 init=$(job_init "$pid")
 out=$store/run/$pid.out
 wait_line "$out" '^count 20$' 20
@@ -85,8 +81,7 @@ init=$(job_init "$new") && kill -9 "$init"
 # 5. A checkpoint that fails: the signal still goes on.
 "$phos" run --on-signal USR1=recopy -- sleep 600 >"$work/pid3" 2>"$work/run3.err" &
 run=$!
-wait_line "$work/pid3" '^[0-9]+$' 10
-note "$(cat "$work/pid3")"
+started "$work/pid3" >/dev/null
 kill -USR1 "$run"
 wait "$run"
 rc=$?
@@ -97,9 +92,7 @@ sed 's/^/# phos run: /' "$work/run3.err"
 # 6. --json
 "$phos" run --on-signal TERM=checkpoint -- "$counter" 8 >"$work/pid4" 2>/dev/null &
 run=$!
-wait_line "$work/pid4" '^[0-9]+$' 10
-pid=$(cat "$work/pid4")
-note "$pid"
+pid=$(started "$work/pid4")
 check '"$phos" status --json "$pid" | python3 -c "import json,sys; j=json.load(sys.stdin); assert j[\"pid\"] == $pid, j"' \
 	"phos status --json PID prints its status.json"
 check '"$phos" ls --json | python3 -c "import json,sys; a=json.load(sys.stdin); assert $pid in [j[\"pid\"] for j in a], a"' \

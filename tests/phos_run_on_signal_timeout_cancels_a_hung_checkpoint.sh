@@ -41,9 +41,7 @@ secs() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.1f", b - a}'; }
 "$phos" run --name hung --on-signal-timeout 2 --on-signal USR1=checkpoint --on-signal TERM=checkpoint-kill \
 	-- "$counter" 8 >"$work/pid" 2>"$work/run.err" &
 run=$!
-wait_line "$work/pid" '^[0-9]+$' 10
-pid=$(cat "$work/pid")
-note "$pid"
+pid=$(started "$work/pid")
 out=$store/run/$pid.out
 wait_line "$out" '^count 20$' 20
 

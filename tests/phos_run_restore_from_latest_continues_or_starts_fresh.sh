@@ -24,9 +24,7 @@ start() {
 	"$phos" run --name train --restore-from latest --on-signal TERM=checkpoint-kill -- "$counter" 8 \
 		>"$work/pid.$1" 2>"$work/err.$1" &
 	run=$!
-	wait_line "$work/pid.$1" '^[0-9]+$' 30
-	pid=$(cat "$work/pid.$1")
-	note "$pid"
+	pid=$(started "$work/pid.$1" 30)
 }
 
 # Flips a byte in the middle of each of the image's largest files.

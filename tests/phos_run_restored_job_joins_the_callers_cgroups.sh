@@ -75,9 +75,7 @@ echo "# hierarchies: ${groups[*]}"
 # 1. Started in A.
 (in_cgroup A "$phos" run --name cg --on-signal TERM=checkpoint-kill -- "$counter" 8 >"$work/pid" 2>"$work/run.err") &
 run=$!
-wait_line "$work/pid" '^[0-9]+$' 10
-pid=$(cat "$work/pid")
-note "$pid"
+pid=$(started "$work/pid")
 out=$store/run/$pid.out
 check 'in_all "$pid" A' "phos run started in cgroup A runs its job in A"
 
@@ -89,9 +87,7 @@ gone=1
 for r in "${groups[@]}"; do rmdir "$r/$tag-A" || gone=0; done
 (in_cgroup B "$phos" run --name cg --restore-from latest -- "$counter" 8 >"$work/pid2" 2>"$work/run2.err") &
 run=$!
-wait_line "$work/pid2" '^[0-9]+$' 20
-new=$(cat "$work/pid2")
-note "$new"
+new=$(started "$work/pid2" 20)
 init=$(job_init "$new")
 again=0
 for r in "${groups[@]}"; do [ -e "$r/$tag-A" ] && again=1; done

@@ -14,12 +14,14 @@
 #   tap ok|"not ok" TEXT one TAP line; check COND TEXT: ok when COND holds
 #   done_testing         the plan, and the exit status
 #   note PID             notes a job's pid, for the clean-up
-#   wait_line FILE PATTERN SECONDS
-#                        0 once a line of FILE matches PATTERN (grep -E)
+#   started FILE [SECONDS]
+#                        waits (10 s) for the pid phos run prints first,
+#                        into FILE; prints it and notes it
 #   last_count FILE      the counter's last "count N", or 0
-#   alive PID            0 when PID is a live process (not a zombie)
-#   job_init PID         prints the phos-init of PID's namespace
-#   wait_gone PID SECONDS
+# and tests/procs.bash's alive, wait_gone, job_init and wait_line.
+
+# shellcheck source=tests/procs.bash
+. "$(dirname "${BASH_SOURCE[0]}")/procs.bash"
 
 rig_n=0
 rig_failed=0
@@ -82,29 +84,10 @@ rig_mount() {
 
 note() { echo "$1" >>"$work/pids"; }
 
-alive() {
-	local s
-	case ${1:-x} in *[!0-9]*) return 1 ;; esac
-	s=$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null)
-	[ -n "$s" ] && [ "${s%% *}" != Z ]
-}
-
-wait_gone() {
-	for _ in $(seq $(($2 * 20))); do alive "$1" || return 0; sleep 0.05; done
-	return 1
-}
-
-job_init() {
-	local pp
-	case ${1:-x} in *[!0-9]*) return 1 ;; esac
-	pp=$(awk '/^PPid:/ {print $2}' "/proc/$1/status" 2>/dev/null)
-	[ -n "$pp" ] && [ "$pp" -gt 1 ] && [ "$(cat "/proc/$pp/comm" 2>/dev/null)" = phos-init ] || return 1
-	echo "$pp"
-}
-
-wait_line() {
-	for _ in $(seq $(($3 * 20))); do grep -Eq "$2" "$1" 2>/dev/null && return 0; sleep 0.05; done
-	return 1
+started() {
+	wait_line "$1" '^[0-9]+$' "${2:-10}" || return 1
+	head -1 "$1"
+	note "$(head -1 "$1")"
 }
 
 last_count() {

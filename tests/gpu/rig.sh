@@ -22,14 +22,7 @@
 #                        pid and prints it: notes PID in $work/pids, and is
 #                        0 when it is a live process (the old pid is no
 #                        longer the job's)
-#   wait_line FILE PATTERN SECONDS
-#                        0 once a line of FILE matches PATTERN
-#   alive PID            0 when PID is a number and a live process (not a
-#                        zombie)
 #   gone PID             0 once PID is gone (10 s at most)
-#   job_init PID         prints the init of PID's pid namespace (its parent,
-#                        phos-init); 1 when it has none (a job run with
-#                        --host-pids, or not by phos run)
 #   kill_job PID         kills a job: its whole pid namespace, through its
 #                        init (the job is no session leader), or its session
 #                        when it has no namespace; and waits for it
@@ -65,6 +58,15 @@
 #   time_waits           prints how many TCP sockets of this machine are in
 #                        TIME_WAIT (a job killed here leaves its closed
 #                        connections so; the restore ends those it needs)
+# and tests/procs.bash's alive, wait_gone, job_init and wait_line (whose
+# PATTERN is an extended regular expression).
+
+# Beside this file: in the bundle, share/procs.bash; in the source tree,
+# tests/procs.bash.
+for rig_procs in "$(dirname "${BASH_SOURCE[0]}")"/{.,..}/procs.bash; do
+	# shellcheck source=tests/procs.bash
+	[ -r "$rig_procs" ] && . "$rig_procs" && break
+done
 
 rig_mount() {
 	local name=$1
@@ -116,36 +118,13 @@ start() {
 	cat "$f"
 }
 
-wait_line() {
-	for _ in $(seq $(($3 * 10))); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.1; done
-	return 1
-}
-
 follow() {
 	case ${1:-x} in *[!0-9]*) return 1 ;; esac
 	echo "$1" >>"$work/pids"
 	alive "$1"
 }
 
-alive() {
-	local s
-	case ${1:-x} in *[!0-9]*) return 1 ;; esac
-	s=$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null)
-	[ -n "$s" ] && [ "${s%% *}" != Z ]
-}
-
-gone() {
-	for _ in $(seq 100); do alive "$1" || return 0; sleep 0.1; done
-	return 1
-}
-
-job_init() {
-	local pp
-	case ${1:-x} in *[!0-9]*) return 1 ;; esac
-	pp=$(awk '/^PPid:/ {print $2}' "/proc/$1/status" 2>/dev/null)
-	[ -n "$pp" ] && [ "$pp" -gt 1 ] && [ "$(cat "/proc/$pp/comm" 2>/dev/null)" = phos-init ] || return 1
-	echo "$pp"
-}
+gone() { wait_gone "$1" 10; }
 
 kill_job() {
 	local init
