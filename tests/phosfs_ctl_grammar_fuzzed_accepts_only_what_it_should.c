@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "../phosfs/ctl.h"
+#include "ctl_fuzz.h"
 #include "tap.h"
 
 static const char *const seeds[] = {
@@ -22,41 +23,8 @@ static const char *const words[] = { "checkpoint", "schedule", "every=", "every=
 				     "cancel", "stop",	   "cow",      "recopy", "kill", "name=", "timeout=",
 				     "restore",	   "lazy",     "eager",	   "1d",     "0",    "-5",    "1e999",
 				     "nan",	   " ",	       "\t",	   "=",	     "\n",   "99999999" };
-
-static size_t mutate(char *out, unsigned *seed)
-{
-	size_t n = 0;
-	int kind = rand_r(seed) % 3;
-	if (kind == 0) {
-		n = (size_t)(rand_r(seed) % 80) + 1;
-		for (size_t i = 0; i < n; i++)
-			out[i] = (char)(rand_r(seed) % 256);
-		return n;
-	}
-	if (kind == 1) {
-		int m = rand_r(seed) % 10 + 1;
-		for (int i = 0; i < m; i++) {
-			const char *w = words[rand_r(seed) % (sizeof(words) / sizeof(*words))];
-			memcpy(out + n, w, strlen(w));
-			n += strlen(w);
-			if (rand_r(seed) % 2)
-				out[n++] = ' ';
-		}
-		return n;
-	}
-	const char *s = seeds[rand_r(seed) % (sizeof(seeds) / sizeof(*seeds))];
-	n = strlen(s);
-	memcpy(out, s, n);
-	for (int i = rand_r(seed) % 4 + 1; i > 0 && n > 0; i--) {
-		size_t at = (size_t)rand_r(seed) % n;
-		switch (rand_r(seed) % 3) {
-		case 0: out[at] = (char)(rand_r(seed) % 256); break;
-		case 1: memmove(out + at, out + at + 1, n - at - 1), n--; break;
-		default: memmove(out + at + 1, out + at, n - at), out[at] = (char)(rand_r(seed) % 256), n++;
-		}
-	}
-	return n;
-}
+static const ctl_fuzz fuzz = { seeds, sizeof(seeds) / sizeof(*seeds), words, sizeof(words) / sizeof(*words),
+				80, true };
 
 /* Whether an accepted command holds only values in range. */
 static bool in_range(const ctl_cmd *c, bool root)
@@ -85,7 +53,7 @@ int main(void)
 	static char buf[4200];
 	static ctl_cmd c;
 	for (int i = 0; i < 200000; i++) {
-		size_t n = mutate(buf, &seed);
+		size_t n = ctl_mutate(&fuzz, buf, &seed);
 		bool root = i % 5 == 0;
 		perr er = { 0 };
 		int e = ctl_parse(buf, n, root, &c, &er);

@@ -4,6 +4,7 @@
  * line in status; the process runs on and no checkpoint appears. A user
  * who does not own the process can neither see /<pid> nor write its ctl.
  */
+#include "ctl_fuzz.h"
 #include "phosfs_test.h"
 
 static const char *const seeds[] = {
@@ -12,6 +13,8 @@ static const char *const seeds[] = {
 };
 static const char *const words[] = { "checkpoint", "cancel", "stop", "cow", "recopy", "kill", "name=", "name=.x",
 				     "name=latest", "restore", "\n", " ", "\t", "=", "\0", "\x7f", "checkpoint stop" };
+static const ctl_fuzz fuzz = { seeds, sizeof(seeds) / sizeof(*seeds), words, sizeof(words) / sizeof(*words),
+				64, false };
 
 /* The grammar, written again from phosfs(8): whether a /<pid>/ctl write
  * would be taken as a command (then the fuzzer does not send it). */
@@ -61,41 +64,6 @@ static int einval_count(const char *ctl, const char *head, const char *const *wo
 	return k;
 }
 
-static size_t mutate(char *out, unsigned *seed)
-{
-	size_t n = 0;
-	int kind = rand_r(seed) % 3;
-	if (kind == 0) { /* random bytes */
-		n = (size_t)(rand_r(seed) % 64) + 1;
-		for (size_t i = 0; i < n; i++)
-			out[i] = (char)(rand_r(seed) % 256);
-		return n;
-	}
-	if (kind == 1) { /* words glued at random */
-		int m = rand_r(seed) % 10 + 1;
-		for (int i = 0; i < m; i++) {
-			const char *w = words[rand_r(seed) % (sizeof(words) / sizeof(words[0]))];
-			size_t l = strlen(w) ? strlen(w) : 1;
-			memcpy(out + n, w, l);
-			n += l;
-		}
-		return n;
-	}
-	const char *s = seeds[rand_r(seed) % (sizeof(seeds) / sizeof(seeds[0]))];
-	n = strlen(s);
-	memcpy(out, s, n);
-	int edits = rand_r(seed) % 4 + 1;
-	for (int i = 0; i < edits && n > 0; i++) {
-		size_t at = (size_t)rand_r(seed) % n;
-		switch (rand_r(seed) % 3) {
-		case 0: out[at] = (char)(rand_r(seed) % 256); break;
-		case 1: memmove(out + at, out + at + 1, n - at - 1), n--; break;
-		default: memmove(out + at + 1, out + at, n - at), out[at] = (char)(rand_r(seed) % 256), n++;
-		}
-	}
-	return n;
-}
-
 int main(void)
 {
 	rig r;
@@ -116,7 +84,7 @@ int main(void)
 	int sent = 0, einval = 0, other = 0;
 	char buf[8192];
 	while (sent < 2000) {
-		size_t n = mutate(buf, &seed);
+		size_t n = ctl_mutate(&fuzz, buf, &seed);
 		if (valid(buf, n))
 			continue;
 		int e = rig_ctl(ctl, buf, n);
@@ -144,7 +112,7 @@ int main(void)
 	snprintf(rootctl, sizeof(rootctl), "%s/ctl", r.mnt);
 	int rsent = 0, reinval = 0;
 	while (rsent < 500) {
-		size_t n = mutate(buf, &seed);
+		size_t n = ctl_mutate(&fuzz, buf, &seed);
 		if (n >= 8 && !memcmp(buf, "restore ", 8))
 			continue; /* might name a directory */
 		rsent++;
