@@ -156,6 +156,31 @@ int engine_cgroups_resolve(const char *text, engine_cgroups *cg, perr *er)
 	return e;
 }
 
+int engine_cgroups_keep_writable(engine_cgroups *cg, char *dropped, size_t len)
+{
+	engine_cgroups kept = { .n = 0 };
+	size_t used = 0, said = 0;
+	int n = 0;
+	*dropped = 0;
+	const char *p = cg->procs;
+	for (int i = 0; i < cg->n; i++, p += strlen(p) + 1) {
+		int fd = open(p, O_WRONLY | O_CLOEXEC);
+		if (fd >= 0) {
+			close(fd);
+			size_t pl = strlen(p) + 1;
+			memcpy(kept.procs + used, p, pl);
+			used += pl;
+			kept.n++;
+			continue;
+		}
+		int w = snprintf(dropped + said, len - said, "%s%s (%s)", n ? ", " : "", p, strerror(errno));
+		said = w > 0 && (size_t)w < len - said ? said + (size_t)w : said;
+		n++;
+	}
+	*cg = kept;
+	return n;
+}
+
 int engine_cgroups_enter(const engine_cgroups *cg, const char **failed)
 {
 	const char *p = cg->procs;

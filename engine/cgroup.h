@@ -36,6 +36,13 @@ int engine_cgroups_read(pid_t pid, char *text, size_t len);
  * -E2BIG (too many hierarchies), mountinfo's open. */
 int engine_cgroups_resolve(const char *text, engine_cgroups *cg, perr *er);
 
+/* Leaves out of cg each cgroup.procs that cannot be opened for writing
+ * (a read-only cgroup mount, as in many containers; no permission; a
+ * cgroup gone): a restore then goes into the cgroups it can join, rather
+ * than fail. Says which were left out, and why, in dropped (len bytes;
+ * "" when none). Returns how many. */
+int engine_cgroups_keep_writable(engine_cgroups *cg, char *dropped, size_t len);
+
 /* Moves the calling process into cg's cgroups (writes 0 to each
  * cgroup.procs). Async-signal-safe, for a child between fork and exec.
  * Errors: write's or open's (a cgroup gone, not permitted), with *failed

@@ -333,6 +333,10 @@ static int restore_tree(const restore_args *a, restore_ctx *c, const criu_gate *
 	bool own_cgroups = a->cgroups && *a->cgroups;
 	if (!e && own_cgroups)
 		e = engine_cgroups_resolve(a->cgroups, &cg, er);
+	char dropped[1024];
+	if (!e && own_cgroups && engine_cgroups_keep_writable(&cg, dropped, sizeof(dropped)))
+		fprintf(stderr, "phosfs: restore %s: the tree stays out of cgroups it cannot join: %s\n", a->image,
+			dropped);
 	if (!e)
 		e = criu_restore(a->criu, *folder ? folder : phosimg_criu_dir(c->img),
 				 a->lazy_pages ? c->pages_dir : NULL, gate->fd >= 0 ? gate->script : NULL, a->log,

@@ -11,7 +11,8 @@
  *   4. malformed lines are refused with -EINVAL, naming the line;
  *   5. a path too long for a cgroup.procs file is -ENAMETOOLONG;
  *   6. a cgroup that does not exist makes enter fail and name it;
- *   7. 2000 lines of random bytes are refused or resolved, never a crash.
+ *   7. one that cannot be opened for writing is left out, and named;
+ *   8. 2000 lines of random bytes are refused or resolved, never a crash.
  * 2 needs root; nothing here moves a process out of its cgroups.
  */
 #include <errno.h>
@@ -39,7 +40,7 @@ static int lists(const char *path, pid_t pid)
 
 int main(void)
 {
-	plan(7);
+	plan(8);
 	char text[ENGINE_CGROUPS_TEXT_MAX];
 	engine_cgroups cg;
 	perr er = { 0 };
@@ -99,6 +100,10 @@ int main(void)
 	int ee = !e && cg.n ? engine_cgroups_enter(&cg, &failed) : -ENOENT;
 	ok(ee == -ENOENT && (!cg.n || strstr(failed, "phos-test-no-such-cgroup")),
 	   "a cgroup that does not exist fails enter, which names it (%d: %s)", ee, failed);
+	char dropped[512];
+	int had = cg.n, left = engine_cgroups_keep_writable(&cg, dropped, sizeof(dropped));
+	ok(cg.n == 0 && left == had && (!had || strstr(dropped, "phos-test-no-such-cgroup")),
+	   "one that cannot be opened for writing is left out, and named (%s)", dropped);
 
 	srand((unsigned)time(NULL));
 	int odd = 0;
