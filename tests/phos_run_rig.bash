@@ -1,7 +1,9 @@
 # shellcheck shell=bash
 # What the shell tests of `phos run` share: a real phosfs on a temporary
-# mount, with simcuda as the driver. Sourced (not run; it is no test) by
-# tests/phos_run_*.sh and tests/slurm_*.sh, after `set -u`.
+# mount, with simcuda as the driver; in a GPU bundle (PHOS_BUNDLE set, as
+# its run-checks does), the bundle's programs on the real driver. Sourced
+# (not run; it is no test) by tests/phos_run_*.sh and tests/slurm_*.sh,
+# after `set -u`.
 #
 #   rig_require          skips the test (TAP's 1..0 # SKIP) unless root,
 #                        FUSE, CRIU and the built programs are here; sets
@@ -52,6 +54,16 @@ rig_require() {
 	local here
 	here=$(cd "$(dirname "$0")" && pwd)
 	src=${PHOS_SRCDIR:-$here/../..}
+	# In a GPU bundle (make gpu-bundle; its run-checks sets PHOS_BUNDLE):
+	# its programs, on the real driver.
+	unset rig_driver
+	if [ -n "${PHOS_BUNDLE:-}" ]; then
+		: "${PHOS_CLI:=$PHOS_BUNDLE/bin/phos}" "${PHOS_PHOSFS:=$PHOS_BUNDLE/bin/phosfs}"
+		: "${PHOS_COUNTER:=$PHOS_BUNDLE/examples/counter}" "${PHOS_LIBPHOS:=$PHOS_BUNDLE/lib/libphos.so}"
+		: "${PHOS_CRIU_PLUGINS:=$PHOS_BUNDLE/criu-plugins}"
+		rig_driver=${LD_LIBRARY_PATH:-}
+		src=${PHOS_SRCDIR:-$PHOS_BUNDLE/..}
+	fi
 	phos=${PHOS_CLI:-$here/../phos}
 	counter=${PHOS_COUNTER:-$here/../examples/counter}
 	rig_phosfs=${PHOS_PHOSFS:-$here/../phosfs/phosfs}
@@ -67,7 +79,7 @@ rig_mount() {
 	: >"$work/pids"
 	export PHOS_MOUNT=$mnt PHOS_SOCKET=$work/sock
 	export PHOS_LIBPHOS=${PHOS_LIBPHOS:-$(dirname "$phos")/libphos.so}
-	export LD_LIBRARY_PATH=${PHOS_SIMCUDA:-$(dirname "$phos")/simcuda}
+	export LD_LIBRARY_PATH=${rig_driver-${PHOS_SIMCUDA:-$(dirname "$phos")/simcuda}}
 	# ASan builds: the tracer is preloaded ahead of the runtime.
 	export ASAN_OPTIONS=verify_asan_link_order=0:detect_leaks=0
 	local plugins=()
