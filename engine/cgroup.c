@@ -112,6 +112,15 @@ static int locate(FILE *mi, const char *controllers, const char *cg, char *out, 
 	return 0;
 }
 
+/* Whether path has a ".." component. */
+static bool up_a_level(const char *path)
+{
+	for (const char *p = strstr(path, ".."); p; p = strstr(p + 1, ".."))
+		if ((p == path || p[-1] == '/') && (!p[2] || p[2] == '/'))
+			return true;
+	return false;
+}
+
 int engine_cgroups_resolve(const char *text, engine_cgroups *cg, perr *er)
 {
 	cg->n = 0;
@@ -139,13 +148,18 @@ int engine_cgroups_resolve(const char *text, engine_cgroups *cg, perr *er)
 		}
 		*c2 = 0;
 		char procs[512];
-		int found = locate(mi, c1 + 1, c2 + 1, procs, sizeof(procs));
+		/* "/../x": a cgroup above the writer's cgroup namespace's root,
+		 * which no path here names. */
+		int found = up_a_level(c2 + 1) ? 0 : locate(mi, c1 + 1, c2 + 1, procs, sizeof(procs));
 		if (found < 0) {
 			e = pr_err(er, found, "the cgroup %.200s is too deep a path", c2 + 1);
 		} else if (found) {
 			size_t pl = strlen(procs) + 1;
-			if (cg->n == ENGINE_CGROUPS_MAX || used + pl > sizeof(cg->procs))
+			if (cg->n == ENGINE_CGROUPS_MAX)
 				e = pr_err(er, -E2BIG, "more cgroup hierarchies than phos takes (%d)", ENGINE_CGROUPS_MAX);
+			else if (used + pl > sizeof(cg->procs))
+				e = pr_err(er, -E2BIG, "the cgroups' paths are longer than phos takes (%zu bytes in all)",
+					   sizeof(cg->procs));
 			else
 				memcpy(cg->procs + used, procs, pl), used += pl, cg->n++;
 		}
@@ -156,7 +170,7 @@ int engine_cgroups_resolve(const char *text, engine_cgroups *cg, perr *er)
 	return e;
 }
 
-int engine_cgroups_keep_writable(engine_cgroups *cg, char *dropped, size_t len)
+int engine_cgroups_keep_writable(engine_cgroups *cg, char *dropped, size_t len, perr *er)
 {
 	engine_cgroups kept = { .n = 0 };
 	size_t used = 0, said = 0;
@@ -173,6 +187,8 @@ int engine_cgroups_keep_writable(engine_cgroups *cg, char *dropped, size_t len)
 			kept.n++;
 			continue;
 		}
+		if (errno != EROFS && errno != EACCES && errno != EPERM)
+			return pr_perror(er, -errno, "cannot join the cgroup of %s", p);
 		int w = snprintf(dropped + said, len - said, "%s%s (%s)", n ? ", " : "", p, strerror(errno));
 		said = w > 0 && (size_t)w < len - said ? said + (size_t)w : said;
 		n++;

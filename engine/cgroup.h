@@ -31,17 +31,19 @@ int engine_cgroups_read(pid_t pid, char *text, size_t len);
 /* The cgroups that text (as /proc/PID/cgroup says them) names, as the
  * cgroup.procs files of the hierarchies this mount namespace has mounted
  * (/proc/self/mountinfo); a hierarchy that is not mounted here, or whose
- * mount does not reach the cgroup, is left out. Errors:
+ * mount does not reach the cgroup, is left out, and so is a cgroup above
+ * the writer's cgroup namespace's root ("/../x"). Errors:
  * -EINVAL (a line of text is malformed, er says which), -ENAMETOOLONG,
  * -E2BIG (too many hierarchies), mountinfo's open. */
 int engine_cgroups_resolve(const char *text, engine_cgroups *cg, perr *er);
 
-/* Leaves out of cg each cgroup.procs that cannot be opened for writing
- * (a read-only cgroup mount, as in many containers; no permission; a
- * cgroup gone): a restore then goes into the cgroups it can join, rather
- * than fail. Says which were left out, and why, in dropped (len bytes;
- * "" when none). Returns how many. */
-int engine_cgroups_keep_writable(engine_cgroups *cg, char *dropped, size_t len);
+/* Leaves out of cg each cgroup.procs this process may not write (a
+ * read-only cgroup mount, as in many containers; no permission): a
+ * restore then goes into the cgroups it can join, rather than fail. Says
+ * which were left out, and why, in dropped (len bytes; "" when none).
+ * Returns how many, or -ENOENT (a cgroup is gone: its processes ended
+ * and it was removed; er names it) or another errno of open. */
+int engine_cgroups_keep_writable(engine_cgroups *cg, char *dropped, size_t len, perr *er);
 
 /* Moves the calling process into cg's cgroups (writes 0 to each
  * cgroup.procs). Async-signal-safe, for a child between fork and exec.

@@ -218,24 +218,44 @@ static uint64_t deadline_ns(int timeout_s)
 /* How often a wait that can be cancelled looks at its flag, in ms. */
 #define CANCEL_POLL_MS 50
 
-static bool cancelled(const atomic_bool *cancel)
+/* Whether pid is traced (ptrace) now: CRIU has seized it. */
+static bool seized(pid_t pid)
 {
-	return cancel && atomic_load(cancel);
+	char path[64], line[128];
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	FILE *f = pid > 0 ? fopen(path, "re") : NULL;
+	int tracer = 0;
+	while (f && fgets(line, sizeof(line), f) && sscanf(line, "TracerPid: %d", &tracer) != 1)
+		;
+	if (f)
+		fclose(f);
+	return tracer > 0;
+}
+
+/* Whether a wait with cancel (NULL: none) is to end now: cancel is set
+ * and CRIU does not hold root's tree. While it does, its parasite may be
+ * in the tree's processes and their connections in repair mode: killing
+ * CRIU then could kill the job, so the dump is left to end (or meet its
+ * deadline) and the checkpoint is thrown away after. */
+static bool cancelled(const atomic_bool *cancel, pid_t root)
+{
+	return cancel && atomic_load(cancel) && !seized(root);
 }
 
 /* Waits for child c, at most timeout_s seconds (0: for ever) and, with
- * cancel, until *cancel reads true; one that runs longer is killed, with
+ * cancel, until cancelled(cancel, root); one that runs longer is killed, with
  * its process group when it leads one (a dump: what it started goes too).
  * Returns 0 (*st its status), -ETIMEDOUT, -ECANCELED, or an errno of
  * waiting. */
-static int wait_child(pid_t c, int timeout_s, const atomic_bool *cancel, int *st)
+static int wait_child(pid_t c, int timeout_s, const atomic_bool *cancel, pid_t root, int *st)
 {
 	int pfd = timeout_s > 0 || cancel ? (int)syscall(SYS_pidfd_open, c, 0) : -1;
 	if (pfd >= 0) {
 		struct pollfd pf = { pfd, POLLIN, 0 };
 		uint64_t end = timeout_s > 0 ? deadline_ns(timeout_s) : UINT64_MAX;
 		int n = 0;
-		for (uint64_t now; n == 0 && !cancelled(cancel) && (now = engine_now_ns()) < end;) {
+		bool stop = false;
+		for (uint64_t now; n == 0 && !(stop = cancelled(cancel, root)) && (now = engine_now_ns()) < end;) {
 			uint64_t ms = (end - now) / 1000000u + 1;
 			n = poll(&pf, 1, cancel && ms > CANCEL_POLL_MS ? CANCEL_POLL_MS : ms > INT_MAX ? INT_MAX : (int)ms);
 			if (n < 0 && errno == EINTR)
@@ -246,7 +266,7 @@ static int wait_child(pid_t c, int timeout_s, const atomic_bool *cancel, int *st
 			kill(getpgid(c) == c ? -c : c, SIGKILL);
 			while (waitpid(c, st, 0) < 0 && errno == EINTR)
 				;
-			return cancelled(cancel) ? -ECANCELED : -ETIMEDOUT;
+			return stop ? -ECANCELED : -ETIMEDOUT;
 		}
 	}
 	while (waitpid(c, st, 0) < 0)
@@ -309,7 +329,7 @@ static int ended(pid_t c, const char *log, const char *what, pid_t pid, uint64_t
 	uint64_t now = engine_now_ns();
 	int left = !end_ns ? 0 : end_ns > now ? (int)((end_ns - now + 999999999u) / 1000000000u) : 1;
 	int st;
-	int e = wait_child(c, left, cancel, &st);
+	int e = wait_child(c, left, cancel, pid, &st);
 	if (e == -ETIMEDOUT)
 		return pr_err(er, e, "criu %s did not finish within %d s and was stopped (log: %s)", what, timeout_s,
 			      log);
@@ -365,7 +385,7 @@ static const char *criu_help(const char *criu)
 	char *argv[] = { (char *)criu, "--help", NULL };
 	pid_t c = out < 0 ? -1 : spawn(argv, out, NULL, 0, false, NULL);
 	int st = 0;
-	bool ok = c > 0 && wait_child(c, 5, NULL, &st) == 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0;
+	bool ok = c > 0 && wait_child(c, 5, NULL, 0, &st) == 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0;
 	ssize_t n = ok ? pread(out, help, sizeof(help) - 1, 0) : -1;
 	if (out >= 0)
 		close(out);
@@ -459,15 +479,15 @@ static int dump_failed(int e, const char *dir, perr *er)
 }
 
 /* Waits until criu c says its tree runs on (a byte on status, which it
- * then closes) or ends, until end_ns or *cancel. Returns 1 when the tree
- * runs on, 0 when criu ended, the time is up or the wait was cancelled
- * (ended() then says how). */
-static int resumed(int status, pid_t c, uint64_t end_ns, const atomic_bool *cancel)
+ * then closes) or ends, until end_ns or cancelled(cancel, root). Returns
+ * 1 when the tree runs on, 0 when criu ended, the time is up or the wait
+ * was cancelled (ended() then says how). */
+static int resumed(int status, pid_t c, uint64_t end_ns, const atomic_bool *cancel, pid_t root)
 {
 	int pfd = (int)syscall(SYS_pidfd_open, c, 0);
 	struct pollfd pf[2] = { { status, POLLIN, 0 }, { pfd, POLLIN, 0 } };
 	int slice = cancel ? CANCEL_POLL_MS : 1000;
-	for (uint64_t now; !cancelled(cancel) && (now = engine_now_ns()) < end_ns;) {
+	for (uint64_t now; !cancelled(cancel, root) && (now = engine_now_ns()) < end_ns;) {
 		uint64_t ms = (end_ns - now) / 1000000u + 1;
 		int n = poll(pf, pfd >= 0 ? 2 : 1, ms > (uint64_t)slice ? slice : (int)ms);
 		if (n < 0 && errno != EINTR)
@@ -593,6 +613,12 @@ int criu_dump_go(criu_dumper *d, criu_tail *tail, perr *er)
 {
 	uint64_t end = deadline_ns(d->timeout_s);
 	int e = 0;
+	if (tail)
+		*tail = (criu_tail){ .pid = 0 };
+	/* Cancelled before CRIU was let go: it never touches the tree
+	 * (criu_dump_drop tells it so). */
+	if (cancelled(d->cancel, 0))
+		return pr_err(er, -ECANCELED, "cancelled before criu dump began");
 	if (d->go >= 0) {
 		/* A CRIU that died while it waited reads nothing: EPIPE here,
 		 * and its log says why below. */
@@ -604,13 +630,11 @@ int criu_dump_go(criu_dumper *d, criu_tail *tail, perr *er)
 	} else {
 		e = dump_spawn(d, -1, er);
 	}
-	if (tail)
-		*tail = (criu_tail){ .pid = 0 };
 	pid_t c = d->pid;
 	d->pid = 0;
 	/* Without tail, the byte is read all the same (CRIU must not write
 	 * into a closed pipe), and the whole dump waited for below. */
-	if (!e && d->snapshot && resumed(d->status, c, end ? end : UINT64_MAX, d->cancel) && tail) {
+	if (!e && d->snapshot && resumed(d->status, c, end ? end : UINT64_MAX, d->cancel, d->root) && tail) {
 		/* The tree runs on; CRIU writes its pages (criu_dump_wait). */
 		close(d->status);
 		d->status = -1;
@@ -646,7 +670,7 @@ void criu_dump_drop(criu_dumper *d)
 		/* It has seized nothing: one that does not end at once is
 		 * killed, with whatever it started. */
 		int st;
-		wait_child(d->pid, 2, NULL, &st);
+		wait_child(d->pid, 2, NULL, 0, &st);
 	}
 	d->pid = 0;
 }

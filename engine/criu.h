@@ -79,10 +79,13 @@ int criu_dump_ready(const char *criu, pid_t pid, const char *dir, bool kill, int
  * ahead), and returns as criu_dump. Errors: as criu_dump's. */
 int criu_dump_go(criu_dumper *d, criu_tail *tail, perr *er);
 
-/* From now on, d's dump (and the tail criu_dump_go gives) is stopped as
- * soon as *cancel reads true, within 50 ms: CRIU is killed with its
- * process group, and criu_dump_go or criu_dump_wait fails -ECANCELED.
- * cancel must outlive d and its tail. */
+/* From now on, d's dump (and the tail criu_dump_go gives) is stopped
+ * once *cancel reads true: before criu_dump_go, CRIU never starts on the
+ * tree; after it, CRIU is killed with its process group within 50 ms,
+ * except while it holds the tree (ptrace: its code may be in the tree's
+ * processes), which it is left to let go of first, within the dump's
+ * deadline. criu_dump_go or criu_dump_wait then fails -ECANCELED. cancel
+ * must outlive d and its tail. */
 void criu_dump_cancel_on(criu_dumper *d, const atomic_bool *cancel);
 
 /* Ends what is left of d: a CRIU still waiting to start is told not to

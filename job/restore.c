@@ -334,8 +334,11 @@ static int restore_tree(const restore_args *a, restore_ctx *c, const criu_gate *
 	if (!e && own_cgroups)
 		e = engine_cgroups_resolve(a->cgroups, &cg, er);
 	char dropped[1024];
-	if (!e && own_cgroups && engine_cgroups_keep_writable(&cg, dropped, sizeof(dropped)))
-		fprintf(stderr, "phosfs: restore %s: the tree stays out of cgroups it cannot join: %s\n", a->image,
+	int left_out = !e && own_cgroups ? engine_cgroups_keep_writable(&cg, dropped, sizeof(dropped), er) : 0;
+	if (left_out < 0)
+		e = left_out;
+	else if (left_out)
+		fprintf(stderr, "phosfs: restore %s: the tree stays out of cgroups it may not join: %s\n", a->image,
 			dropped);
 	if (!e)
 		e = criu_restore(a->criu, *folder ? folder : phosimg_criu_dir(c->img),

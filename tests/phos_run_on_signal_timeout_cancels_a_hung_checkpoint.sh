@@ -82,6 +82,7 @@ check '[ -n "$latest" ] && "$(dirname "$phos")/phos-image" verify "$latest" >/de
 touch "$hang"
 t0=$(now)
 kill -TERM "$run"
+wait_gone "$run" 60 || kill -9 "$run"
 wait "$run"
 rc=$?
 t1=$(now)

@@ -34,9 +34,6 @@ for r in "${roots[@]}"; do
 	mkdir "$r/$tag-probe" 2>/dev/null && rmdir "$r/$tag-probe" && groups+=("$r")
 done
 [ ${#groups[@]} -gt 0 ] || rig_skip "no cgroup hierarchy here in which cgroups can be made"
-for r in "${groups[@]}"; do mkdir "$r/$tag-A" "$r/$tag-B" "$r/$tag-C"; done
-
-rig_mount
 # Each cgroup made here is emptied and removed at the end.
 empty_out() {
 	local r p
@@ -52,9 +49,13 @@ empty_out() {
 cleanup() {
 	local g r
 	for g in A B C; do empty_out $g; done
-	rig_cleanup
+	[ -z "${work:-}" ] || rig_cleanup
 	for g in A B C; do for r in "${groups[@]}"; do rmdir "$r/$tag-$g" 2>/dev/null; done; done
 }
+for r in "${groups[@]}"; do mkdir "$r/$tag-A" "$r/$tag-B" "$r/$tag-C"; done
+trap cleanup EXIT
+
+rig_mount
 trap cleanup EXIT
 
 # in_cgroup G CMD...: runs CMD in cgroup G of every hierarchy tested.
@@ -82,6 +83,7 @@ check 'in_all "$pid" A' "phos run started in cgroup A runs its job in A"
 # 2. Checkpointed and ended; A removed; restored from B.
 wait_line "$out" '^count 20$' 20
 kill -TERM "$run"
+wait_gone "$run" 60 || kill -9 "$run"
 wait "$run"
 gone=1
 for r in "${groups[@]}"; do rmdir "$r/$tag-A" || gone=0; done

@@ -63,7 +63,8 @@
 
 # Beside this file: in the bundle, share/procs.bash; in the source tree,
 # tests/procs.bash.
-for rig_procs in "$(dirname "${BASH_SOURCE[0]}")"/{.,..}/procs.bash; do
+for rig_procs in "$(dirname "${BASH_SOURCE[0]}")"/{.,..}/procs.bash ""; do
+	[ -n "$rig_procs" ] || { echo "Bail out! no procs.bash beside ${BASH_SOURCE[0]}"; exit 1; }
 	# shellcheck source=tests/procs.bash
 	[ -r "$rig_procs" ] && . "$rig_procs" && break
 done
