@@ -3,7 +3,8 @@
 # that does not end in time is cancelled, and the signal goes on, so a
 # scheduler's grace period is not spent waiting for it. A real phosfs,
 # examples/counter under the tracer on simcuda, and a CRIU whose dump
-# hangs (it never starts) while $work/hang exists:
+# hangs (it never starts) while $hang exists, or holds the tree 4 s after
+# dumping it (a post-dump action script) while $hold exists:
 #
 #   1. USR1=checkpoint, --on-signal-timeout 2: phos run says the
 #      checkpoint did not end in 2 s and was cancelled, and passes USR1 on
@@ -14,7 +15,10 @@
 #      status says the checkpoint was cancelled;
 #   4. with CRIU well again, the next USR1 checkpoints the job: the
 #      cancelled one left nothing in the way;
-#   5. TERM=checkpoint-kill with the dump hung: TERM goes on after 2 s,
+#   5. a cancel that comes while CRIU holds the tree does not kill CRIU
+#      (its code may be in the job's processes): CRIU lets go of the tree,
+#      and the job runs on, with USR1;
+#   6. TERM=checkpoint-kill with the dump hung: TERM goes on after 2 s,
 #      ends the job, and phos run exits with its status (143).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
@@ -23,17 +27,26 @@ here=$(cd "$(dirname "$0")" && pwd)
 rig_require
 real_criu=$rig_criu
 rig_criu=$(mktemp /tmp/phos-hung-criu.XXXXXX)
-hang=$rig_criu.hang
+hang=$rig_criu.hang hold=$rig_criu.hold
 tag=phos-hung-criu-$(basename "$rig_criu")
 cat >"$rig_criu" <<EOF
 #!/bin/bash
-# A CRIU whose dumps hang, never starting, while $hang exists.
-if [ -e '$hang' ] && [[ " \$* " == *" dump "* ]]; then exec -a '$tag' sleep 600; fi
+# A CRIU whose dumps hang, never starting, while $hang exists, and that
+# holds the tree for 4 s after dumping it while $hold exists.
+if [[ " \$* " == *" dump "* ]]; then
+	[ -e '$hang' ] && exec -a '$tag' sleep 600
+	[ -e '$hold' ] && exec '$real_criu' "\$@" --action-script '$rig_criu.script'
+fi
 exec '$real_criu' "\$@"
 EOF
-chmod +x "$rig_criu"
+cat >"$rig_criu.script" <<EOF
+#!/bin/sh
+[ "\$CRTOOLS_SCRIPT_ACTION" = post-dump ] && touch '$hold.held' && sleep 4
+exit 0
+EOF
+chmod +x "$rig_criu" "$rig_criu.script"
 rig_mount
-trap 'pkill -f "^$tag" 2>/dev/null; rm -f "$rig_criu" "$hang"; rig_cleanup' EXIT
+trap 'pkill -f "^$tag" 2>/dev/null; rm -f "$rig_criu" "$rig_criu.script" "$hang" "$hold" "$hold.held"; rig_cleanup' EXIT
 
 now() { date +%s.%N; }
 secs() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.1f", b - a}'; }
@@ -78,7 +91,20 @@ latest=$(readlink -f "$store/jobs/hung/latest" 2>/dev/null)
 check '[ -n "$latest" ] && "$(dirname "$phos")/phos-image" verify "$latest" >/dev/null && alive "$pid"' \
 	"with CRIU well again, the next USR1 publishes a checkpoint ($latest), and the job runs on"
 
-# 5. TERM=checkpoint-kill while CRIU hangs: TERM goes on, and ends the job.
+# 5. A cancel while CRIU holds the tree: CRIU finishes, the job runs on.
+touch "$hold"
+verified=$(grep -c '^verify ok' "$out")
+kill -USR1 "$run"
+wait_line "$work/run.err" "SIGUSR1: the checkpoint of process $pid failed: .*cancelled; passing SIGUSR1 on" 20
+for _ in $(seq 200); do grep -q '^job: none' "$mnt/$pid/status" && break; sleep 0.05; done
+err=$(grep '^error:' "$mnt/$pid/status")
+c=$(last_count "$out")
+check '[ -e "$hold.held" ] && [[ $err != *"criu dump was stopped"* ]] && wait_line "$out" "^count $((c + 10))\$" 20 &&
+	[ "$(grep -c "^verify ok" "$out")" -gt "$verified" ] && alive "$pid"' \
+	"a cancel while CRIU held the tree left CRIU to let go of it; the job got USR1 and runs on ($err)"
+rm -f "$hold"
+
+# 6. TERM=checkpoint-kill while CRIU hangs: TERM goes on, and ends the job.
 touch "$hang"
 t0=$(now)
 kill -TERM "$run"
