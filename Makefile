@@ -376,8 +376,9 @@ install: image-format tracer phosfs criu-plugins
 
 GPU_CU  := $(wildcard tests/gpu/*.cu)
 # rig.sh is not a test: the tests source it (share/gpu-rig.sh in the bundle).
-# With them: CRIU's check, and two phos run tests that also run on simcuda: a hung dump cancelled,
-# and restores into the asker's cgroups, on the real driver.
+# With them: CRIU's check, and two phos run tests that also run on
+# simcuda (a hung dump cancelled, restores into the asker's cgroups), here
+# on the real driver.
 GPU_SH  := $(filter-out tests/gpu/rig.sh,$(wildcard tests/gpu/*.sh)) tests/criu_check_looks_good.sh \
 	   tests/phos_run_on_signal_timeout_cancels_a_hung_checkpoint.sh tests/phos_run_restored_job_joins_the_callers_cgroups.sh
 GPU_BIN := $(GPU_CU:tests/gpu/%.cu=$(BUNDLE)/progs/%)

@@ -17,23 +17,12 @@ int engine_cgroups_read(pid_t pid, char *text, size_t len)
 {
 	char path[64];
 	snprintf(path, sizeof(path), "/proc/%d/cgroup", (int)pid);
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
+	FILE *f = fopen(path, "re");
+	if (!f)
 		return errno == ENOENT ? -ESRCH : -errno;
-	size_t n = 0;
-	ssize_t r = 1;
-	while (n + 1 < len && (r = read(fd, text + n, len - 1 - n)) != 0) {
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0)
-			break;
-		n += (size_t)r;
-	}
-	int e = r < 0 ? -errno : 0;
-	char more;
-	if (!e && n + 1 >= len && read(fd, &more, 1) == 1)
-		e = -E2BIG;
-	close(fd);
+	size_t n = fread(text, 1, len - 1, f);
+	int e = ferror(f) ? -EIO : fgetc(f) != EOF ? -E2BIG : 0;
+	fclose(f);
 	text[n] = 0;
 	return e;
 }

@@ -617,7 +617,7 @@ int criu_dump_go(criu_dumper *d, criu_tail *tail, perr *er)
 		*tail = (criu_tail){ .pid = 0 };
 	/* Cancelled before CRIU was let go: it never touches the tree
 	 * (criu_dump_drop tells it so). */
-	if (cancelled(d->cancel, 0))
+	if (d->cancel && atomic_load(d->cancel))
 		return pr_err(er, -ECANCELED, "cancelled before criu dump began");
 	if (d->go >= 0) {
 		/* A CRIU that died while it waited reads nothing: EPIPE here,

@@ -76,7 +76,7 @@ check 'wait_line "$out" "^count $((c + 10))\$" 20 && alive "$pid" && [ $gone = 1
 	"the job runs on, and the cancel stopped the hung CRIU"
 
 # 3. Nothing published; status says why.
-for _ in $(seq 100); do grep -q '^job: none' "$mnt/$pid/status" && break; sleep 0.05; done
+wait_line "$mnt/$pid/status" '^job: none' 5
 last=$(grep '^last job:' "$mnt/$pid/status")
 err=$(grep '^error:' "$mnt/$pid/status")
 check '[ ! -e "$store/$pid/1/manifest.phos" ] && [ ! -e "$store/jobs/hung/latest" ] && [[ $last == *failed ]] &&
@@ -96,7 +96,7 @@ touch "$hold"
 verified=$(grep -c '^verify ok' "$out")
 kill -USR1 "$run"
 wait_line "$work/run.err" "SIGUSR1: the checkpoint of process $pid failed: .*cancelled; passing SIGUSR1 on" 20
-for _ in $(seq 200); do grep -q '^job: none' "$mnt/$pid/status" && break; sleep 0.05; done
+wait_line "$mnt/$pid/status" '^job: none' 10
 err=$(grep '^error:' "$mnt/$pid/status")
 c=$(last_count "$out")
 check '[ -e "$hold.held" ] && [[ $err != *"criu dump was stopped"* ]] && wait_line "$out" "^count $((c + 10))\$" 20 &&

@@ -56,7 +56,7 @@ for r in "${groups[@]}"; do mkdir "$r/$tag-A" "$r/$tag-B" "$r/$tag-C"; done
 trap cleanup EXIT
 
 rig_mount
-trap cleanup EXIT
+trap cleanup EXIT # again: rig_mount sets its own
 
 # in_cgroup G CMD...: runs CMD in cgroup G of every hierarchy tested.
 in_cgroup() {
