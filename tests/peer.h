@@ -18,6 +18,7 @@
 
 #include <sys/mman.h>
 
+#include "../common/cow.h"
 #include "../common/state.h"
 #include "../common/wire.h"
 
@@ -176,6 +177,109 @@ static inline int peer_unpark(peer *p)
 		e = wire_recv(p->conn, &h, buf, sizeof(buf), fds, &nfds);
 	if (!e && h.type != WIRE_UNPARKED)
 		e = -EPROTO;
+	for (int i = 0; i < p->nobjs; i++)
+		close(p->fds[i]);
+	p->nobjs = 0;
+	return e;
+}
+
+/* A lazy restore's unpark, as phosfs's job makes it (common/cow.h, LAZY
+ * mode): wakes the parked process, gives back the application's own
+ * objects, sends a LAZY table that lists every other object as absent,
+ * and waits until the process runs. The connection stays open: objects
+ * go on it (peer_lazy_send), then WIRE_END. *t is the table, mapped
+ * (t_bytes bytes). */
+static inline int peer_unpark_lazy(peer *p, cow_header **t, uint64_t *t_bytes)
+{
+	if (syscall(SYS_tgkill, p->hello.pid, p->hello.control_tid, WIRE_WAKE_SIGNAL) != 0)
+		return -errno;
+	int e = peer_accept(p);
+	if (e)
+		return e;
+	if (!(p->hello.flags & WIRE_HELLO_RESUME))
+		return -EPROTO;
+	uint32_t n = 0;
+	for (int i = 0; i < p->nobjs; i++)
+		n += !(p->objs[i].flags & WIRE_OBJ_APP);
+	*t_bytes = cow_table_bytes(n, n, 0);
+	int fd = memfd_create("peer-lazy", MFD_CLOEXEC);
+	void *m = MAP_FAILED;
+	if (fd < 0 || ftruncate(fd, (off_t)*t_bytes) != 0 ||
+	    (m = mmap(NULL, *t_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED) {
+		e = -errno;
+		if (fd >= 0)
+			close(fd);
+		return e;
+	}
+	cow_header *h = m;
+	*h = (cow_header){ .magic = COW_MAGIC, .version = COW_VERSION, .pid = p->hello.pid, .job = getpid(),
+			   .nobjs = n, .chunk = 2u << 20, .nchunks = n, .mode = COW_MODE_LAZY };
+	atomic_store(&h->active, 1);
+	/* By VA, as the tracer looks them up (park hands them over in no
+	 * particular order). */
+	uint32_t k = 0;
+	for (uint64_t last = 0; k < n; k++) {
+		int best = -1;
+		for (int i = 0; i < p->nobjs; i++)
+			if (!(p->objs[i].flags & WIRE_OBJ_APP) && (k == 0 || p->objs[i].va > last) &&
+			    (best < 0 || p->objs[i].va < p->objs[best].va))
+				best = i;
+		cow_object *co = &cow_objects(h)[k];
+		co->va = p->objs[best].va;
+		co->size = p->objs[best].size;
+		co->first = k;
+		co->device = p->objs[best].device;
+		last = co->va;
+	}
+	for (int i = 0; !e && i < p->nobjs; i++)
+		if (p->objs[i].flags & WIRE_OBJ_APP)
+			e = wire_send(p->conn, WIRE_OBJECTS, &p->objs[i], sizeof(wire_object), 1, &p->fds[i], 1);
+	int self = (int)syscall(SYS_pidfd_open, getpid(), 0);
+	wire_cow wc = { .table_bytes = *t_bytes };
+	int fds[2] = { fd, self };
+	if (!e)
+		e = self < 0 ? -errno : wire_send(p->conn, WIRE_LAZY, &wc, sizeof(wc), 1, fds, 2);
+	if (self >= 0)
+		close(self);
+	close(fd);
+	if (!e)
+		e = wire_send(p->conn, WIRE_UNPARK, NULL, 0, 0, NULL, 0);
+	wire_header wh;
+	char buf[256];
+	int got[WIRE_MAX_FDS], ngot = 0;
+	if (!e)
+		e = wire_recv(p->conn, &wh, buf, sizeof(buf), got, &ngot);
+	if (!e && wh.type != WIRE_UNPARKED)
+		e = -EPROTO;
+	if (e)
+		munmap(m, *t_bytes);
+	*t = e ? NULL : h;
+	return e;
+}
+
+/* Sends object i of the last park to a lazily restored process, as the
+ * job does once it is filled. */
+static inline int peer_lazy_send(peer *p, int i)
+{
+	return wire_send(p->conn, WIRE_OBJECTS, &p->objs[i], sizeof(wire_object), 1, &p->fds[i], 1);
+}
+
+/* The index among the last park's objects of the one mapped at va, or -1. */
+static inline int peer_object_at(const peer *p, uint64_t va)
+{
+	for (int i = 0; i < p->nobjs; i++)
+		if (p->objs[i].va <= va && va < p->objs[i].va + p->objs[i].size && !(p->objs[i].flags & WIRE_OBJ_APP))
+			return i;
+	return -1;
+}
+
+/* Ends a lazy restore: END, then the connection closes, as the job's
+ * does; the fds of the last park are closed. The tracer connects again. */
+static inline int peer_lazy_end(peer *p)
+{
+	int e = wire_send(p->conn, WIRE_END, NULL, 0, 0, NULL, 0);
+	close(p->conn);
+	p->conn = -1;
 	for (int i = 0; i < p->nobjs; i++)
 		close(p->fds[i]);
 	p->nobjs = 0;

@@ -20,6 +20,8 @@
  *      one rank                                -> 'y' or 'n'
  *   k  set its context's stack limit to APP_STACK bytes -> 'y' or 'n'
  *   K  check that the limit is APP_STACK       -> 'y' or 'n'
+ *   f  free its big buffer (BUF_BIG), which 'v' then leaves out
+ *                                              -> 'y' or 'n'
  *   q  quit
  *
  * Besides its cuMemAlloc buffers, it maps a VMM allocation of its own
@@ -62,6 +64,7 @@ typedef struct app_layout {
 #define APP_LISTED (APP_NBUF + 1)
 
 static CUdeviceptr app_buf[APP_NBUF];
+static int app_big_freed; /* 'f' */
 static CUcontext app_ctx;
 static CUfunction app_add;
 static atomic_int app_stop;
@@ -143,6 +146,8 @@ static inline int app_check(int launched)
 	uint8_t *h = malloc(6u << 20);
 	int ok = 1;
 	for (int b = 0; b < APP_NBUF && ok; b++) {
+		if (b == BUF_BIG && app_big_freed)
+			continue;
 		if (cuMemcpyDtoH(h, app_buf[b], app_sizes[b]) != CUDA_SUCCESS) {
 			ok = 0;
 			break;
@@ -330,6 +335,9 @@ report:
 		} else if (c == 'K') {
 			size_t v = 0;
 			r = cuCtxGetLimit(&v, CU_LIMIT_STACK_SIZE) == CUDA_SUCCESS && v == APP_STACK ? 'y' : 'n';
+		} else if (c == 'f') {
+			r = !app_big_freed && cuMemFree(app_buf[BUF_BIG]) == CUDA_SUCCESS ? 'y' : 'n';
+			app_big_freed = 1;
 		} else if (c == 'n') {
 			r = app_nccl() ? 'y' : 'n';
 		} else if (c == 'g') {

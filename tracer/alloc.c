@@ -225,6 +225,24 @@ static CUresult object_new(CUdevice dev, uint64_t size, uint32_t block, uint32_t
 	return CUDA_SUCCESS;
 }
 
+/* Whether every live object is mapped. Once they all are, a parked
+ * process is parked no more: its buffers are present. Lock held for
+ * writing. */
+static bool settle(void)
+{
+	bool all = true;
+	for (uint32_t i = 0; i < nobjs; i++)
+		all &= !objs[i].live || objs[i].h != 0;
+	if (all && parked) {
+		parked = false;
+		uint32_t nb = atomic_load(&nby_va);
+		const uint32_t *ids = atomic_load(&by_va);
+		for (uint32_t i = 0; i < nb; i++)
+			state_set(buf(ids[i])->slot, WIRE_PRESENT);
+	}
+	return all;
+}
+
 static void object_drop(uint32_t id)
 {
 	REAL(CUresult, cuMemUnmap, (CUdeviceptr, size_t));
@@ -244,6 +262,10 @@ static void object_drop(uint32_t id)
 	free(o->bitmap);
 	o->bitmap = NULL;
 	o->live = false;
+	/* Freed before a lazy restore brought it back: the fill never will,
+	 * and it may have been the last one missing. */
+	if (parked)
+		settle();
 }
 
 /* Position of the first entry above va in v[0..n). */
@@ -736,18 +758,7 @@ static int map_objects(const wire_object *recs, const int *fds, int n, bool leni
 		int kept = fcntl(fds[k], F_DUPFD_CLOEXEC, 3);
 		o->kept = kept >= 0 ? kept + 1 : 0;
 	}
-	/* Parked objects all came back: the process may run. */
-	bool all = true;
-	for (uint32_t i = 0; i < nobjs; i++)
-		all &= !objs[i].live || objs[i].h != 0;
-	if (all && parked) {
-		parked = false;
-		uint32_t nb = atomic_load(&nby_va);
-		const uint32_t *ids = atomic_load(&by_va);
-		for (uint32_t i = 0; i < nb; i++)
-			state_set(buf(ids[i])->slot, WIRE_PRESENT);
-	}
-	return e ? e : (all ? 0 : -EAGAIN);
+	return e ? e : (settle() ? 0 : -EAGAIN);
 }
 
 int alloc_unpark(const wire_object *recs, const int *fds, int n)

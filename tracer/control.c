@@ -330,6 +330,25 @@ static int serve_targets(int sock, const wire_header *h, const void *payload)
 	return send_error(sock, msg);
 }
 
+
+/* Why this process's device memory cannot be handed over now, into why
+ * (len bytes): memory it cannot export, or memory a restore has not
+ * brought back (an object freed before it came back no longer counts).
+ * False when it can. */
+static bool unparkable(char *why, size_t len)
+{
+	if (alloc_stop_only(why, len) || vmm_shared(why, len))
+		return true;
+	if (!alloc_parked() && !vmm_parked())
+		return false;
+	char what[120];
+	if (!vmm_missing(what, sizeof(what)))
+		alloc_missing(what, sizeof(what));
+	snprintf(why, len, "device memory of its restore is not back (%s)", what);
+	tr_log("%s", why);
+	return true;
+}
+
 /* PARK: quiesce, hand every object over, and, once phosfs holds them all
  * (HELD), let go of them. Returns 1 when parked (the caller detaches), 0
  * when the process runs on (phosfs was told why, or chose so), or a
@@ -338,7 +357,7 @@ static int park(int sock, const wire_header *h, const void *payload)
 {
 	char why[200], msg[256];
 	uint64_t t0 = table_now_ns();
-	if (alloc_stop_only(why, sizeof(why)) || vmm_shared(why, sizeof(why))) {
+	if (unparkable(why, sizeof(why))) {
 		snprintf(msg, sizeof(msg), "cannot park: %s", why);
 		return send_error(sock, msg);
 	}
@@ -392,7 +411,7 @@ static int park(int sock, const wire_header *h, const void *payload)
 static int track(int sock, const wire_header *req, const void *payload)
 {
 	char why[200], msg[256];
-	if (alloc_stop_only(why, sizeof(why)) || vmm_shared(why, sizeof(why))) {
+	if (unparkable(why, sizeof(why))) {
 		snprintf(msg, sizeof(msg), "cannot track: %s", why);
 		return send_error(sock, msg);
 	}
