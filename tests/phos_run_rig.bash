@@ -119,6 +119,11 @@ rig_cleanup() {
 	wait "$rig_fs" 2>/dev/null
 	if [ "$rig_failed" != 0 ]; then
 		tail -n 30 "$work/phosfs.log" | sed 's/^/# phosfs: /' >&2
+		# What each phos run said (its stderr, as the tests keep it).
+		local err
+		for err in "$work"/*.err; do
+			[ -s "$err" ] && tail -n 15 "$err" | sed "s|^|# $(basename "$err"): |" >&2
+		done
 	fi
 	if [ -n "${PHOS_TEST_KEEP:-}" ]; then
 		echo "# kept $work" >&2

@@ -170,14 +170,21 @@ static inline void rig_unmount(rig *r, int sig)
 		umount2(r->mnt, MNT_DETACH);
 }
 
-/* After a failed test: the last lines of phosfs's log, as diagnostics,
- * so that a CI log shows phosfs's side too. */
+/* After a failed test: the last lines of phosfs's log, and of what each
+ * job said on stderr (its tracer's messages among them), as diagnostics,
+ * so that a CI log shows their side too. */
 static inline void rig_show_log(rig *r)
 {
-	char cmd[256];
+	char cmd[PATH_MAX + 512];
 	snprintf(cmd, sizeof(cmd), "tail -n 30 %s/phosfs.log | sed 's/^/# phosfs: /' >&2", r->dir);
 	if (system(cmd) != 0)
 		diag("no phosfs log in %s", r->dir);
+	snprintf(cmd, sizeof(cmd),
+		 "for f in %s/run/*.err; do [ -s \"$f\" ] && tail -n 10 \"$f\" | sed \"s|^|# $(basename \"$f\"): |\"; "
+		 "done >&2; true",
+		 r->store);
+	if (system(cmd) != 0)
+		diag("cannot show the jobs' output in %s/run", r->store);
 }
 
 static inline void rig_cleanup(rig *r)
