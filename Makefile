@@ -58,8 +58,9 @@ all: simcuda image-format tracer phosfs criu-plugins examples tests bench
 
 COMMON_SRC := $(wildcard common/*.c)
 COMMON_OBJ := $(COMMON_SRC:common/%.c=$(BUILD)/common/%.o)
-# The wire protocol, and the pid namespaces its peers may live in.
-WIRE_OBJ := $(BUILD)/common/wire.o $(BUILD)/common/pidns.o
+# The wire protocol, and the pid namespaces its peers may live in (read
+# from /proc/PID/status).
+WIRE_OBJ := $(BUILD)/common/wire.o $(BUILD)/common/pidns.o $(BUILD)/common/procstatus.o
 
 $(BUILD)/common/%.o: common/%.c $(wildcard common/*.h)
 	@mkdir -p $(@D)
@@ -85,7 +86,7 @@ $(LIBPHOS): $(TRACER_OBJ) $(BUILD)/common/cubin.o $(BUILD)/common/cuversions.o $
 # ---- phosfs/: the daemon -------------------------------------------------------------
 
 # The phos CLI: phos.c, run.c, and cli*.c (cli.h).
-PHOS_CLI_SRC := phosfs/phos.c phosfs/run.c $(wildcard phosfs/cli*.c) common/duration.c
+PHOS_CLI_SRC := phosfs/phos.c phosfs/run.c $(wildcard phosfs/cli*.c) common/duration.c common/procstatus.c
 PHOSFS_SRC := $(filter-out $(PHOS_CLI_SRC),$(wildcard phosfs/*.c))
 PHOSFS_OBJ := $(PHOSFS_SRC:phosfs/%.c=$(BUILD)/phosfs/%.o)
 ENGINE_SRC := $(wildcard engine/*.c)
@@ -166,7 +167,7 @@ $(BUILD)/simcuda/stubs.o: $(BUILD)/simcuda/stubs.c
 	$(CC) $(XCFLAGS) $(CFLAGS) -fPIC -fvisibility=hidden -c -o $@ $<
 
 $(SIMCUDA_LIB): $(SIMCUDA_OBJ) $(BUILD)/simcuda/stubs.o $(BUILD)/common/cubin.o $(BUILD)/common/cuversions.o \
-		$(BUILD)/common/pidns.o
+		$(BUILD)/common/pidns.o $(BUILD)/common/procstatus.o
 	$(CC) $(XLDFLAGS) $(LDFLAGS) -shared -Wl,-soname,libcuda.so.1 -Wl,-z,defs -o $@ $^ -lpthread -ldl
 
 $(BUILD)/simcuda/libcuda.so: $(SIMCUDA_LIB)

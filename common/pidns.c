@@ -9,32 +9,23 @@
 #include <sys/stat.h>
 
 #include "pidns.h"
+#include "procstatus.h"
 
 /* The NSpid line of pid: its pids from the host's namespace inward, into
  * v (at most max); returns how many, or -errno. */
 static int nspids(pid_t pid, pid_t *v, int max)
 {
-	char path[64], line[256];
-	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-	FILE *f = fopen(path, "re");
-	if (!f)
-		return -ESRCH;
-	int n = -EIO;
-	while (n < 0 && fgets(line, sizeof(line), f)) {
-		if (strncmp(line, "NSpid:", 6))
-			continue;
-		n = 0;
-		for (char *p = line + 6, *end; n < max; p = end) {
-			long x = strtol(p, &end, 10);
-			if (end == p || x <= 0)
-				break;
-			v[n++] = (pid_t)x;
-		}
-		if (!n)
-			n = -EIO;
+	char line[256];
+	int n = proc_status_field(pid, "NSpid", line, sizeof(line));
+	if (n)
+		return n == -ENOENT ? -EIO : n;
+	for (char *p = line, *end; n < max; p = end) {
+		long x = strtol(p, &end, 10);
+		if (end == p || x <= 0)
+			break;
+		v[n++] = (pid_t)x;
 	}
-	fclose(f);
-	return n;
+	return n ? n : -EIO;
 }
 
 pid_t pidns_inner(pid_t pid)

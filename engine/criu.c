@@ -19,6 +19,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "../common/procstatus.h"
 #include "criu.h"
 #include "criu-image.h"
 #include "progress.h"
@@ -194,13 +195,8 @@ void criu_explain(const char *log, pid_t pid, char *out, size_t len)
 void criu_limits(char *out, size_t len)
 {
 	*out = 0;
-	FILE *f = fopen("/proc/self/status", "re");
-	char line[256];
-	unsigned long long eff = ~0ull;
-	while (f && fgets(line, sizeof(line), f))
-		sscanf(line, "CapEff: %llx", &eff);
-	if (f)
-		fclose(f);
+	char caps[32];
+	unsigned long long eff = proc_status_field(0, "CapEff", caps, sizeof(caps)) ? ~0ull : strtoull(caps, NULL, 16);
 	if (geteuid() != 0)
 		snprintf(out, len, "phosfs is not root: CRIU cannot checkpoint or restore anything.");
 	else if (!(eff & (1ull << 24))) /* CAP_SYS_RESOURCE */
@@ -221,15 +217,8 @@ static uint64_t deadline_ns(int timeout_s)
 /* Whether pid is traced (ptrace) now: CRIU has seized it. */
 static bool seized(pid_t pid)
 {
-	char path[64], line[128];
-	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-	FILE *f = pid > 0 ? fopen(path, "re") : NULL;
-	int tracer = 0;
-	while (f && fgets(line, sizeof(line), f) && sscanf(line, "TracerPid: %d", &tracer) != 1)
-		;
-	if (f)
-		fclose(f);
-	return tracer > 0;
+	char tracer[32];
+	return pid > 0 && proc_status_field(pid, "TracerPid", tracer, sizeof(tracer)) == 0 && atoi(tracer) > 0;
 }
 
 /* Whether a wait with cancel (NULL: none) is to end now: cancel is set

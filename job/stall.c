@@ -26,6 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../common/procstatus.h"
 #include "../engine/criu-image.h"
 #include "stall.h"
 
@@ -63,18 +64,12 @@ static int describe(pid_t pid, phosimg_meta *m, char **cmdline)
 	*cmdline = buf;
 	m->cmdline = buf;
 	m->cmdline_len = n;
-	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-	f = fopen(path, "re");
-	char line[256];
-	while (f && fgets(line, sizeof(line), f)) {
-		unsigned a;
-		if (sscanf(line, "Uid: %u", &a) == 1)
-			m->uid = a;
-		else if (sscanf(line, "Gid: %u", &a) == 1)
-			m->gid = a;
-	}
-	if (f)
-		fclose(f);
+	/* The real ids: the first of each line. */
+	char id[128];
+	if (!proc_status_field(pid, "Uid", id, sizeof(id)))
+		m->uid = (uint32_t)strtoul(id, NULL, 10);
+	if (!proc_status_field(pid, "Gid", id, sizeof(id)))
+		m->gid = (uint32_t)strtoul(id, NULL, 10);
 	return 0;
 }
 

@@ -31,6 +31,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../common/procstatus.h"
 #include "cli.h"
 #include "run.h"
 
@@ -194,21 +195,12 @@ static int run_parse(int argc, char **argv, run_args *a)
  * of a namespace of its own, else itself. */
 static pid_t restored_root(pid_t pid)
 {
-	char path[64], line[256];
-	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-	FILE *f = fopen(path, "re");
-	pid_t ppid = 0;
-	int levels = 0;
-	while (f && fgets(line, sizeof(line), f)) {
-		if (!strncmp(line, "PPid:", 5))
-			ppid = (pid_t)atoi(line + 5);
-		if (!strncmp(line, "NSpid:", 6))
-			for (char *save = NULL, *t = strtok_r(line + 6, " \t\n", &save); t; t = strtok_r(NULL, " \t\n", &save))
-				levels++;
-	}
-	if (f)
-		fclose(f);
-	return levels > 1 && ppid > 1 ? ppid : pid;
+	char parent[32], ns[256];
+	if (proc_status_field(pid, "PPid", parent, sizeof(parent)) || proc_status_field(pid, "NSpid", ns, sizeof(ns)))
+		return pid;
+	pid_t ppid = (pid_t)atoi(parent);
+	/* More than one pid: pid 1 or 2 of a namespace below the host's. */
+	return strpbrk(ns, " \t") && ppid > 1 ? ppid : pid;
 }
 
 /* --restore-from: the newest good image of a->from comes back. 0 with

@@ -1,0 +1,17 @@
+/*
+ * One field of /proc/PID/status ("Key:\tvalue"), for the few things only
+ * that file says: a process's pids in its namespaces (NSpid), its parent
+ * (PPid), its tracer (TracerPid), its capabilities (CapEff).
+ */
+#ifndef PHOS_PROCSTATUS_H
+#define PHOS_PROCSTATUS_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+/* The value of field key of pid's status (pid 0: this process's), without
+ * the blanks around it, into out (len bytes, cut to fit). Returns 0,
+ * -ESRCH (no such process), or -ENOENT (no such field). */
+int proc_status_field(pid_t pid, const char *key, char *out, size_t len);
+
+#endif
