@@ -153,30 +153,40 @@ static inline int peer_park(peer *p, char *err, size_t errlen)
 	return e;
 }
 
-/* Wakes the parked process, gives its objects back, waits until it runs. */
-static inline int peer_unpark(peer *p)
+/* Wakes the parked process, and takes its connection (HELLO_RESUME). */
+static inline int peer_wake(peer *p)
 {
 	if (syscall(SYS_tgkill, p->hello.pid, p->hello.control_tid, WIRE_WAKE_SIGNAL) != 0)
 		return -errno;
 	int e = peer_accept(p);
-	if (e)
-		return e;
-	if (!(p->hello.flags & WIRE_HELLO_RESUME))
-		return -EPROTO;
+	return e ? e : p->hello.flags & WIRE_HELLO_RESUME ? 0 : -EPROTO;
+}
+
+/* UNPARK: waits until the woken process runs (UNPARKED). */
+static inline int peer_resume(peer *p)
+{
+	int e = wire_send(p->conn, WIRE_UNPARK, NULL, 0, 0, NULL, 0);
+	wire_header h;
+	char buf[256];
+	int fds[WIRE_MAX_FDS], nfds = 0;
+	if (!e)
+		e = wire_recv(p->conn, &h, buf, sizeof(buf), fds, &nfds);
+	for (int i = 0; i < nfds; i++)
+		close(fds[i]);
+	return e ? e : h.type == WIRE_UNPARKED ? 0 : -EPROTO;
+}
+
+/* Wakes the parked process, gives its objects back, waits until it runs. */
+static inline int peer_unpark(peer *p)
+{
+	int e = peer_wake(p);
 	for (int at = 0; !e && at < p->nobjs; at += 200) {
 		int k = p->nobjs - at < 200 ? p->nobjs - at : 200;
 		e = wire_send(p->conn, WIRE_OBJECTS, p->objs + at, (uint32_t)(k * (int)sizeof(wire_object)), (uint32_t)k,
 			      p->fds + at, k);
 	}
 	if (!e)
-		e = wire_send(p->conn, WIRE_UNPARK, NULL, 0, 0, NULL, 0);
-	wire_header h;
-	char buf[256];
-	int fds[WIRE_MAX_FDS], nfds;
-	if (!e)
-		e = wire_recv(p->conn, &h, buf, sizeof(buf), fds, &nfds);
-	if (!e && h.type != WIRE_UNPARKED)
-		e = -EPROTO;
+		e = peer_resume(p);
 	for (int i = 0; i < p->nobjs; i++)
 		close(p->fds[i]);
 	p->nobjs = 0;
@@ -191,13 +201,9 @@ static inline int peer_unpark(peer *p)
  * (t_bytes bytes). */
 static inline int peer_unpark_lazy(peer *p, cow_header **t, uint64_t *t_bytes)
 {
-	if (syscall(SYS_tgkill, p->hello.pid, p->hello.control_tid, WIRE_WAKE_SIGNAL) != 0)
-		return -errno;
-	int e = peer_accept(p);
+	int e = peer_wake(p);
 	if (e)
 		return e;
-	if (!(p->hello.flags & WIRE_HELLO_RESUME))
-		return -EPROTO;
 	uint32_t n = 0;
 	for (int i = 0; i < p->nobjs; i++)
 		n += !(p->objs[i].flags & WIRE_OBJ_APP);
@@ -243,14 +249,7 @@ static inline int peer_unpark_lazy(peer *p, cow_header **t, uint64_t *t_bytes)
 		close(self);
 	close(fd);
 	if (!e)
-		e = wire_send(p->conn, WIRE_UNPARK, NULL, 0, 0, NULL, 0);
-	wire_header wh;
-	char buf[256];
-	int got[WIRE_MAX_FDS], ngot = 0;
-	if (!e)
-		e = wire_recv(p->conn, &wh, buf, sizeof(buf), got, &ngot);
-	if (!e && wh.type != WIRE_UNPARKED)
-		e = -EPROTO;
+		e = peer_resume(p);
 	if (e)
 		munmap(m, *t_bytes);
 	*t = e ? NULL : h;

@@ -171,8 +171,9 @@ static inline void rig_unmount(rig *r, int sig)
 }
 
 /* After a failed test: the last lines of phosfs's log, and of what each
- * job said on stderr (its tracer's messages among them), as diagnostics,
- * so that a CI log shows their side too. */
+ * job wrote (its own words on .out, its tracer's on .err; a line repeated
+ * is shown once, with its count), as diagnostics, so that a CI log shows
+ * their side too. */
 static inline void rig_show_log(rig *r)
 {
 	char cmd[PATH_MAX + 512];
@@ -180,9 +181,9 @@ static inline void rig_show_log(rig *r)
 	if (system(cmd) != 0)
 		diag("no phosfs log in %s", r->dir);
 	snprintf(cmd, sizeof(cmd),
-		 "for f in %s/run/*.err; do [ -s \"$f\" ] && tail -n 10 \"$f\" | sed \"s|^|# $(basename \"$f\"): |\"; "
-		 "done >&2; true",
-		 r->store);
+		 "for f in %s/run/*.out %s/run/*.err; do [ -s \"$f\" ] && tail -n 400 \"$f\" | uniq -c | tail -n 8 | "
+		 "sed \"s|^ *\\([0-9]*\\) |# $(basename \"$f\") (\\1x): |\"; done >&2; true",
+		 r->store, r->store);
 	if (system(cmd) != 0)
 		diag("cannot show the jobs' output in %s/run", r->store);
 }
