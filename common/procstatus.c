@@ -7,13 +7,10 @@
 
 #include "procstatus.h"
 
-int proc_status_field(pid_t pid, const char *key, char *out, size_t len)
+/* The value of field key of the status file at path. */
+static int field_of(const char *path, const char *key, char *out, size_t len)
 {
-	char path[64], line[512];
-	if (pid > 0)
-		snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-	else
-		snprintf(path, sizeof(path), "/proc/self/status");
+	char line[512];
 	FILE *f = fopen(path, "re");
 	if (!f)
 		return -ESRCH;
@@ -32,4 +29,18 @@ int proc_status_field(pid_t pid, const char *key, char *out, size_t len)
 	}
 	fclose(f);
 	return e;
+}
+
+int proc_status_field(pid_t pid, const char *key, char *out, size_t len)
+{
+	char path[64];
+	if (pid <= 0)
+		return -ESRCH;
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	return field_of(path, key, out, len);
+}
+
+int proc_self_status_field(const char *key, char *out, size_t len)
+{
+	return field_of("/proc/self/status", key, out, len);
 }

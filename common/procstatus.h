@@ -9,9 +9,13 @@
 #include <stddef.h>
 #include <sys/types.h>
 
-/* The value of field key of pid's status (pid 0: this process's), without
- * the blanks around it, into out (len bytes, cut to fit). Returns 0,
- * -ESRCH (no such process), or -ENOENT (no such field). */
+/* The value of field key of pid's status, without the blanks around it,
+ * into out (len bytes, cut to fit). Returns 0, -ESRCH (no such process;
+ * a pid that is not positive, as a peer's unseen from here, names none),
+ * or -ENOENT (no such field). */
 int proc_status_field(pid_t pid, const char *key, char *out, size_t len);
+
+/* The same, of this process (/proc/self/status). */
+int proc_self_status_field(const char *key, char *out, size_t len);
 
 #endif

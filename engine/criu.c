@@ -196,7 +196,7 @@ void criu_limits(char *out, size_t len)
 {
 	*out = 0;
 	char caps[32];
-	unsigned long long eff = proc_status_field(0, "CapEff", caps, sizeof(caps)) ? ~0ull : strtoull(caps, NULL, 16);
+	unsigned long long eff = proc_self_status_field("CapEff", caps, sizeof(caps)) ? ~0ull : strtoull(caps, NULL, 16);
 	if (geteuid() != 0)
 		snprintf(out, len, "phosfs is not root: CRIU cannot checkpoint or restore anything.");
 	else if (!(eff & (1ull << 24))) /* CAP_SYS_RESOURCE */
@@ -218,7 +218,7 @@ static uint64_t deadline_ns(int timeout_s)
 static bool seized(pid_t pid)
 {
 	char tracer[32];
-	return pid > 0 && proc_status_field(pid, "TracerPid", tracer, sizeof(tracer)) == 0 && atoi(tracer) > 0;
+	return proc_status_field(pid, "TracerPid", tracer, sizeof(tracer)) == 0 && atoi(tracer) > 0;
 }
 
 /* Whether a wait with cancel (NULL: none) is to end now: cancel is set

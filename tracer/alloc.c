@@ -608,7 +608,11 @@ void alloc_state_fill(struct state_header *t, int fd)
 
 bool alloc_parked(void)
 {
-	return parked;
+	/* An application thread's free may settle it (object_drop). */
+	pthread_rwlock_rdlock(&lock);
+	bool p = parked;
+	pthread_rwlock_unlock(&lock);
+	return p;
 }
 
 void alloc_missing(char *what, size_t n)
@@ -758,7 +762,8 @@ static int map_objects(const wire_object *recs, const int *fds, int n, bool leni
 		int kept = fcntl(fds[k], F_DUPFD_CLOEXEC, 3);
 		o->kept = kept >= 0 ? kept + 1 : 0;
 	}
-	return e ? e : (settle() ? 0 : -EAGAIN);
+	bool all = settle();
+	return e ? e : all ? 0 : -EAGAIN;
 }
 
 int alloc_unpark(const wire_object *recs, const int *fds, int n)
