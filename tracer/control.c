@@ -155,6 +155,14 @@ static pid_t wait_wake(void)
 	return si.si_code == SI_QUEUE && si.si_value.sival_int > 0 ? (pid_t)si.si_value.sival_int : getpid();
 }
 
+/* What device memory is not back (parked, or not yet come): a VMM
+ * object first, else an allocation's; into what (len bytes). */
+static void missing(char *what, size_t len)
+{
+	if (!vmm_missing(what, len))
+		alloc_missing(what, len);
+}
+
 /* After park: reconnect, take the objects back, resume. */
 static int unpark(void)
 {
@@ -211,9 +219,8 @@ static int unpark(void)
 				alloc_unpark(NULL, NULL, 0);
 			vmm_unpark(NULL, NULL, 0);
 			if ((alloc_parked() && !lazy_active()) || vmm_parked()) {
-				char what[160] = "", msg[256];
-				if (!vmm_missing(what, sizeof(what)))
-					alloc_missing(what, sizeof(what));
+				char what[160], msg[256];
+				missing(what, sizeof(what));
 				snprintf(msg, sizeof(msg), "unpark: some device memory did not come back: %s", what);
 				tr_log("%s", msg);
 				send_error(sock, msg);
@@ -330,7 +337,6 @@ static int serve_targets(int sock, const wire_header *h, const void *payload)
 	return send_error(sock, msg);
 }
 
-
 /* Why this process's device memory cannot be handed over now, into why
  * (len bytes): memory it cannot export, or memory a restore has not
  * brought back (an object freed before it came back no longer counts).
@@ -342,8 +348,7 @@ static bool unparkable(char *why, size_t len)
 	if (!alloc_parked() && !vmm_parked())
 		return false;
 	char what[120];
-	if (!vmm_missing(what, sizeof(what)))
-		alloc_missing(what, sizeof(what));
+	missing(what, sizeof(what));
 	snprintf(why, len, "device memory of its restore is not back (%s)", what);
 	tr_log("%s", why);
 	return true;
