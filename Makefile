@@ -376,11 +376,12 @@ install: image-format tracer phosfs criu-plugins
 # built here. check-gpu builds nothing.
 
 GPU_CU  := $(wildcard tests/gpu/*.cu)
-# rig.sh is not a test: the tests source it (share/gpu-rig.sh in the bundle).
+# rig.sh and matrix.sh are no tests: the tests source them (share/gpu-rig.sh
+# and share/gpu-matrix.sh in the bundle).
 # With them: CRIU's check, and two phos run tests that also run on
 # simcuda (a hung dump cancelled, restores into the asker's cgroups), here
 # on the real driver.
-GPU_SH  := $(filter-out tests/gpu/rig.sh,$(wildcard tests/gpu/*.sh)) tests/criu_check_looks_good.sh \
+GPU_SH  := $(filter-out tests/gpu/rig.sh tests/gpu/matrix.sh,$(wildcard tests/gpu/*.sh)) tests/criu_check_looks_good.sh \
 	   tests/phos_run_on_signal_timeout_cancels_a_hung_checkpoint.sh tests/phos_run_restored_job_joins_the_callers_cgroups.sh
 GPU_BIN := $(GPU_CU:tests/gpu/%.cu=$(BUNDLE)/progs/%)
 
@@ -479,7 +480,7 @@ gpu-bundle: $(GPU_BIN) $(GPU_KERNELS) $(GPU_BENCH) $(PHOS_IMAGE) $(BUILD)/bench/
 	mk/gpu-bundle.sh $(BUNDLE) bin:$(CRIU) bin:$(PHOS_IMAGE) bin:$(BUILD)/bench/image-bench bin:$(BUILD)/bench/store-bw bin:$(BUILD)/bench/fork-snapshot \
 		bin:$(BUILD)/bench/page-restore bin:$(BUILD)/bench/fill bin:$(BUILD)/bench/read-path lib:$(LIBPHOS) \
 		bin:$(PHOSFS) bin:$(PHOS_CLI) \
-		$(addprefix test:,$(GPU_SH)) share:tests/gpu/rig.sh:gpu-rig.sh \
+		$(addprefix test:,$(GPU_SH)) share:tests/gpu/rig.sh:gpu-rig.sh share:tests/gpu/matrix.sh:gpu-matrix.sh \
 		share:tests/procs.bash:procs.bash
 	install -d $(BUNDLE)/criu-plugins
 	install -m 0644 $(CRIU_PLUGIN) $(BUNDLE)/criu-plugins/

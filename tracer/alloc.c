@@ -494,6 +494,11 @@ bool alloc_find(uint64_t addr, buffer_ref *out)
 	}
 }
 
+bool alloc_owned(uint32_t id)
+{
+	return id < atomic_load_explicit(&nbufs, memory_order_acquire) && buf(id)->obj != NO_OBJECT;
+}
+
 void alloc_count(uint32_t id, bool read, bool write)
 {
 	if (id >= atomic_load_explicit(&nbufs, memory_order_acquire))

@@ -94,21 +94,6 @@ TR_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream s)
 	return tr_enabled() ? free_async(dptr, s, real_cuStreamSynchronize_ptsz) : real_cuMemFreeAsync_ptsz(dptr, s);
 }
 
-TR_EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr *base, size_t *size, CUdeviceptr dptr)
-{
-	REAL(CUresult, cuMemGetAddressRange_v2, (CUdeviceptr *, size_t *, CUdeviceptr));
-	buffer_ref b;
-	/* A slab block is its own allocation to the application. */
-	if (tr_enabled() && alloc_find(dptr, &b)) {
-		if (base)
-			*base = b.va;
-		if (size)
-			*size = b.size;
-		return CUDA_SUCCESS;
-	}
-	return real_cuMemGetAddressRange_v2(base, size, dptr);
-}
-
 TR_EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytes, unsigned int flags)
 {
 	REAL(CUresult, cuMemAllocManaged, (CUdeviceptr *, size_t, unsigned int));

@@ -119,6 +119,9 @@ CUresult alloc_free(CUdeviceptr dptr);
 CUresult alloc_peer_access(CUdevice from, CUdevice owner, bool on);
 /* Finds the buffer containing addr; false if none. */
 bool alloc_find(uint64_t addr, buffer_ref *out);
+/* Whether buffer id is an allocation the tracer made (not a mapping of
+ * the application's own VMM memory). */
+bool alloc_owned(uint32_t id);
 /* Whether a copy of n bytes from src to dst, both ours, goes between two
  * devices of which the current one cannot access both: the driver copies
  * cuMemAlloc memory across devices without peer access, but a plain copy

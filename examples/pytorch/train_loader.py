@@ -7,8 +7,8 @@ training scripts are written: the workers are forked from the CUDA process
                     [--gpu-mib M]
 
 Prints, for every step, a checksum of the batch it trained on and the
-loss, exactly (repr of the floats), so that two runs can be compared line
-for line: with fixed seeds and deterministic algorithms they agree, and a
+loss, exactly (repr of the floats), and at its end a checksum of the
+model's parameters, so that two runs can be compared line for line: with fixed seeds and deterministic algorithms they agree, and a
 run restored from a checkpoint must go on with the same lines. --gpu-mib
 holds that much more device memory (to see how a checkpoint's stall
 grows with it).
@@ -72,6 +72,7 @@ def main():
         if args.sleep:
             time.sleep(args.sleep)
     del ballast
+    print(f"params {sum(float(p.double().sum()) for p in model.parameters())!r}", flush=True)
 
 
 if __name__ == "__main__":

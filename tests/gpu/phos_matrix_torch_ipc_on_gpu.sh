@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# The framework matrix (tests/gpu/matrix.sh) for torch.multiprocessing handing CUDA tensors and an interprocess event between two processes (CUDA IPC).
+b=${PHOS_BUNDLE:-gpu-bundle}
+src=${PHOS_SRCDIR:-$b/..}
+. "$b/share/gpu-matrix.sh"
+python3 -c 'import torch' 2>/dev/null || matrix_skip 12 "needs PyTorch"
+matrix torch-ipc python3 "$src/tests/gpu/frameworks/torch_ipc.py"
