@@ -25,6 +25,7 @@ static const version_map versions[] = {
 	{ "cuMemAllocPitch", 3020, "_v2" },
 	{ "cuMemFree", 3020, "_v2" },
 	{ "cuMemGetAddressRange", 3020, "_v2" },
+	{ "cuIpcOpenMemHandle", 11000, "_v2" },
 	{ "cuMemAllocHost", 3020, "_v2" },
 	{ "cuMemHostRegister", 6050, "_v2" },
 	{ "cuMemcpyHtoD", 3020, "_v2" },

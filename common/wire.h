@@ -147,6 +147,10 @@ typedef struct wire_object {
  * (WIRE_OBJ_NUMA), and device is a GPU to copy it with. */
 #define WIRE_OBJ_HOST 0x10u
 #define WIRE_OBJ_NUMA(flags) (((flags) >> 16) & 0xffu)
+/* Without WIRE_OBJ_APP: an object of the tracer's whose fd (this very
+ * open file) went to another process through a legacy IPC handle
+ * (cuIpcGetMemHandle): its fd, like an APP object's, may name imports. */
+#define WIRE_OBJ_EXPORTED 0x20u
 
 /* A GPU as the traced process sees it (its ordinal, and the UUID of the
  * GPU behind it, which a restore onto another GPU changes). The tracer
@@ -201,12 +205,20 @@ typedef struct wire_nccl_target {
 /* PARK's and TRACK's payload: how long the tracer may take to quiesce
  * before it answers ERROR and runs on; and, for PARK, how long it waits
  * for HELD after PARKED. A PARK or TRACK without one waits
- * WIRE_PARK_DEFAULT_MS for each. */
+ * WIRE_PARK_DEFAULT_MS for each. A payload of the first two fields alone
+ * (an older phosfs) has no flags. */
 typedef struct wire_park {
 	uint32_t timeout_ms;
 	uint32_t held_ms;
+	uint32_t flags; /* WIRE_PARK_* */
+	uint32_t reserved;
 } wire_park;
 #define WIRE_PARK_DEFAULT_MS 60000
+/* PARK of a stop checkpoint of a process whose memory cannot be parked
+ * (managed memory, WIRE_HELLO_STOP_ONLY): it quiesces and detaches as
+ * for any park, but hands nothing over and keeps its memory mapped, for
+ * the driver's checkpoint to save with the process. */
+#define WIRE_PARK_KEEP 0x1u
 
 /* WIRE_COW and WIRE_LAZY: the table (fd 0), a pidfd of the copying job (fd 1: it
  * becomes readable when the job ends, whatever pid namespace the process

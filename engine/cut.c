@@ -15,7 +15,7 @@ int engine_cut_begin(pid_t pid, int conn, int timeout_ms, wire_nccl_comm **out, 
 	static _Thread_local uint8_t buf[WIRE_MAX_PAYLOAD + 1];
 	*out = NULL;
 	*n = 0;
-	wire_park p = { (uint32_t)timeout_ms, (uint32_t)timeout_ms };
+	wire_park p = { (uint32_t)timeout_ms, (uint32_t)timeout_ms, 0, 0 };
 	int e = wire_send(conn, WIRE_CUT, &p, sizeof(p), 1, NULL, 0);
 	if (e)
 		return pr_err(er, e, "cannot ask process %d for its NCCL counts: %s", (int)pid, strerror(-e));

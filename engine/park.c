@@ -160,12 +160,12 @@ static int take(const wire_header *h, const uint8_t *buf, int *fds, int nfds, pi
 }
 
 int engine_collect(pid_t pid, int conn, uint16_t ask, uint16_t done, const char *what, int timeout_ms,
-		   engine_parked *out, perr *er)
+		   uint32_t flags, engine_parked *out, perr *er)
 {
 	static _Thread_local uint8_t buf[WIRE_MAX_PAYLOAD + 1];
 	memset(out, 0, sizeof(*out));
 	/* The tracer answers by its deadline; the grace covers the way. */
-	wire_park p = { (uint32_t)timeout_ms, (uint32_t)timeout_ms + ENGINE_HELD_SLACK_MS };
+	wire_park p = { (uint32_t)timeout_ms, (uint32_t)timeout_ms + ENGINE_HELD_SLACK_MS, flags, 0 };
 	int e = wire_send(conn, ask, &p, sizeof(p), 1, NULL, 0);
 	if (e)
 		return pr_err(er, e, "cannot ask process %d to %s: %s", (int)pid, what, strerror(-e));
@@ -192,9 +192,10 @@ int engine_collect(pid_t pid, int conn, uint16_t ask, uint16_t done, const char 
 	return e;
 }
 
-int engine_park(pid_t pid, int conn, int timeout_ms, engine_parked *out, perr *er)
+int engine_park(pid_t pid, int conn, int timeout_ms, bool keep, engine_parked *out, perr *er)
 {
-	return engine_collect(pid, conn, WIRE_PARK, WIRE_PARKED, "park", timeout_ms, out, er);
+	return engine_collect(pid, conn, WIRE_PARK, WIRE_PARKED, "park", timeout_ms, keep ? WIRE_PARK_KEEP : 0, out,
+			      er);
 }
 
 int engine_hold(pid_t pid, int conn, bool *sent, perr *er)

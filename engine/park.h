@@ -57,6 +57,7 @@ typedef struct engine_traced {
 	pid_t control_tid;
 	uint64_t devices; /* bit d: it holds device memory on GPU d */
 	uint32_t buffers; /* its live allocations, as many as its objects or more */
+	bool keep;        /* stop-only: it keeps its memory for the driver's checkpoint */
 } engine_traced;
 
 /* How the engine meets a woken tracer again, one process at a time. */
@@ -80,13 +81,15 @@ typedef struct engine_tracer {
 #define ENGINE_HELD_SLACK_MS 30000
 
 /* Sends PARK on conn, with timeout_ms for the quiesce, and collects every
- * object of process pid until PARKED, into *out (emptied first). The
+ * object of process pid until PARKED, into *out (emptied first); with
+ * keep (a stop-only process in a stop checkpoint), none: it keeps its
+ * memory mapped, for the driver's checkpoint. The
  * process still holds its memory: engine_hold lets it go, and
  * engine_decline (or closing conn) keeps it running. Errors: -EIO (the
  * tracer refused or could not quiesce in time: er says why),
  * -ETIMEDOUT (no answer by timeout_ms and ENGINE_ANSWER_GRACE_MS),
  * -EPROTO, wire errors. */
-int engine_park(pid_t pid, int conn, int timeout_ms, engine_parked *out, perr *er);
+int engine_park(pid_t pid, int conn, int timeout_ms, bool keep, engine_parked *out, perr *er);
 
 /* Tells a process that answered PARKED that the engine holds every fd
  * (*sent: it was told), and waits until it has released its memory and
@@ -99,12 +102,12 @@ int engine_hold(pid_t pid, int conn, bool *sent, perr *er);
 void engine_decline(int conn, const char *why);
 
 /* Sends ask (WIRE_PARK, WIRE_TRACK) on conn, with timeout_ms for the
- * quiesce, and collects every object of process pid, and the GPUs it
+ * quiesce and flags (WIRE_PARK_*), and collects every object of process pid, and the GPUs it
  * sees (WIRE_DEVICES), until done (WIRE_PARKED, WIRE_TRACKED), into *out
  * (emptied first). what names the request in er. Errors: as
  * engine_park. */
 int engine_collect(pid_t pid, int conn, uint16_t ask, uint16_t done, const char *what, int timeout_ms,
-		   engine_parked *out, perr *er);
+		   uint32_t flags, engine_parked *out, perr *er);
 
 /* Receives one message from pid's tracer within the park timeout, into
  * h, buf (cap bytes) and fds (*nfds). Errors: -EIO when it is ERROR (er

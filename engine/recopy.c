@@ -29,7 +29,7 @@
 /* TRACK: the objects of pid, still mapped in the process. */
 static int collect(pid_t pid, int conn, int timeout_ms, engine_parked *out, perr *er)
 {
-	return engine_collect(pid, conn, WIRE_TRACK, WIRE_TRACKED, "track", timeout_ms, out, er);
+	return engine_collect(pid, conn, WIRE_TRACK, WIRE_TRACKED, "track", timeout_ms, 0, out, er);
 }
 
 /* Sends pid its table; the process runs on, tracking. */

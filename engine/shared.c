@@ -20,8 +20,10 @@ static int file_order(int a, int b)
 	return r == 0 ? 0 : r == 1 ? -1 : r == 2 ? 1 : 2;
 }
 
-/* An open file that may own imports: an object's fd, or an alias's (an
- * fd its owner exported), with the index of the object in rest. */
+/* An open file that may own imports: an object's fd (the application's
+ * own, or one the tracer gave another process for a legacy IPC handle),
+ * or an alias's (an fd its owner exported), with the index of the object
+ * in rest. */
 typedef struct owner_file {
 	int fd, owner;
 	int seq; /* objects before aliases, each in order: the first wins */
@@ -56,7 +58,7 @@ static owner_file *owner_files(const engine_parked *rest, const engine_parked *a
 	if (!v)
 		return NULL;
 	for (int k = 0; k < rest->n; k++)
-		if (rest->objs[k].flags & WIRE_OBJ_APP) {
+		if (rest->objs[k].flags & (WIRE_OBJ_APP | WIRE_OBJ_EXPORTED)) {
 			v[*n] = (owner_file){ rest->fds[k], k, *n };
 			++*n;
 		}

@@ -280,7 +280,8 @@ static int run_checkpoint(const job_request *req, job_shared *sh, perr *er)
 		return pr_err(er, -ENOMEM, "out of memory");
 	for (int i = 0; i < ntraced; i++)
 		traced[i] = (engine_traced){ cr->members[i].pid, cr->members[i].conn, cr->members[i].control_tid,
-					     cr->members[i].devices, cr->members[i].buffers };
+					     cr->members[i].devices, cr->members[i].buffers,
+					     (cr->members[i].flags & JOB_MEMBER_KEEP) != 0 };
 	rendezvous rv = { -1, -1 };
 	engine_tracer t = { .expect = rv_expect, .await = rv_await, .adopt = rv_done, .drop = rv_done, .arg = &rv };
 	checkpoint_args a = { .pid = cr->pid,

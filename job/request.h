@@ -32,8 +32,12 @@ typedef struct job_member {
 	int32_t pid, conn, control_tid;
 	uint64_t devices; /* bit d: it holds device memory on GPU d */
 	uint32_t buffers; /* its live allocations: the objects it hands over are as many or fewer */
-	uint32_t reserved;
+	uint32_t flags;   /* JOB_MEMBER_* */
 } job_member;
+/* A stop-only process (WIRE_HELLO_STOP_ONLY) in a stop checkpoint: it
+ * parks without handing its memory over (WIRE_PARK_KEEP), and the
+ * driver's checkpoint saves that memory with the process. */
+#define JOB_MEMBER_KEEP 0x1u
 
 /* What a checkpoint job is asked. */
 typedef struct job_checkpoint_req {

@@ -357,7 +357,7 @@ static void *hold_one(void *arg)
 static void *park_one(void *arg)
 {
 	part *p = arg;
-	p->e = engine_park(p->k->m[p->i].pid, p->conn, p->k->timeout_ms, &p->got, &p->er);
+	p->e = engine_park(p->k->m[p->i].pid, p->conn, p->k->timeout_ms, p->keep, &p->got, &p->er);
 	p->done_ns = engine_now_ns();
 	return NULL;
 }
@@ -389,7 +389,7 @@ static int park(ckpt *k, perr *er)
 	for (int t = 0; t < k->a->ntraced; t++) {
 		int i = engine_tree_member(k->m, k->n, k->a->traced[t].pid);
 		if (i >= 0) /* else it left the tree (it exited) */
-			v[n++] = (part){ .k = k, .i = i, .conn = k->a->traced[t].conn };
+			v[n++] = (part){ .k = k, .i = i, .conn = k->a->traced[t].conn, .keep = k->a->traced[t].keep };
 	}
 	if (n)
 		engine_step(k->prog, STEP_PARK);

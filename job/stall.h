@@ -24,6 +24,7 @@ typedef struct part {
 	struct ckpt *k;
 	int i;             /* its index in k->m */
 	int conn;          /* a traced member's connection */
+	bool keep;         /* park: it keeps its memory (WIRE_PARK_KEEP) */
 	engine_parked got; /* park: what it handed over */
 	wire_nccl_comm *comms; /* cut: its communicators and their counts */
 	size_t ncomms;

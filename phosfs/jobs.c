@@ -439,10 +439,10 @@ static int place_image(target *t, const ctl_cmd *c, char *name, char *image, cha
 }
 
 /* The registered processes of root's tree (references, into a malloc'd
- * *out, *n of them) and the device bytes they hold. Errors: -ESRCH (t's
- * process is gone), -ENOMEM, -EOPNOTSUPP (one cannot be parked); on
- * error nothing is held. */
-static int traced_of(target *t, pid_t root, proc ***out, int *n, uint64_t *bytes, perr *er)
+ * *out, *n of them) and the device bytes they hold; *stop_only, the first
+ * of them whose memory cannot be parked, or NULL. Errors: -ESRCH (t's
+ * process is gone), -ENOMEM; on error nothing is held. */
+static int traced_of(target *t, pid_t root, proc ***out, int *n, uint64_t *bytes, proc **stop_only, perr *er)
 {
 	phosimg_member *m = NULL;
 	uint32_t nm = 0;
@@ -457,11 +457,11 @@ static int traced_of(target *t, pid_t root, proc ***out, int *n, uint64_t *bytes
 	}
 	int k = 0;
 	*bytes = 0;
+	*stop_only = NULL;
 	for (uint32_t i = 0; i < nm && !e; i++) {
 		proc *p = registry_get(m[i].pid);
-		if (p && (p->hello.flags & WIRE_HELLO_STOP_ONLY))
-			e = pr_err(er, -EOPNOTSUPP, "process %d cannot be parked (%s)", (int)p->pid,
-				   p->hello.stop_only_reason);
+		if (p && (p->hello.flags & WIRE_HELLO_STOP_ONLY) && !*stop_only)
+			*stop_only = p;
 		if (p) {
 			*bytes += table_scan(p).bytes;
 			procs[k++] = p;
@@ -490,8 +490,10 @@ static int take_members(target *t, proc **procs, int n, job_request *req)
 		int c = req ? registry_take(procs[i]) : -1;
 		if (c >= 0) {
 			table_view v = table_scan(procs[i]);
-			req->checkpoint.members[k] = (job_member){ procs[i]->pid, c, procs[i]->hello.control_tid,
-								   v.devices, v.buffers, 0 };
+			req->checkpoint.members[k] = (job_member){
+				procs[i]->pid, c, procs[i]->hello.control_tid, v.devices, v.buffers,
+				procs[i]->hello.flags & WIRE_HELLO_STOP_ONLY ? JOB_MEMBER_KEEP : 0
+			};
 			k++;
 			if (t->nparked < (int)(sizeof(t->parked) / sizeof(*t->parked)))
 				t->parked[t->nparked++] = procs[i]->pid;
@@ -558,13 +560,19 @@ static int start_locked(target *t, const ctl_cmd *c, watch **here, perr *er)
 	proc **procs = NULL;
 	int ntraced = 0;
 	uint64_t bytes = 0;
-	e = traced_of(t, root, &procs, &ntraced, &bytes, er);
+	proc *stop_only = NULL;
+	e = traced_of(t, root, &procs, &ntraced, &bytes, &stop_only, er);
 	if (e)
 		return e;
-	/* CoW needs the tracer; a checkpoint that names no protocol of a
-	 * tree without one stops it instead. */
-	enum ctl_proto proto = c->proto != CTL_DEFAULT ? c->proto : ntraced ? CTL_COW : CTL_STOP;
-	if ((proto == CTL_COW || proto == CTL_RECOPY) && !ntraced)
+	/* CoW needs the tracer, and memory it can park; a checkpoint that
+	 * names no protocol of a tree without either stops it instead. */
+	enum ctl_proto proto = c->proto != CTL_DEFAULT ? c->proto : ntraced && !stop_only ? CTL_COW : CTL_STOP;
+	if ((proto == CTL_COW || proto == CTL_RECOPY) && stop_only)
+		e = pr_err(er, -EOPNOTSUPP,
+			   "checkpoint %s: process %d's memory cannot be parked (%s); checkpoint stop saves it "
+			   "through the driver",
+			   proto_name(proto), (int)stop_only->pid, stop_only->hello.stop_only_reason);
+	else if ((proto == CTL_COW || proto == CTL_RECOPY) && !ntraced)
 		e = pr_err(er, -EOPNOTSUPP,
 			   "checkpoint %s needs the tracer, and no process of %d's tree is traced (the tracer "
 			   "takes a process of phos run when it first calls CUDA; one that never did has no "

@@ -20,7 +20,7 @@
  * (phosfs's copies: the process's memory does not depend on them). */
 static int park_until_parked(peer *p, uint32_t timeout_ms, uint32_t held_ms)
 {
-	wire_park wp = { timeout_ms, held_ms };
+	wire_park wp = { timeout_ms, held_ms, 0, 0 };
 	int e = wire_send(p->conn, WIRE_PARK, &wp, sizeof(wp), 1, NULL, 0);
 	static uint8_t buf[WIRE_MAX_PAYLOAD];
 	while (!e) {
@@ -71,7 +71,7 @@ int main(int argc, char **argv)
 	ok(e == 0 && traced_cmd(&t, 'v') == 'y' && listed_present(&t.p),
 	   "with no HELD within held_ms, it keeps its memory and runs on");
 
-	wire_park wp = { 2000, 5000 };
+	wire_park wp = { 2000, 5000, 0, 0 };
 	e = wire_send(t.p.conn, WIRE_PARK, &wp, sizeof(wp), 1, NULL, 0);
 	close(t.p.conn); /* phosfs is gone mid hand-over */
 	t.p.conn = -1;

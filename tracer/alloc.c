@@ -32,6 +32,10 @@ typedef struct object {
 	 * handle imported from an fd cannot be exported again on every
 	 * driver, so the next park hands this fd over instead. */
 	int kept;
+	/* Its fd went to another process (a legacy IPC handle, ipc.c): kept
+	 * is that very open file, which names the memory there, and parks
+	 * marked WIRE_OBJ_EXPORTED. */
+	bool shared;
 	bool live;
 } object;
 
@@ -494,6 +498,53 @@ bool alloc_find(uint64_t addr, buffer_ref *out)
 	}
 }
 
+int alloc_ipc_of(uint64_t addr, uint64_t *key, uint64_t *size, uint64_t *offset, CUdevice *dev)
+{
+	buffer_ref b;
+	if (!alloc_find(addr, &b) || !alloc_owned(b.id))
+		return -ENOENT;
+	pthread_rwlock_rdlock(&lock);
+	const buffer *bf = buf(b.id);
+	int e = -ENOENT;
+	if (bf->live && bf->obj < nobjs && objs[bf->obj].live) {
+		const object *o = &objs[bf->obj];
+		*key = o->va;
+		*size = o->size;
+		*offset = bf->va - o->va;
+		*dev = o->dev;
+		e = 0;
+	}
+	pthread_rwlock_unlock(&lock);
+	return e;
+}
+
+int alloc_share(uint64_t key, uint64_t size, int *fd)
+{
+	REAL(CUresult, cuMemExportToShareableHandle,
+	     (void *, CUmemGenericAllocationHandle, CUmemAllocationHandleType, unsigned long long));
+	pthread_rwlock_wrlock(&lock);
+	uint32_t i = 0;
+	while (i < nobjs && !(objs[i].live && objs[i].va == key && objs[i].size == size))
+		i++;
+	object *o = i < nobjs ? &objs[i] : NULL;
+	int e = !o ? -ENOENT : !o->h ? -EAGAIN : 0;
+	if (!e && !o->kept) {
+		int x = -1;
+		if (real_cuMemExportToShareableHandle(&x, o->h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0) ||
+		    x < 0)
+			e = -EIO;
+		else
+			o->kept = x + 1;
+	}
+	if (!e) {
+		*fd = fcntl(o->kept - 1, F_DUPFD_CLOEXEC, 3);
+		e = *fd < 0 ? -errno : 0;
+		o->shared = true;
+	}
+	pthread_rwlock_unlock(&lock);
+	return e;
+}
+
 bool alloc_owned(uint32_t id)
 {
 	return id < atomic_load_explicit(&nbufs, memory_order_acquire) && buf(id)->obj != NO_OBJECT;
@@ -699,7 +750,7 @@ int alloc_export(alloc_emit_fn emit, void *arg)
 			break;
 		}
 		wire_object rec = { .key = o->va, .va = o->va, .size = o->size, .device = (uint32_t)o->dev,
-				    .writes = writes ? writes[i] : 0 };
+				    .flags = o->shared ? WIRE_OBJ_EXPORTED : 0, .writes = writes ? writes[i] : 0 };
 		batch_add(&batch, &rec, fd);
 	}
 	free(writes);

@@ -140,16 +140,60 @@ TR_EXPORT CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *
 	return r;
 }
 
+/* Legacy IPC (ipc.c): the tracer's memory gets handles of the tracer's;
+ * a handle that is not one goes to the driver, and memory opened so is
+ * noted (the driver cannot restore a process that maps it). */
+TR_EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle *h, CUdeviceptr dptr)
+{
+	REAL(CUresult, cuIpcGetMemHandle, (CUipcMemHandle *, CUdeviceptr));
+	if (!tr_enabled())
+		return real_cuIpcGetMemHandle(h, dptr);
+	GATE();
+	buffer_ref b;
+	if (alloc_find(dptr, &b) && alloc_owned(b.id)) {
+		lazy_need(dptr, 1);
+		return ipc_get(h, dptr);
+	}
+	return real_cuIpcGetMemHandle(h, dptr);
+}
+
+static CUresult ipc_open_with(CUresult (*real)(CUdeviceptr *, CUipcMemHandle, unsigned int), CUdeviceptr *dptr,
+			      CUipcMemHandle handle, unsigned int flags)
+{
+	GATE();
+	if (ipc_is_ours(&handle))
+		return ipc_open(dptr, &handle);
+	CUresult r = real(dptr, handle, flags);
+	if (r == CUDA_SUCCESS && dptr) {
+		tr_log("opened a CUDA IPC handle of a process that is not traced: this process can be checkpointed "
+		       "with stop only once it has closed it");
+		vmm_ipc_opened(*dptr, true);
+	}
+	return r;
+}
+
 TR_EXPORT CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *dptr, CUipcMemHandle handle, unsigned int flags)
 {
 	REAL(CUresult, cuIpcOpenMemHandle_v2, (CUdeviceptr *, CUipcMemHandle, unsigned int));
 	if (!tr_enabled())
 		return real_cuIpcOpenMemHandle_v2(dptr, handle, flags);
-	GATE();
-	CUresult r = real_cuIpcOpenMemHandle_v2(dptr, handle, flags);
-	if (r == CUDA_SUCCESS && dptr)
-		vmm_ipc_opened(*dptr, true);
-	return r;
+	return ipc_open_with(real_cuIpcOpenMemHandle_v2, dptr, handle, flags);
+}
+
+/* The first version (cuda.h names it the _v2 one): its arguments are
+ * the same. */
+TR_EXPORT CUresult tr_cuIpcOpenMemHandle_v1(CUdeviceptr *dptr, CUipcMemHandle handle, unsigned int flags)
+	__asm__("cuIpcOpenMemHandle");
+CUresult tr_cuIpcOpenMemHandle_v1(CUdeviceptr *dptr, CUipcMemHandle handle, unsigned int flags)
+{
+	static CUresult (*real)(CUdeviceptr *, CUipcMemHandle, unsigned int);
+	if (!real)
+		*(void **)&real = tr_real("cuIpcOpenMemHandle");
+	if (!real)
+		return CUDA_ERROR_NOT_FOUND;
+	if (!tr_enabled())
+		return real(dptr, handle, flags);
+	return ipc_open_with(real, dptr, handle, flags);
 }
 
 TR_EXPORT CUresult cuIpcCloseMemHandle(CUdeviceptr dptr)
@@ -158,7 +202,11 @@ TR_EXPORT CUresult cuIpcCloseMemHandle(CUdeviceptr dptr)
 	if (!tr_enabled())
 		return real_cuIpcCloseMemHandle(dptr);
 	GATE();
-	CUresult r = real_cuIpcCloseMemHandle(dptr);
+	bool mine = false;
+	CUresult r = ipc_close(dptr, &mine);
+	if (mine)
+		return r;
+	r = real_cuIpcCloseMemHandle(dptr);
 	if (r == CUDA_SUCCESS)
 		vmm_ipc_opened(dptr, false);
 	return r;

@@ -227,6 +227,7 @@ static int unpark(void)
 				e = -ENOENT;
 			} else {
 				uint64_t t0 = table_now_ns();
+				ipc_unpark();
 				ctx_stack_restore();
 				tr_debug("unpark: the stack limits set back in %.1f ms", ms_since(t0));
 				e = wire_send(sock, WIRE_UNPARKED, NULL, 0, 0, NULL, 0);
@@ -248,9 +249,9 @@ static int unpark(void)
 /* PARK's or TRACK's deadlines, from its payload (h, buf). */
 static wire_park deadlines(const wire_header *h, const void *buf)
 {
-	wire_park p = { WIRE_PARK_DEFAULT_MS, WIRE_PARK_DEFAULT_MS };
-	if (h->length == sizeof(p))
-		memcpy(&p, buf, sizeof(p));
+	wire_park p = { WIRE_PARK_DEFAULT_MS, WIRE_PARK_DEFAULT_MS, 0, 0 };
+	if (h->length >= 2 * sizeof(uint32_t) && h->length <= sizeof(p))
+		memcpy(&p, buf, h->length);
 	if (!p.timeout_ms)
 		p.timeout_ms = WIRE_PARK_DEFAULT_MS;
 	if (!p.held_ms)
@@ -338,12 +339,13 @@ static int serve_targets(int sock, const wire_header *h, const void *payload)
 }
 
 /* Why this process's device memory cannot be handed over now, into why
- * (len bytes): memory it cannot export, or memory a restore has not
- * brought back (an object freed before it came back no longer counts).
- * False when it can. */
-static bool unparkable(char *why, size_t len)
+ * (len bytes): memory it cannot export (unless keep: the driver's
+ * checkpoint saves it where it is), memory of another process the driver
+ * cannot restore, or memory a restore has not brought back (an object
+ * freed before it came back no longer counts). False when it can. */
+static bool unparkable(bool keep, char *why, size_t len)
 {
-	if (alloc_stop_only(why, len) || vmm_shared(why, len))
+	if ((!keep && alloc_stop_only(why, len)) || vmm_shared(why, len))
 		return true;
 	if (!alloc_parked() && !vmm_parked())
 		return false;
@@ -355,14 +357,17 @@ static bool unparkable(char *why, size_t len)
 }
 
 /* PARK: quiesce, hand every object over, and, once phosfs holds them all
- * (HELD), let go of them. Returns 1 when parked (the caller detaches), 0
+ * (HELD), let go of them; with WIRE_PARK_KEEP, hand nothing over and keep
+ * it all (the driver's checkpoint saves it). Returns 1 when parked (the caller detaches), 0
  * when the process runs on (phosfs was told why, or chose so), or a
  * send's error. */
 static int park(int sock, const wire_header *h, const void *payload)
 {
 	char why[200], msg[256];
 	uint64_t t0 = table_now_ns();
-	if (unparkable(why, sizeof(why))) {
+	wire_park p = deadlines(h, payload);
+	bool keep = p.flags & WIRE_PARK_KEEP;
+	if (unparkable(keep, why, sizeof(why))) {
 		snprintf(msg, sizeof(msg), "cannot park: %s", why);
 		return send_error(sock, msg);
 	}
@@ -372,7 +377,6 @@ static int park(int sock, const wire_header *h, const void *payload)
 	if (!tracking && cow_settle() == -EBUSY)
 		return send_error(sock, "cannot park: the last checkpoint is still being copied");
 	double settled = ms_since(t0);
-	wire_park p = deadlines(h, payload);
 	int e = quiesce(sock, &p, "park");
 	if (e)
 		return e == 1 ? 0 : e;
@@ -383,17 +387,21 @@ static int park(int sock, const wire_header *h, const void *payload)
 	}
 	emitted = 0;
 	e = send_devices(sock);
-	if (!e)
+	if (!e && !keep)
 		e = alloc_export(emit_objects, &sock);
-	if (!e)
+	if (!e && !keep)
 		e = vmm_export(emit_objects, &sock);
 	if (!e)
 		e = wire_send(sock, WIRE_PARKED, NULL, 0, 0, NULL, 0);
 	double sent = ms_since(t0);
 	if (!e && held(sock, p.held_ms)) {
 		double got = ms_since(t0);
-		alloc_release();
-		vmm_let_go();
+		/* No handle is served while parked: CRIU would keep the socket. */
+		ipc_park();
+		if (!keep) {
+			alloc_release();
+			vmm_let_go();
+		}
 		double released = ms_since(t0);
 		int lowered = ctx_stack_shrink();
 		tr_debug("park: arrived at %.3f s (CLOCK_MONOTONIC), settled at %.1f ms, quiesced at %.1f ms, %d objects "
@@ -416,7 +424,7 @@ static int park(int sock, const wire_header *h, const void *payload)
 static int track(int sock, const wire_header *req, const void *payload)
 {
 	char why[200], msg[256];
-	if (unparkable(why, sizeof(why))) {
+	if (unparkable(false, why, sizeof(why))) {
 		snprintf(msg, sizeof(msg), "cannot track: %s", why);
 		return send_error(sock, msg);
 	}
@@ -609,6 +617,7 @@ static void forked_child(void)
 	/* The fds of the parent's device memory would keep it alive. */
 	alloc_forget_fds();
 	vmm_forget_fds();
+	ipc_forget();
 	nccl_forked();
 }
 

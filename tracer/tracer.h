@@ -122,6 +122,17 @@ bool alloc_find(uint64_t addr, buffer_ref *out);
 /* Whether buffer id is an allocation the tracer made (not a mapping of
  * the application's own VMM memory). */
 bool alloc_owned(uint32_t id);
+/* The object of the allocation at addr (one the tracer made), for a
+ * legacy IPC handle: its key (VA) and size, where the allocation begins
+ * in it, and its device. Errors: -ENOENT (no allocation of the
+ * tracer's there). */
+int alloc_ipc_of(uint64_t addr, uint64_t *key, uint64_t *size, uint64_t *offset, CUdevice *dev);
+/* An fd of object key (of size bytes) for another process, always the
+ * same open file (that object's from then on: see object.shared), into
+ * *fd, the caller's. Errors: -ENOENT (no such object), -EAGAIN (it is
+ * parked, or not back yet), -EIO (the driver would not export it), dup's
+ * errno. */
+int alloc_share(uint64_t key, uint64_t size, int *fd);
 /* Whether a copy of n bytes from src to dst, both ours, goes between two
  * devices of which the current one cannot access both: the driver copies
  * cuMemAlloc memory across devices without peer access, but a plain copy
@@ -213,6 +224,31 @@ void vmm_forget_fds(void);
 bool vmm_parked(void);
 /* Whether a handle is still parked; describes the first into what. */
 bool vmm_missing(char *what, size_t n);
+
+/* ipc.c: legacy CUDA IPC between traced processes, with handles of the
+ * tracer's own (the driver gives none for VMM memory). */
+/* A handle of the allocation at dptr (one the tracer made), served to
+ * other processes from then on. CUDA_ERROR_INVALID_VALUE: none there;
+ * CUDA_ERROR_OPERATING_SYSTEM: it cannot be served (said in the log). */
+CUresult ipc_get(CUipcMemHandle *out, CUdeviceptr dptr);
+/* Whether h is one of the tracer's handles (else the driver's). */
+bool ipc_is_ours(const CUipcMemHandle *h);
+/* Opens a handle of the tracer's: maps its object, fetched from its
+ * exporter, as an import (vmm.c), and gives where the allocation begins;
+ * an open handle again gives the same address. CUDA_ERROR_INVALID_CONTEXT:
+ * it is this process's own (as the driver answers);
+ * CUDA_ERROR_INVALID_VALUE or _INVALID_HANDLE: its exporter did not give
+ * it (said in the log); the driver's errors of the mapping. */
+CUresult ipc_open(CUdeviceptr *dptr, const CUipcMemHandle *h);
+/* Closes an open handle's mapping at dptr (at its last close); *mine:
+ * dptr was one (else it is the driver's). */
+CUresult ipc_close(CUdeviceptr dptr, bool *mine);
+/* A park lets go of the memory: stop serving handles (the socket
+ * closes); and serve again at unpark. */
+void ipc_park(void);
+void ipc_unpark(void);
+/* In a forked child: the parent's server is not its own. */
+void ipc_forget(void);
 
 /* module.c: modules, libraries and their functions. */
 /* PARAM_PTR_INDIRECT: a pointer to pointers (T**): what it points to
