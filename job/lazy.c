@@ -3,9 +3,10 @@
  * in restore.c): the process runs before its device memory is back.
  *
  *   2. plan: the application's own VMM objects (the tracer maps those
- *      where the application asks, so they come back first) and objects
- *      that were not mapped are filled before the tree runs; the rest
- *      are listed;
+ *      where the application asks, so they come back first), objects
+ *      that another member maps (a share: its tracer maps it again at
+ *      unpark) and objects that were not mapped are filled before the
+ *      tree runs; the rest are listed;
  *   5. tables: a LAZY table per process (common/cow.h);
  *   6. unpark: each tracer gets what is back and its table, and the job
  *      keeps its connection: the process runs;
@@ -33,9 +34,13 @@
 
 #define END_TIMEOUT_MS 30000 /* for the tracers to map the last objects */
 
-/* Whether image object o comes back before the process runs. */
-static bool eager(const phosimg_object *o)
+/* Whether object k of in comes back before the process runs. */
+static bool eager(const phosimg_info *in, uint32_t k)
 {
+	const phosimg_object *o = &in->objects[k];
+	for (uint32_t i = 0; i < in->share_count; i++)
+		if (in->shares[i].object == k)
+			return true;
 	return (o->flags & PHOSIMG_OBJ_APP_VMM) || !o->va;
 }
 
@@ -217,7 +222,7 @@ int lazy_plan(lazy *l, restore_ctx *c, const restore_args *a, perr *er)
 	/* The rest, in image order, with their ids and processes. */
 	for (uint32_t k = 0; k < n; k++) {
 		const phosimg_object *o = &in->objects[k];
-		l->now[k] = eager(o);
+		l->now[k] = eager(in, k);
 		if (l->now[k])
 			continue;
 		int i = engine_tree_member(c->m, c->n, o->pid);

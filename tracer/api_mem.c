@@ -165,8 +165,11 @@ static CUresult ipc_open_with(CUresult (*real)(CUdeviceptr *, CUipcMemHandle, un
 		return ipc_open(dptr, &handle);
 	CUresult r = real(dptr, handle, flags);
 	if (r == CUDA_SUCCESS && dptr) {
-		tr_log("opened a CUDA IPC handle of a process that is not traced: this process can be checkpointed "
-		       "with stop only once it has closed it");
+		static atomic_bool said;
+		if (!atomic_exchange(&said, true))
+			tr_log("opened a CUDA IPC handle of a process that is not traced: while this process maps its "
+			       "memory it cannot be checkpointed (the driver's checkpoint cannot restore such a "
+			       "mapping)");
 		vmm_ipc_opened(*dptr, true);
 	}
 	return r;

@@ -164,9 +164,8 @@ bool vmm_shared(char *why, size_t n)
 	pthread_mutex_unlock(&lock);
 	if (k)
 		snprintf(why, n,
-			 "it maps device memory another process exported other than as a POSIX fd (%u mapping%s: "
-			 "cuIpcOpenMemHandle, as NCCL does with NCCL_CUMEM_ENABLE=0), which the driver cannot "
-			 "checkpoint",
+			 "it maps memory an untraced process shared with a CUDA IPC handle of the driver's (%u "
+			 "mapping%s, cuIpcOpenMemHandle), which the driver's checkpoint cannot restore",
 			 k, k > 1 ? "s" : "");
 	return k > 0;
 }

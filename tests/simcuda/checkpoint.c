@@ -20,6 +20,11 @@
  * device bytes the driver would have had to copy to host memory: the
  * process's allocations, and apart from them its contexts' local memory.
  *
+ * A process that maps another process's memory through legacy IPC
+ * (cuIpcOpenMemHandle) is locked and checkpointed, but its restore fails
+ * with CUDA_ERROR_INVALID_VALUE and it stays CHECKPOINTED, its calls
+ * blocked: as the r580 driver leaves it (measured on an H200).
+ *
  * Restore may move the process's GPUs (gpuPairs), as the driver does: the
  * caller checks that each new GPU is one of its machine's and sends its
  * name; the process checks that the pairs name every device it made a
@@ -171,6 +176,10 @@ static struct reply handle(const struct request *q)
 	case OP_RESTORE:
 		if (state != CU_PROCESS_STATE_CHECKPOINTED)
 			r.result = CUDA_ERROR_ILLEGAL_STATE;
+		else if (sc_mem_ipc_imports()) {
+			sc_log("restore: the process maps another process's memory (CUDA IPC)");
+			r.result = CUDA_ERROR_INVALID_VALUE;
+		}
 		else if (q->npairs > SC_DEVICE_MAX)
 			r.result = CUDA_ERROR_INVALID_VALUE;
 		else if (q->npairs && (r.result = move_devices(q)) != CUDA_SUCCESS)

@@ -70,6 +70,17 @@ void sc_gate_open(void);
 uint64_t sc_mem_physical_bytes(void);
 /* Checks that [p, p+n) is device memory that is mapped. */
 bool sc_mem_is_device(uintptr_t p, size_t n);
+/* Legacy IPC of cuMemAlloc memory at dptr: the memfd its bytes live in
+ * from now on (the range's own: not to be closed), its size and device.
+ * CUDA_ERROR_INVALID_VALUE: no cuMemAlloc memory of this process there. */
+CUresult sc_mem_ipc_export(uintptr_t dptr, int *fd, size_t *size, CUdevice *dev);
+/* Maps another process's memfd fd (size bytes) as device memory of the
+ * current device; the same one again gives the same address. */
+CUresult sc_mem_ipc_import(int fd, size_t size, uintptr_t *va);
+/* Closes an opened mapping at va (at its last close). */
+CUresult sc_mem_ipc_close(uintptr_t va);
+/* How many other processes' memories this one maps through IPC. */
+int sc_mem_ipc_imports(void);
 /* fork(): the memory tables are held across it; in the child, device
  * memory is no longer reachable (as the UVM driver disables a forked
  * child's mappings) and physical allocations are no longer held. */
@@ -108,6 +119,14 @@ void sc_streams_drain(void);
 /* The same, until deadline (CLOCK_REALTIME; NULL: for ever); false when
  * work was still queued or running then. */
 bool sc_streams_drain_until(const struct timespec *deadline);
+
+/* An interprocess event's memfd (the event's own: not to be closed);
+ * CUDA_ERROR_INVALID_VALUE for an event made without
+ * CU_EVENT_INTERPROCESS. */
+CUresult sc_event_ipc_fd(CUevent e, int *fd);
+/* An event over another process's interprocess event, from its memfd fd
+ * (the event's from then on). */
+CUresult sc_event_ipc_open(int fd, CUevent *e);
 
 /* module.c */
 void sc_kernels_load_plugins(void);

@@ -5,7 +5,9 @@
  *    the same bytes in any process;
  *  - cuMemMap maps the memfd over the reservation, inaccessible until
  *    cuMemSetAccess, as on a GPU;
- *  - cuMemAlloc memory is anonymous shared memory with no fd to export.
+ *  - cuMemAlloc memory is anonymous shared memory with no fd to export,
+ *    until a legacy IPC handle is asked for it (ipc.c): then its bytes move
+ *    into a memfd mapped where they were, which the handle names.
  *
  * As on a GPU, a copy or set that is not a peer copy reaches only memory
  * that the current context's device may access: a mapping that
@@ -49,6 +51,9 @@ typedef struct range {
 	unsigned readers; /* RANGE_MAPPED: devices cuMemSetAccess let read it (bit per ordinal) */
 	unsigned writers; /* ... and write it */
 	CUdevice dev;     /* RANGE_ALLOC: the device it was allocated on */
+	int ipc_fd;       /* RANGE_ALLOC: its memfd once it has an IPC handle, plus 1 (0: none) */
+	int opens;        /* RANGE_ALLOC: another process's memory (IPC), opened this many times */
+	uint64_t ipc_ino; /* ... whose memfd is this inode */
 } range;
 
 /* Guarded by mem_lock: the three range tables and used_bytes. Each table is
@@ -700,9 +705,11 @@ static CUresult free_device(CUdeviceptr dptr)
 	pthread_mutex_lock(&mem_lock);
 	range *a = containing(&allocs, dptr);
 	CUresult r = CUDA_ERROR_INVALID_VALUE;
-	if (a && a->va == dptr) {
+	if (a && a->va == dptr && !a->opens) {
 		munmap((void *)a->va, a->size);
 		used_bytes -= a->size;
+		if (a->ipc_fd)
+			close(a->ipc_fd - 1);
 		remove_at(&allocs, a);
 		r = CUDA_SUCCESS;
 	}
@@ -767,6 +774,90 @@ SC_EXPORT CUresult cuMemGetAddressRange(CUdeviceptr *base, size_t *size, CUdevic
 	}
 	pthread_mutex_unlock(&mem_lock);
 	return a ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
+}
+
+/* ---- legacy IPC (ipc.c) --------------------------------------------------- */
+
+CUresult sc_mem_ipc_export(uintptr_t dptr, int *fd, size_t *size, CUdevice *dev)
+{
+	pthread_mutex_lock(&mem_lock);
+	range *a = containing(&allocs, dptr);
+	CUresult r = a && !a->opens ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+	if (!r && !a->ipc_fd) {
+		/* Its bytes move into a memfd, mapped where they were. */
+		int m = memfd_create("simcuda-ipc", MFD_CLOEXEC);
+		if (m < 0 || ftruncate(m, (off_t)a->size) ||
+		    pwrite(m, (void *)a->va, a->size, 0) != (ssize_t)a->size ||
+		    mmap((void *)a->va, a->size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, m, 0) == MAP_FAILED) {
+			if (m >= 0)
+				close(m);
+			r = CUDA_ERROR_OUT_OF_MEMORY;
+		} else {
+			a->ipc_fd = m + 1;
+		}
+	}
+	if (!r) {
+		*fd = a->ipc_fd - 1;
+		*size = a->size;
+		*dev = a->dev;
+	}
+	pthread_mutex_unlock(&mem_lock);
+	return r;
+}
+
+CUresult sc_mem_ipc_import(int fd, size_t size, uintptr_t *va)
+{
+	struct stat st;
+	if (fstat(fd, &st) || (size_t)st.st_size < size)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult r = sc_ctx_require();
+	if (r)
+		return r;
+	CUdevice dev = ((sc_ctx *)sc_ctx_current())->dev;
+	pthread_mutex_lock(&mem_lock);
+	for (size_t i = 0; i < allocs.n; i++) {
+		if (allocs.v[i].opens && allocs.v[i].ipc_ino == (uint64_t)st.st_ino) {
+			allocs.v[i].opens++; /* the same address, as the driver gives */
+			*va = allocs.v[i].va;
+			pthread_mutex_unlock(&mem_lock);
+			return CUDA_SUCCESS;
+		}
+	}
+	void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (p == MAP_FAILED)
+		r = CUDA_ERROR_OUT_OF_MEMORY;
+	else if (insert(&allocs, (range){ .va = (uintptr_t)p, .size = size, .kind = RANGE_ALLOC, .dev = dev,
+					  .opens = 1, .ipc_ino = (uint64_t)st.st_ino })) {
+		munmap(p, size);
+		r = CUDA_ERROR_OUT_OF_MEMORY;
+	} else {
+		*va = (uintptr_t)p;
+	}
+	pthread_mutex_unlock(&mem_lock);
+	return r;
+}
+
+CUresult sc_mem_ipc_close(uintptr_t va)
+{
+	pthread_mutex_lock(&mem_lock);
+	range *a = containing(&allocs, va);
+	CUresult r = a && a->va == va && a->opens ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+	if (!r && --a->opens == 0) {
+		munmap((void *)a->va, a->size);
+		remove_at(&allocs, a);
+	}
+	pthread_mutex_unlock(&mem_lock);
+	return r;
+}
+
+int sc_mem_ipc_imports(void)
+{
+	pthread_mutex_lock(&mem_lock);
+	int n = 0;
+	for (size_t i = 0; i < allocs.n; i++)
+		n += allocs.v[i].opens > 0;
+	pthread_mutex_unlock(&mem_lock);
+	return n;
 }
 
 /* ---- pinned host memory ------------------------------------------------- */

@@ -8,7 +8,10 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "internal.h"
 
@@ -366,31 +369,88 @@ SC_EXPORT CUresult cuStreamAddCallback(CUstream s, CUstreamCallback fn, void *da
 
 /* ---- events ------------------------------------------------------------- */
 
+/* Records asked for, and completed: the event's own, or for an
+ * interprocess event (CU_EVENT_INTERPROCESS) a page of a memfd that the
+ * processes that opened it (cuIpcOpenEventHandle) map too. */
+typedef struct ev_counts {
+	_Atomic uint64_t recorded; /* generation of the last record */
+	_Atomic uint64_t done;     /* generation that has completed */
+} ev_counts;
+
 typedef struct event {
 	unsigned flags;
-	/* Guarded by ev_lock. */
-	uint64_t recorded; /* generation of the last record */
-	uint64_t done;     /* generation that has completed */
-	struct timespec when;
+	ev_counts own, *c;
+	int fd; /* an interprocess event's memfd, or -1 */
+	struct timespec when; /* guarded by ev_lock */
 } event;
 
 static pthread_mutex_t ev_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t ev_changed = PTHREAD_COND_INITIALIZER;
+
+/* A new event whose counts are in the memfd fd (-1: its own). */
+static CUresult event_new(unsigned flags, int fd, CUevent *pe)
+{
+	event *e = calloc(1, sizeof(*e));
+	if (!e)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	e->flags = flags;
+	e->c = &e->own;
+	e->fd = fd;
+	if (fd >= 0) {
+		void *p = mmap(NULL, sizeof(ev_counts), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+		if (p == MAP_FAILED) {
+			free(e);
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		}
+		e->c = p;
+	}
+	*pe = (CUevent)e;
+	return CUDA_SUCCESS;
+}
 
 SC_EXPORT CUresult cuEventCreate(CUevent *pe, unsigned int flags)
 {
 	SC_API();
 	if (!pe)
 		return CUDA_ERROR_INVALID_VALUE;
+	/* As the driver: an interprocess event has no timing. */
+	if ((flags & CU_EVENT_INTERPROCESS) && !(flags & CU_EVENT_DISABLE_TIMING))
+		return CUDA_ERROR_INVALID_VALUE;
 	CUresult r = sc_ctx_require();
 	if (r)
 		return r;
-	event *e = calloc(1, sizeof(*e));
+	int fd = -1;
+	if (flags & CU_EVENT_INTERPROCESS) {
+		fd = memfd_create("simcuda-event", MFD_CLOEXEC);
+		if (fd < 0 || ftruncate(fd, sizeof(ev_counts))) {
+			if (fd >= 0)
+				close(fd);
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		}
+	}
+	r = event_new(flags, fd, pe);
+	if (r && fd >= 0)
+		close(fd);
+	return r;
+}
+
+CUresult sc_event_ipc_fd(CUevent he, int *fd)
+{
+	event *e = (event *)he;
 	if (!e)
-		return CUDA_ERROR_OUT_OF_MEMORY;
-	e->flags = flags;
-	*pe = (CUevent)e;
+		return CUDA_ERROR_INVALID_HANDLE;
+	if (!(e->flags & CU_EVENT_INTERPROCESS) || e->fd < 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	*fd = e->fd;
 	return CUDA_SUCCESS;
+}
+
+CUresult sc_event_ipc_open(int fd, CUevent *pe)
+{
+	struct stat st;
+	if (fstat(fd, &st) || (size_t)st.st_size < sizeof(ev_counts))
+		return CUDA_ERROR_INVALID_VALUE;
+	return event_new(CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING, fd, pe);
 }
 
 SC_EXPORT CUresult cuEventDestroy(CUevent he)
@@ -400,7 +460,12 @@ SC_EXPORT CUresult cuEventDestroy(CUevent he)
 	/* Tasks may still reference it: wait for them, as destroy is lazy on
 	 * a GPU and the memory must outlive them here. */
 	sc_streams_drain();
-	free(he);
+	event *e = (event *)he;
+	if (e->fd >= 0) {
+		munmap(e->c, sizeof(ev_counts));
+		close(e->fd);
+	}
+	free(e);
 	return CUDA_SUCCESS;
 }
 
@@ -413,10 +478,11 @@ static void record_task(void *arg)
 {
 	record_args *a = arg;
 	pthread_mutex_lock(&ev_lock);
-	if (a->gen > a->e->done) {
-		a->e->done = a->gen;
+	uint64_t d = atomic_load(&a->e->c->done);
+	while (a->gen > d && !atomic_compare_exchange_weak(&a->e->c->done, &d, a->gen))
+		;
+	if (a->gen > d)
 		clock_gettime(CLOCK_MONOTONIC, &a->e->when);
-	}
 	pthread_cond_broadcast(&ev_changed);
 	pthread_mutex_unlock(&ev_lock);
 }
@@ -426,9 +492,7 @@ static CUresult event_record(CUevent he, CUstream s)
 	event *e = (event *)he;
 	if (!e)
 		return CUDA_ERROR_INVALID_HANDLE;
-	pthread_mutex_lock(&ev_lock);
-	record_args a = { e, ++e->recorded };
-	pthread_mutex_unlock(&ev_lock);
+	record_args a = { e, atomic_fetch_add(&e->c->recorded, 1) + 1 };
 	return sc_stream_submit(s, record_task, &a, sizeof(a));
 }
 
@@ -451,10 +515,17 @@ SC_EXPORT CUresult cuEventRecordWithFlags(CUevent he, CUstream s, unsigned int f
 	return event_record(he, s);
 }
 
+/* Waits until generation gen of e has completed: an interprocess event's
+ * may complete in another process, which signals nothing here. */
 static void wait_gen(event *e, uint64_t gen)
 {
+	if (e->fd >= 0) {
+		while (atomic_load(&e->c->done) < gen)
+			usleep(200);
+		return;
+	}
 	pthread_mutex_lock(&ev_lock);
-	while (e->done < gen)
+	while (atomic_load(&e->c->done) < gen)
 		pthread_cond_wait(&ev_changed, &ev_lock);
 	pthread_mutex_unlock(&ev_lock);
 }
@@ -465,10 +536,7 @@ SC_EXPORT CUresult cuEventSynchronize(CUevent he)
 	event *e = (event *)he;
 	if (!e)
 		return CUDA_ERROR_INVALID_HANDLE;
-	pthread_mutex_lock(&ev_lock);
-	uint64_t gen = e->recorded;
-	pthread_mutex_unlock(&ev_lock);
-	wait_gen(e, gen);
+	wait_gen(e, atomic_load(&e->c->recorded));
 	return CUDA_SUCCESS;
 }
 
@@ -477,9 +545,7 @@ SC_EXPORT CUresult cuEventQuery(CUevent he)
 	event *e = (event *)he;
 	if (!e)
 		return CUDA_ERROR_INVALID_HANDLE;
-	pthread_mutex_lock(&ev_lock);
-	bool done = e->done >= e->recorded;
-	pthread_mutex_unlock(&ev_lock);
+	bool done = atomic_load(&e->c->done) >= atomic_load(&e->c->recorded);
 	return done ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
 
@@ -492,9 +558,10 @@ SC_EXPORT CUresult cuEventElapsedTime(float *ms, CUevent hstart, CUevent hend)
 		return CUDA_ERROR_INVALID_HANDLE;
 	pthread_mutex_lock(&ev_lock);
 	CUresult r = CUDA_SUCCESS;
-	if (a->done == 0 || b->done == 0)
+	uint64_t ad = atomic_load(&a->c->done), bd = atomic_load(&b->c->done);
+	if (ad == 0 || bd == 0)
 		r = CUDA_ERROR_INVALID_HANDLE;
-	else if (a->done < a->recorded || b->done < b->recorded)
+	else if (ad < atomic_load(&a->c->recorded) || bd < atomic_load(&b->c->recorded))
 		r = CUDA_ERROR_NOT_READY;
 	else
 		*ms = (float)((double)(b->when.tv_sec - a->when.tv_sec) * 1e3 +
@@ -524,9 +591,7 @@ static CUresult stream_wait_event(CUstream s, CUevent he, unsigned flags)
 	event *e = (event *)he;
 	if (!e || flags)
 		return CUDA_ERROR_INVALID_VALUE;
-	pthread_mutex_lock(&ev_lock);
-	wait_args a = { e, e->recorded };
-	pthread_mutex_unlock(&ev_lock);
+	wait_args a = { e, atomic_load(&e->c->recorded) };
 	if (is_default(s)) {
 		wait_task(&a);
 		return CUDA_SUCCESS;
