@@ -6,8 +6,8 @@
  *   header   who, how many slots, and counters both sides read
  *   slots    one per live allocation: VA, size, device, state
  *
- * The tracer writes the slots (under its allocation lock) and the
- * pcie_pending counter; phosfs writes `copying`. The tracer unmaps and
+ * The tracer writes the slots (under its allocation lock), the
+ * pcie_pending counter and the flags; phosfs writes `copying`. The tracer unmaps and
  * closes the table when it parks, and makes a new one, sent with its
  * resuming HELLO, when it unparks.
  */
@@ -29,10 +29,14 @@ typedef struct state_header {
 	_Atomic uint32_t used;      /* slots ever used: phosfs scans [0, used) */
 	_Atomic uint32_t pcie_pending; /* the application's transfers to or from the host in flight */
 	_Atomic uint32_t copying;   /* set by phosfs while it copies device memory */
-	uint32_t reserved;
+	_Atomic uint32_t flags;     /* STATE_* */
 	_Atomic uint64_t generation; /* bumped on every change of a slot */
-	uint8_t pad[24];
+	char stop_only[24];         /* with STATE_STOP_ONLY: what it cannot park, a short phrase */
 } state_header;
+/* The process uses memory the tracer cannot park (managed memory, say),
+ * found since its HELLO: only a stop checkpoint, which lets the driver's
+ * checkpoint save that memory, can take it. */
+#define STATE_STOP_ONLY 0x1u
 
 typedef struct state_slot {
 	_Atomic uint64_t va; /* 0: a free slot */

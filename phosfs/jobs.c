@@ -440,9 +440,11 @@ static int place_image(target *t, const ctl_cmd *c, char *name, char *image, cha
 
 /* The registered processes of root's tree (references, into a malloc'd
  * *out, *n of them) and the device bytes they hold; *stop_only, the first
- * of them whose memory cannot be parked, or NULL. Errors: -ESRCH (t's
+ * of them whose memory cannot be parked (why, into why: len bytes), or
+ * NULL. Errors: -ESRCH (t's
  * process is gone), -ENOMEM; on error nothing is held. */
-static int traced_of(target *t, pid_t root, proc ***out, int *n, uint64_t *bytes, proc **stop_only, perr *er)
+static int traced_of(target *t, pid_t root, proc ***out, int *n, uint64_t *bytes, proc **stop_only, char *why,
+		     size_t len, perr *er)
 {
 	phosimg_member *m = NULL;
 	uint32_t nm = 0;
@@ -460,7 +462,7 @@ static int traced_of(target *t, pid_t root, proc ***out, int *n, uint64_t *bytes
 	*stop_only = NULL;
 	for (uint32_t i = 0; i < nm && !e; i++) {
 		proc *p = registry_get(m[i].pid);
-		if (p && (p->hello.flags & WIRE_HELLO_STOP_ONLY) && !*stop_only)
+		if (p && !*stop_only && proc_stop_only(p, why, len))
 			*stop_only = p;
 		if (p) {
 			*bytes += table_scan(p).bytes;
@@ -490,9 +492,10 @@ static int take_members(target *t, proc **procs, int n, job_request *req)
 		int c = req ? registry_take(procs[i]) : -1;
 		if (c >= 0) {
 			table_view v = table_scan(procs[i]);
+			char why[128];
 			req->checkpoint.members[k] = (job_member){
 				procs[i]->pid, c, procs[i]->hello.control_tid, v.devices, v.buffers,
-				procs[i]->hello.flags & WIRE_HELLO_STOP_ONLY ? JOB_MEMBER_KEEP : 0
+				proc_stop_only(procs[i], why, sizeof(why)) ? JOB_MEMBER_KEEP : 0
 			};
 			k++;
 			if (t->nparked < (int)(sizeof(t->parked) / sizeof(*t->parked)))
@@ -561,7 +564,8 @@ static int start_locked(target *t, const ctl_cmd *c, watch **here, perr *er)
 	int ntraced = 0;
 	uint64_t bytes = 0;
 	proc *stop_only = NULL;
-	e = traced_of(t, root, &procs, &ntraced, &bytes, &stop_only, er);
+	char why[128] = "";
+	e = traced_of(t, root, &procs, &ntraced, &bytes, &stop_only, why, sizeof(why), er);
 	if (e)
 		return e;
 	/* CoW needs the tracer, and memory it can park; a checkpoint that
@@ -571,7 +575,7 @@ static int start_locked(target *t, const ctl_cmd *c, watch **here, perr *er)
 		e = pr_err(er, -EOPNOTSUPP,
 			   "checkpoint %s: process %d's memory cannot be parked (%s); checkpoint stop saves it "
 			   "through the driver",
-			   proto_name(proto), (int)stop_only->pid, stop_only->hello.stop_only_reason);
+			   proto_name(proto), (int)stop_only->pid, why);
 	else if ((proto == CTL_COW || proto == CTL_RECOPY) && !ntraced)
 		e = pr_err(er, -EOPNOTSUPP,
 			   "checkpoint %s needs the tracer, and no process of %d's tree is traced (the tracer "

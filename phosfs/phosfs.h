@@ -77,6 +77,10 @@ int registry_pids(pid_t **out, size_t *n);
  * process): p is dropped, and the caller owns the returned fd, or -1. */
 int registry_take(proc *p);
 
+/* Why p's memory cannot be parked (its HELLO's reason, or what its state
+ * table says it found since), into why (n bytes); NULL when it can. */
+const char *proc_stop_only(const proc *p, char *why, size_t n);
+
 /* Requests to a process; the replies are malloc'd. */
 int proc_list(proc *p, wire_buffer **out, size_t *n);
 /* Raw KERNELS payloads, concatenated: wire_kernel records with names. */

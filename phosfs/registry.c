@@ -208,6 +208,22 @@ int registry_pids(pid_t **out, size_t *n)
 	return v ? 0 : -ENOMEM;
 }
 
+const char *proc_stop_only(const proc *p, char *why, size_t n)
+{
+	if (p->hello.flags & WIRE_HELLO_STOP_ONLY) {
+		snprintf(why, n, "%s", p->hello.stop_only_reason);
+		return why;
+	}
+	state_header *h = p->table;
+	if (!h || !(atomic_load(&h->flags) & STATE_STOP_ONLY))
+		return NULL;
+	char what[sizeof(h->stop_only) + 1];
+	memcpy(what, h->stop_only, sizeof(h->stop_only));
+	what[sizeof(h->stop_only)] = 0;
+	snprintf(why, n, "it uses %s, which cannot be parked", what);
+	return why;
+}
+
 int registry_take(proc *p)
 {
 	pthread_mutex_lock(&p->lock);

@@ -342,7 +342,9 @@ int status_proc(pid_t pid, text *t)
 			bytes += v[i].size;
 		text_add(t, "state: %s\n", busy ? "checkpointing" : "running");
 		text_add(t, "traced: yes\n");
-		text_add(t, "stop-only: %s\n", p->hello.flags & WIRE_HELLO_STOP_ONLY ? p->hello.stop_only_reason : "no");
+		char why[128];
+		const char *so = proc_stop_only(p, why, sizeof(why));
+		text_add(t, "stop-only: %s\n", so ? so : "no");
 		text_add(t, "buffers: %zu\n", n);
 		text_add(t, "device bytes: %" PRIu64 "\n", bytes);
 		text_add(t, "app transfers pending: %u\n", p->table ? atomic_load(&p->table->pcie_pending) : 0);

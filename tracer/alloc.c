@@ -78,7 +78,7 @@ static atomic_uint_fast64_t uses; /* reads and writes counted so far */
 static uint32_t *retired[40];
 static int nretired;
 static bool parked;
-static char stop_only[96];
+static char stop_only[96], stop_what[24];
 /* Bit d of peers[o]: device d may access device o's memory, because the
  * application enabled peer access from d's context to o's (cuMemAlloc
  * memory follows peer access; our objects need cuMemSetAccess for it). */
@@ -614,11 +614,13 @@ void alloc_remove_mappings(uint64_t va, uint64_t size)
 	pthread_rwlock_unlock(&lock);
 }
 
-void alloc_mark_stop_only(const char *reason)
+void alloc_mark_stop_only(const char *what, const char *reason)
 {
 	pthread_rwlock_wrlock(&lock);
 	if (!stop_only[0]) {
-		strncpy(stop_only, reason, sizeof(stop_only) - 1);
+		snprintf(stop_only, sizeof(stop_only), "%s", reason);
+		snprintf(stop_what, sizeof(stop_what), "%s", what);
+		state_stop_only(stop_what);
 		tr_log("this process is stop-only: %s", reason);
 	}
 	pthread_rwlock_unlock(&lock);
@@ -653,6 +655,8 @@ void alloc_state_fill(struct state_header *t, int fd)
 {
 	pthread_rwlock_wrlock(&lock);
 	state_publish(t, fd);
+	if (stop_only[0])
+		state_stop_only(stop_what);
 	uint32_t n = atomic_load(&nby_va);
 	const uint32_t *ids = atomic_load(&by_va);
 	for (uint32_t i = 0; i < n; i++) {

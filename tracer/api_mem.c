@@ -99,7 +99,7 @@ TR_EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytes, unsigned i
 	REAL(CUresult, cuMemAllocManaged, (CUdeviceptr *, size_t, unsigned int));
 	CUresult r = real_cuMemAllocManaged(dptr, bytes, flags);
 	if (r == CUDA_SUCCESS && tr_enabled())
-		alloc_mark_stop_only("it uses managed memory (cuMemAllocManaged), which cannot be parked");
+		alloc_mark_stop_only("managed memory", "it uses managed memory (cuMemAllocManaged), which cannot be parked");
 	return r;
 }
 
@@ -122,7 +122,7 @@ TR_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t size, con
 	} else if (r == CUDA_ERROR_NOT_SUPPORTED || r == CUDA_ERROR_INVALID_VALUE) {
 		r = real_cuMemCreate(h, size, prop, flags); /* that type is refused here */
 		if (r == CUDA_SUCCESS)
-			alloc_mark_stop_only("its VMM allocations cannot be exported as fds");
+			alloc_mark_stop_only("VMM memory without fds", "its VMM allocations cannot be exported as fds");
 	}
 	return r;
 }

@@ -3,6 +3,7 @@
  * registration, kept in step with the buffer table, dropped at park.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -104,6 +105,15 @@ void state_set(int slot, uint32_t state)
 	if (!table || slot < 0)
 		return;
 	atomic_store(&state_slots(table)[slot].state, state);
+	atomic_fetch_add(&table->generation, 1);
+}
+
+void state_stop_only(const char *what)
+{
+	if (!table)
+		return;
+	snprintf(table->stop_only, sizeof(table->stop_only), "%s", what);
+	atomic_fetch_or(&table->flags, STATE_STOP_ONLY);
 	atomic_fetch_add(&table->generation, 1);
 }
 

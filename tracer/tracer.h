@@ -148,7 +148,9 @@ int alloc_list(wire_buffer **out, size_t *n);
 int alloc_add_mapping(uint64_t va, uint64_t size, uint32_t device);
 /* Drops the mapping buffers lying within [va, va+size). */
 void alloc_remove_mappings(uint64_t va, uint64_t size);
-void alloc_mark_stop_only(const char *reason);
+/* Marks the process stop-only: reason, a sentence for phosfs and the log,
+ * and what, a short phrase for the state table (common/state.h). */
+void alloc_mark_stop_only(const char *what, const char *reason);
 /* Whether the process cannot be parked, and why (copied into why). */
 bool alloc_stop_only(char *why, size_t n);
 /* Exports every object's fd and gives records+fds to emit in batches,
@@ -415,6 +417,9 @@ void state_remove(int slot);
 void state_set(int slot, uint32_t state);
 /* Counts the application's host transfers in flight (+1 before, -1 after). */
 void state_transfer(int delta);
+/* Marks the table STATE_STOP_ONLY, saying what (a short phrase); called
+ * with the allocation lock held. */
+void state_stop_only(const char *what);
 /* alloc.c: takes the allocation lock, publishes a new table (state_publish)
  * and puts every live buffer into it. */
 struct state_header;

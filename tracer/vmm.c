@@ -105,7 +105,7 @@ static void note_shared(uint64_t va, uint64_t size)
 {
 	shared_map m = { va, size };
 	if (!push(&smap, &nsmap, &smapcap, &m, sizeof(m)))
-		alloc_mark_stop_only("out of memory for the table of its shared device memory");
+		alloc_mark_stop_only("tracer out of memory", "out of memory for the table of its shared device memory");
 }
 
 /* Forgets the shared mappings within [va, va+size) (size 0: the one at va). */
@@ -123,7 +123,7 @@ static void add_handle(const handle_rec *r)
 	if (!push(&hs, &nh, &hcap, r, sizeof(*r))) {
 		if (r->kept)
 			close(r->kept - 1);
-		alloc_mark_stop_only("out of memory for the table of its VMM allocations");
+		alloc_mark_stop_only("tracer out of memory", "out of memory for the table of its VMM allocations");
 	}
 }
 
@@ -142,7 +142,7 @@ void vmm_imported(CUmemGenericAllocationHandle h, CUmemAllocationHandleType type
 				 .imported = true, .live = true };
 		add_handle(&r);
 	} else if (!push(&imp, &nimp, &impcap, &h, sizeof(h))) {
-		alloc_mark_stop_only("out of memory for the table of its imported device memory");
+		alloc_mark_stop_only("tracer out of memory", "out of memory for the table of its imported device memory");
 	}
 	pthread_mutex_unlock(&lock);
 }
@@ -295,7 +295,7 @@ CUresult vmm_map(CUdeviceptr va, size_t size, size_t offset, CUmemGenericAllocat
 				hs[i].size = offset + size; /* at least: its owner knows */
 			alloc_add_mapping(va, size, hs[i].host ? 0 : (uint32_t)hs[i].dev);
 		} else
-			alloc_mark_stop_only("out of memory for the table of its VMM mappings");
+			alloc_mark_stop_only("tracer out of memory", "out of memory for the table of its VMM mappings");
 	}
 	pthread_mutex_unlock(&lock);
 	return r;

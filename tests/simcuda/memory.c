@@ -776,6 +776,85 @@ SC_EXPORT CUresult cuMemGetAddressRange(CUdeviceptr *base, size_t *size, CUdevic
 	return a ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
 }
 
+/* Managed memory: cuMemAlloc memory the host may touch as well (here all
+ * device memory is host memory). */
+SC_EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytes, unsigned int flags)
+{
+	SC_API();
+	if (flags != CU_MEM_ATTACH_GLOBAL && flags != CU_MEM_ATTACH_HOST)
+		return CUDA_ERROR_INVALID_VALUE;
+	return alloc_device(dptr, bytes);
+}
+
+/* ---- what lies at an address ---------------------------------------------- */
+
+/* The answer to attribute a of p, in range m (an allocation of cuMemAlloc,
+ * or a mapping of cuMemCreate memory). */
+static CUresult attribute(const range *m, CUpointer_attribute a, CUdeviceptr p, void *data)
+{
+	switch (a) {
+	case CU_POINTER_ATTRIBUTE_CONTEXT:
+		*(CUcontext *)data = sc_ctx_current();
+		return CUDA_SUCCESS;
+	case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
+		*(unsigned *)data = CU_MEMORYTYPE_DEVICE;
+		return CUDA_SUCCESS;
+	case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
+		*(CUdeviceptr *)data = p;
+		return CUDA_SUCCESS;
+	case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
+		*(int *)data = m->kind == RANGE_ALLOC ? m->dev : m->ph->prop.location.id;
+		return CUDA_SUCCESS;
+	case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
+		*(CUdeviceptr *)data = m->va;
+		return CUDA_SUCCESS;
+	case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
+		*(size_t *)data = m->size;
+		return CUDA_SUCCESS;
+	case CU_POINTER_ATTRIBUTE_MAPPED:
+		*(int *)data = 1;
+		return CUDA_SUCCESS;
+	case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
+		*(int *)data = m->kind == RANGE_ALLOC && !m->opens;
+		return CUDA_SUCCESS;
+	case CU_POINTER_ATTRIBUTE_BUFFER_ID:
+		*(unsigned long long *)data = (unsigned long long)m->va;
+		return CUDA_SUCCESS;
+	default:
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+}
+
+/* As the driver: only where memory is (allocated or mapped): a reserved
+ * VA with nothing mapped is CUDA_ERROR_INVALID_VALUE (measured on an
+ * H200). */
+static CUresult pointer_attributes(unsigned n, const CUpointer_attribute *attrs, void **data, CUdeviceptr p)
+{
+	if (!attrs || !data)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&mem_lock);
+	const range *m = containing(&allocs, p);
+	if (!m)
+		m = containing(&mapped, p);
+	CUresult r = m ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+	for (unsigned i = 0; !r && i < n; i++)
+		r = data[i] ? attribute(m, attrs[i], p, data[i]) : CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_unlock(&mem_lock);
+	return r;
+}
+
+SC_EXPORT CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attr, CUdeviceptr p)
+{
+	SC_API();
+	return pointer_attributes(1, &attr, &data, p);
+}
+
+SC_EXPORT CUresult cuPointerGetAttributes(unsigned int n, CUpointer_attribute *attrs, void **data, CUdeviceptr p)
+{
+	SC_API();
+	return pointer_attributes(n, attrs, data, p);
+}
+
 /* ---- legacy IPC (ipc.c) --------------------------------------------------- */
 
 CUresult sc_mem_ipc_export(uintptr_t dptr, int *fd, size_t *size, CUdevice *dev)

@@ -524,3 +524,17 @@ SC_EXPORT CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *c, CUfunction f, 
 	SC_API();
 	return launch_ex(c, f, params, extra);
 }
+
+/* A cooperative launch runs as any other here: the whole grid at once is
+ * what a host function does anyway. */
+#define LAUNCH_COOP_API(name)                                                                     \
+	SC_EXPORT CUresult name(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, \
+				unsigned by, unsigned bz, unsigned shmem, CUstream s, void **params) \
+	{                                                                                         \
+		SC_API();                                                                         \
+		const unsigned grid[3] = { gx, gy, gz }, block[3] = { bx, by, bz };              \
+		return launch((func *)f, grid, block, shmem, s, params, NULL);                    \
+	}
+
+LAUNCH_COOP_API(cuLaunchCooperativeKernel)
+LAUNCH_COOP_API(cuLaunchCooperativeKernel_ptsz)
