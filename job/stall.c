@@ -159,21 +159,33 @@ static int bring_back(ckpt *k, const engine_cow *cow, perr *er)
 	return e ? e : e2;
 }
 
-/* An untraced CUDA process with NCCL loaded may map memory of another
- * process, which the driver checkpoints but cannot restore
- * (CUDA_ERROR_NOT_SUPPORTED: the process would be lost). Errors:
- * -EOPNOTSUPP naming the first such process of m (n). */
-static int untraced_nccl(const phosimg_member *m, uint32_t n, perr *er)
+/* An untraced CUDA process that maps memory of another process (CUDA
+ * IPC, NCCL's buffers) is checkpointed by the driver, which cannot
+ * restore it (CUDA_ERROR_NOT_SUPPORTED for a VMM import,
+ * CUDA_ERROR_INVALID_VALUE for legacy IPC: the process is lost). Nothing
+ * outside the process shows such a mapping (its maps and fds do not,
+ * measured on an H200), so a tree with an untraced CUDA process and
+ * another CUDA process is refused: one of them may map the other's. An
+ * untraced process alone is checkpointed as cuda-checkpoint does. Errors:
+ * -EOPNOTSUPP naming the two processes of m (n). */
+static int untraced_shared(const phosimg_member *m, uint32_t n, perr *er)
 {
-	for (uint32_t i = 0; i < n; i++)
-		if ((m[i].flags & PHOSIMG_MEMBER_CUDA) && !(m[i].flags & PHOSIMG_MEMBER_TRACED) &&
-		    engine_maps_library(m[i].pid, "libnccl"))
-			return pr_err(er, -EOPNOTSUPP,
-				      "process %d uses CUDA untraced and has NCCL loaded: if it maps another process's "
-				      "device memory, the driver checkpoints it but cannot restore it; run the job traced, "
-				      "under `phos run`",
-				      (int)m[i].pid);
-	return 0;
+	int untraced = -1, other = -1;
+	for (uint32_t i = 0; i < n; i++) {
+		if (!(m[i].flags & PHOSIMG_MEMBER_CUDA))
+			continue;
+		if (untraced < 0 && !(m[i].flags & PHOSIMG_MEMBER_TRACED))
+			untraced = (int)i;
+		else if (other < 0)
+			other = (int)i;
+	}
+	if (untraced < 0 || other < 0)
+		return 0;
+	return pr_err(er, -EOPNOTSUPP,
+		      "processes %d and %d use CUDA, and %d untraced: if one maps the other's device memory (CUDA "
+		      "IPC, NCCL), the driver checkpoints it but cannot restore it; run the job under `phos run`, "
+		      "which traces each of its processes",
+		      (int)m[untraced].pid, (int)m[other].pid, (int)m[untraced].pid);
 }
 
 /* The processes of the tree now, which are traced, and which use CUDA. */
@@ -212,7 +224,7 @@ static int members_of(const checkpoint_args *a, phosimg_member **mp, member_stat
 		if (driver_process_state(m[i].pid, &cstate) == 0)
 			m[i].flags |= PHOSIMG_MEMBER_CUDA;
 	}
-	e = untraced_nccl(m, n, er);
+	e = untraced_shared(m, n, er);
 	if (e) {
 		free(ms);
 		free(m);
