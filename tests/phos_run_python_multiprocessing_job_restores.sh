@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# A Python job that hands work to a child through multiprocessing's
+# queues (the spawn start method, as torch.multiprocessing uses), under
+# phos run with a real phosfs. Its queues' locks are POSIX semaphores,
+# which glibc makes as a temporary file in /dev/shm, maps, and links
+# under another name: CRIU used to fail the dump ("Can't create link
+# remap"); phos's CRIU dumps such a file whole into the image
+# (mk/criu-patches/0005).
+#   1. a stop checkpoint of the job is published, and it runs on;
+#   2. killed, its image restores, and the job goes on from its step,
+#      every answer of the child right;
+#   3. the same image restores again, beside the first restore: each has
+#      a semaphore of its own.
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=tests/phos_run_rig.bash
+. "${PHOS_SRCDIR:-$here/../..}/tests/phos_run_rig.bash"
+rig_require
+command -v python3 >/dev/null || rig_skip "no python3"
+rig_mount
+
+cat >"$work/queues.py" <<'PY'
+import multiprocessing as mp, sys, time
+def child(q, r):
+    while True:
+        x = q.get()
+        if x is None:
+            break
+        r.put(x * 2)
+if __name__ == "__main__":
+    ctx = mp.get_context("spawn")
+    q, r = ctx.Queue(), ctx.Queue()
+    ctx.Process(target=child, args=(q, r), daemon=True).start()
+    i = 0
+    while True:
+        q.put(i)
+        got = r.get(timeout=30)
+        print("step", i, "ok" if got == 2 * i else "WRONG %r" % got, flush=True)
+        i += 1
+        time.sleep(0.02)
+PY
+
+"$phos" run -d --pid-ns -- python3 "$work/queues.py" >"$work/pid" 2>"$work/err"
+pid=$(started "$work/pid" 30)
+out=$store/run/$pid.out
+wait_line "$out" '^step 20 ' 60
+if "$phos" checkpoint "$pid" stop --name s --wait >"$work/ck" 2>&1; then
+	check "wait_line '$out' '^step 60 ' 30" "a stop checkpoint of the Python job is published, and it runs on"
+else
+	tap "not ok" "the stop checkpoint failed: $(tail -2 "$work/ck" | tr '\n' ' ')"
+fi
+
+# after FILE FROM: how many right step lines FILE has past byte FROM.
+after() { tail -c +$(($2 + 1)) "$1" | grep -c '^step .* ok$'; }
+init=$(job_init "$pid") && kill -9 "$init"
+kill -9 "$pid" 2>/dev/null
+wait_gone "$pid" 10
+off=$(stat -c %s "$out")
+r1=$("$phos" restore "$store/$pid/s" 2>"$work/rs1")
+note "${r1:-0}"
+for _ in $(seq 100); do [ "$(after "$out" "$off")" -ge 20 ] && break; sleep 0.1; done
+check "[ -n '$r1' ] && alive '$r1' && [ \"\$(after '$out' $off)\" -ge 20 ] && ! grep -q WRONG '$out'" \
+	"killed, its image restores, and the job goes on, every answer right ($(tail -1 "$work/rs1"))"
+off=$(stat -c %s "$out")
+r2=$("$phos" restore "$store/$pid/s" 2>"$work/rs2")
+note "${r2:-0}"
+for _ in $(seq 100); do [ "$(after "$out" "$off")" -ge 40 ] && break; sleep 0.1; done
+check "[ -n '$r2' ] && alive '$r2' && alive '$r1' && [ \"\$(after '$out' $off)\" -ge 40 ] && ! grep -q WRONG '$out'" \
+	"the same image restores again beside the first, both go on ($(tail -1 "$work/rs2"))"
+done_testing
