@@ -164,6 +164,13 @@ int driver_lock(pid_t pid, unsigned timeout_ms, perr *er)
 int driver_checkpoint(pid_t pid, perr *er)
 {
 	CUresult r = cu.cuCheckpointProcessCheckpoint((int)pid, NULL);
+	/* Measured with driver 580 on an H200: a process with managed memory
+	 * (tests/gpu/phos_matrix_managed_on_gpu.sh). */
+	if (r == CUDA_ERROR_NOT_SUPPORTED)
+		return pr_err(er, -EOPNOTSUPP,
+			      "the driver cannot checkpoint process %d (CUDA error %d, operation not supported), as it "
+			      "cannot any process that uses managed memory (cuMemAllocManaged)",
+			      (int)pid, (int)r);
 	return r ? driver_fail(r, er, "driver checkpoint") : 0;
 }
 

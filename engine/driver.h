@@ -53,7 +53,9 @@ int engine_devmap_to(const engine_devmap *map, uint32_t k);
 /* cuCheckpointProcessLock / Checkpoint / Restore / Unlock on pid; restore
  * passes map's gpuPairs when it has them (map may be NULL).
  * Errors: -EIO with er naming the call and the driver's message;
- * driver_lock also -ETIMEDOUT (pid's work did not end in timeout_ms). */
+ * driver_lock also -ETIMEDOUT (pid's work did not end in timeout_ms);
+ * driver_checkpoint also -EOPNOTSUPP (the driver does not checkpoint
+ * such a process: one with managed memory). */
 int driver_lock(pid_t pid, unsigned timeout_ms, perr *er);
 int driver_checkpoint(pid_t pid, perr *er);
 int driver_restore(pid_t pid, const engine_devmap *map, perr *er);

@@ -15,10 +15,12 @@
  *      runs on at once: its queries and launches waited for the buffers
  *      they touch, and its memory is what it should be;
  * With managed memory (launch_app --managed), which cannot be parked:
- *   3. a cow checkpoint is refused, naming it;
- *   4. a checkpoint that names no protocol is a stop, which the driver's
- *      checkpoint saves whole, and the process runs on intact;
- *   5. that image restores, eagerly and lazily, intact.
+ *   3. a cow checkpoint is refused, status saying why;
+ *   4. a checkpoint that names no protocol is a stop, which leaves the
+ *      memory where it is for the driver's checkpoint; the driver refuses
+ *      it (as driver 580 refuses managed memory, measured on an H200): the
+ *      checkpoint fails saying so, nothing is published, and the process
+ *      runs on intact.
  */
 #include "phosfs_test.h"
 
@@ -39,7 +41,7 @@ int main(void)
 	snprintf(cubin, sizeof(cubin), "%s/cow.cubin", test_path("PHOS_KERNELS", "../kernels"));
 	if (access(cubin, R_OK))
 		skip_all("tests/kernels/cow.cubin is not built");
-	plan(5);
+	plan(4);
 	r.fs_env = "SIMCUDA_H2D_MBPS=8";
 	if (rig_mount(&r, NULL))
 		bail("phosfs did not mount");
@@ -79,16 +81,14 @@ int main(void)
 	   strerror(e));
 
 	snprintf(img, sizeof(img), "%s/%d/s", r.store, (int)pid);
-	taken = rig_checkpoint(&r, pid, "checkpoint name=s\n", last, sizeof(last)) && rig_verify(img);
+	taken = rig_checkpoint(&r, pid, "checkpoint name=s\n", last, sizeof(last));
 	rig_read(status, st, sizeof(st));
-	ok(taken && strstr(st, "protocol: stop") && rig_cow_verified(pid, out, &nverify, 5000),
-	   "a checkpoint that names no protocol stops it, the driver saving its memory, and it runs on intact");
-
-	r.restore_mode = "eager";
-	int eager = rig_kill_restore(&r, &pid, taken, img, st, sizeof(st)) && rig_cow_verified(pid, out, &nverify, 10000);
-	r.restore_mode = "lazy";
-	int lazy = rig_kill_restore(&r, &pid, taken, img, st, sizeof(st)) && rig_cow_verified(pid, out, &nverify, 10000);
-	ok(eager && lazy, "that image restores eagerly and lazily, intact (%d, %d)", eager, lazy);
+	why = strstr(st, "\nerror: ");
+	diag("%.*s", why ? (int)strcspn(why + 1, "\n") : 0, why ? why + 1 : "");
+	ok(!taken && strstr(st, "checkpoint stop name=s: failed") && strstr(st, "managed memory") &&
+		   access(img, F_OK) != 0 && rig_cow_verified(pid, out, &nverify, 5000),
+	   "a checkpoint that names no protocol is a stop, which the driver refuses for managed memory: it fails "
+	   "saying so, publishes nothing, and the process runs on intact");
 	kill(pid, SIGKILL);
 	rig_cleanup(&r);
 	return done();

@@ -20,6 +20,10 @@
  * device bytes the driver would have had to copy to host memory: the
  * process's allocations, and apart from them its contexts' local memory.
  *
+ * A process with managed memory (cuMemAllocManaged) is locked, but its
+ * checkpoint fails with CUDA_ERROR_NOT_SUPPORTED, as the r580 driver's
+ * does (measured on an H200); it stays LOCKED, for the caller to unlock.
+ *
  * A process that maps another process's memory through legacy IPC
  * (cuIpcOpenMemHandle) is locked and checkpointed, but its restore fails
  * with CUDA_ERROR_INVALID_VALUE and it stays CHECKPOINTED, its calls
@@ -166,6 +170,8 @@ static struct reply handle(const struct request *q)
 	case OP_CHECKPOINT:
 		if (state != CU_PROCESS_STATE_LOCKED) {
 			r.result = CUDA_ERROR_ILLEGAL_STATE;
+		} else if (sc_mem_managed()) {
+			r.result = CUDA_ERROR_NOT_SUPPORTED;
 		} else {
 			last_bytes = sc_mem_physical_bytes();
 			last_local = sc_ctx_local_bytes();

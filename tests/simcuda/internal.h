@@ -81,6 +81,8 @@ CUresult sc_mem_ipc_import(int fd, size_t size, uintptr_t *va);
 CUresult sc_mem_ipc_close(uintptr_t va);
 /* How many other processes' memories this one maps through IPC. */
 int sc_mem_ipc_imports(void);
+/* How many managed allocations (cuMemAllocManaged) it holds. */
+int sc_mem_managed(void);
 /* fork(): the memory tables are held across it; in the child, device
  * memory is no longer reachable (as the UVM driver disables a forked
  * child's mappings) and physical allocations are no longer held. */

@@ -53,6 +53,7 @@ typedef struct range {
 	CUdevice dev;     /* RANGE_ALLOC: the device it was allocated on */
 	int ipc_fd;       /* RANGE_ALLOC: its memfd once it has an IPC handle, plus 1 (0: none) */
 	int opens;        /* RANGE_ALLOC: another process's memory (IPC), opened this many times */
+	bool managed;     /* RANGE_ALLOC: cuMemAllocManaged's */
 	uint64_t ipc_ino; /* ... whose memfd is this inode */
 } range;
 
@@ -783,7 +784,23 @@ SC_EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytes, unsigned i
 	SC_API();
 	if (flags != CU_MEM_ATTACH_GLOBAL && flags != CU_MEM_ATTACH_HOST)
 		return CUDA_ERROR_INVALID_VALUE;
-	return alloc_device(dptr, bytes);
+	CUresult r = alloc_device(dptr, bytes);
+	if (!r) {
+		pthread_mutex_lock(&mem_lock);
+		containing(&allocs, *dptr)->managed = true;
+		pthread_mutex_unlock(&mem_lock);
+	}
+	return r;
+}
+
+int sc_mem_managed(void)
+{
+	pthread_mutex_lock(&mem_lock);
+	int n = 0;
+	for (size_t i = 0; i < allocs.n; i++)
+		n += allocs.v[i].managed;
+	pthread_mutex_unlock(&mem_lock);
+	return n;
 }
 
 /* ---- what lies at an address ---------------------------------------------- */
