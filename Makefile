@@ -402,7 +402,7 @@ $(BUNDLE)/progs/cuda_runtime_program_runs_shared: tests/gpu/cuda_runtime_program
 
 # Driver-API programs for the GPU machine: linked against the driver's
 # stub here, they use the real driver there.
-$(BUNDLE)/progs/%: tests/gpu/%.c $(wildcard tests/*.h) $(WIRE_OBJ)
+$(BUNDLE)/progs/%: tests/gpu/%.c $(wildcard tests/*.h tests/gpu/*.h) $(WIRE_OBJ)
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) $(XCFLAGS) $(CFLAGS) -o $@ $< $(WIRE_OBJ) -L$(CUDA_HOME)/lib64/stubs -lcuda -lpthread
 

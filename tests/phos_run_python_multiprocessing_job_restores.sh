@@ -55,16 +55,22 @@ after() { tail -c +$(($2 + 1)) "$1" | grep -c '^step .* ok$'; }
 init=$(job_init "$pid") && kill -9 "$init"
 kill -9 "$pid" 2>/dev/null
 wait_gone "$pid" 10
-off=$(stat -c %s "$out")
-r1=$("$phos" restore "$store/$pid/s" 2>"$work/rs1")
-note "${r1:-0}"
-for _ in $(seq 100); do [ "$(after "$out" "$off")" -ge 20 ] && break; sleep 0.1; done
-check "[ -n '$r1' ] && alive '$r1' && [ \"\$(after '$out' $off)\" -ge 20 ] && ! grep -q WRONG '$out'" \
-	"killed, its image restores, and the job goes on, every answer right ($(tail -1 "$work/rs1"))"
-off=$(stat -c %s "$out")
-r2=$("$phos" restore "$store/$pid/s" 2>"$work/rs2")
-note "${r2:-0}"
-for _ in $(seq 100); do [ "$(after "$out" "$off")" -ge 40 ] && break; sleep 0.1; done
-check "[ -n '$r2' ] && alive '$r2' && alive '$r1' && [ \"\$(after '$out' $off)\" -ge 40 ] && ! grep -q WRONG '$out'" \
-	"the same image restores again beside the first, both go on ($(tail -1 "$work/rs2"))"
+# restore_again N TEXT: restores the image once more (its pid into rN),
+# and checks that it goes on with N right steps past the output so far,
+# and that every restore made so far still runs.
+restore_again() {
+	local off r
+	off=$(stat -c %s "$out")
+	r=$("$phos" restore "$store/$pid/s" 2>"$work/rs$1")
+	note "${r:-0}"
+	restored+=("${r:-0}")
+	for _ in $(seq 100); do [ "$(after "$out" "$off")" -ge $((20 * $1)) ] && break; sleep 0.1; done
+	local all=1
+	for r in "${restored[@]}"; do alive "$r" || all=0; done
+	check "[ $all = 1 ] && [ \"\$(after '$out' $off)\" -ge $((20 * $1)) ] && ! grep -q WRONG '$out'" \
+		"$2 ($(tail -1 "$work/rs$1"))"
+}
+restored=()
+restore_again 1 "killed, its image restores, and the job goes on, every answer right"
+restore_again 2 "the same image restores again beside the first, both go on"
 done_testing

@@ -429,7 +429,7 @@ CUresult alloc_free(CUdeviceptr dptr)
 	size_t i = by_va_index(dptr);
 	if (i == 0 || buf(atomic_load(&by_va)[i - 1])->va != dptr) {
 		pthread_rwlock_unlock(&lock);
-		return CUDA_ERROR_INVALID_VALUE;
+		return CUDA_ERROR_NOT_FOUND; /* not the tracer's: the driver's to free */
 	}
 	/* cuMemFree waits for the device; work in flight may use the memory. */
 	real_cuCtxSynchronize();

@@ -38,7 +38,9 @@ TR_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr)
 	if (!dptr)
 		return CUDA_SUCCESS;
 	GATE();
-	return alloc_free(dptr);
+	CUresult r = alloc_free(dptr);
+	/* Not the tracer's (managed memory): the driver's, as untraced. */
+	return r == CUDA_ERROR_NOT_FOUND ? real_cuMemFree_v2(dptr) : r;
 }
 
 /* Stream-ordered allocation: the memory exists at once, which is within
@@ -49,11 +51,13 @@ static CUresult alloc_async(CUdeviceptr *dptr, size_t bytes)
 	return alloc_device(dptr, bytes);
 }
 
-static CUresult free_async(CUdeviceptr dptr, CUstream s, CUresult (*sync)(CUstream))
+static CUresult free_async(CUdeviceptr dptr, CUstream s, CUresult (*sync)(CUstream),
+			   CUresult (*real)(CUdeviceptr, CUstream))
 {
 	GATE();
 	CUresult r = sync(s);
-	return r ? r : alloc_free(dptr);
+	r = r ? r : alloc_free(dptr);
+	return r == CUDA_ERROR_NOT_FOUND ? real(dptr, s) : r;
 }
 
 TR_EXPORT CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytes, CUstream s)
@@ -84,14 +88,16 @@ TR_EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream s)
 {
 	REAL(CUresult, cuMemFreeAsync, (CUdeviceptr, CUstream));
 	REAL(CUresult, cuStreamSynchronize, (CUstream));
-	return tr_enabled() ? free_async(dptr, s, real_cuStreamSynchronize) : real_cuMemFreeAsync(dptr, s);
+	return tr_enabled() ? free_async(dptr, s, real_cuStreamSynchronize, real_cuMemFreeAsync)
+			    : real_cuMemFreeAsync(dptr, s);
 }
 
 TR_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream s)
 {
 	REAL(CUresult, cuMemFreeAsync_ptsz, (CUdeviceptr, CUstream));
 	REAL(CUresult, cuStreamSynchronize_ptsz, (CUstream));
-	return tr_enabled() ? free_async(dptr, s, real_cuStreamSynchronize_ptsz) : real_cuMemFreeAsync_ptsz(dptr, s);
+	return tr_enabled() ? free_async(dptr, s, real_cuStreamSynchronize_ptsz, real_cuMemFreeAsync_ptsz)
+			    : real_cuMemFreeAsync_ptsz(dptr, s);
 }
 
 TR_EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytes, unsigned int flags)

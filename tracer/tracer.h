@@ -110,6 +110,9 @@ typedef struct buffer_ref {
 	uint64_t va, size;
 } buffer_ref;
 CUresult alloc_device(CUdeviceptr *dptr, size_t bytes);
+/* Frees an allocation alloc_device made. CUDA_ERROR_NOT_FOUND: dptr is
+ * none of them (managed memory, say), for the driver to free;
+ * CUDA_ERROR_INVALID_VALUE: it is a mapping of the application's. */
 CUresult alloc_free(CUdeviceptr dptr);
 /* Peer access from device `from` to device owner's memory was enabled (on)
  * or disabled: every object of owner's is opened to from, or closed, now

@@ -16,7 +16,8 @@
  * (the device pointer) and cuPointerGetAttributes (its range) of it,
  * which must answer for memory that is there. With --managed one more
  * buffer is managed memory (cuMemAllocManaged), which the tracer cannot
- * park: the process is stop-only.
+ * park: the process is stop-only; every 100 steps it frees that buffer
+ * (cuMemFree, which the tracer leaves to the driver) and makes it again.
  *
  * On SIGUSR1 it compares every buffer with its host copy and prints
  * "verify ok step N" or "verify FAILED …"; "step N" every 50 steps; a
@@ -159,6 +160,13 @@ int main(int argc, char **argv)
 			host_bump(host[i], size[i] / 4, k);
 		}
 		check(cuStreamSynchronize(s), "cuStreamSynchronize");
+		if (managed && step % 100 == 0) {
+			int m = NBUF + 2;
+			check(cuMemFree(dev[m]), "cuMemFree (managed)");
+			check(cuMemAllocManaged(&dev[m], BIG, CU_MEM_ATTACH_GLOBAL), "cuMemAllocManaged again");
+			check(cuMemsetD32(dev[m], 0, BIG / 4), "cuMemsetD32 (managed)");
+			memset(host[m], 0, BIG);
+		}
 		if (step % 50 == 0)
 			printf("step %u\n", step);
 		if (verify_asked) {

@@ -36,15 +36,9 @@
 #include <cuda.h>
 
 #include "../tap.h"
+#include "driver_cycle.h"
 
 #define BYTES (64ull << 20)
-
-static const char *err_name(CUresult r)
-{
-	const char *s = "?";
-	cuGetErrorName(r, &s);
-	return s;
-}
 
 static int send_fd(int sock, int fd, const char *msg)
 {
@@ -142,30 +136,6 @@ static int child(int sock)
 			return 1;
 	}
 	return 0;
-}
-
-/* The driver's lock, checkpoint, restore and unlock of pid: NULL, or the
- * first error. */
-static const char *cycle(pid_t pid, char *buf, size_t n)
-{
-	CUcheckpointLockArgs la = { .timeoutMs = 10000 };
-	CUresult r = cuCheckpointProcessLock((int)pid, &la);
-	const char *step = "lock";
-	if (!r) {
-		r = cuCheckpointProcessCheckpoint((int)pid, NULL);
-		step = "checkpoint";
-		CUresult r2 = r ? cuCheckpointProcessUnlock((int)pid, NULL) : cuCheckpointProcessRestore((int)pid, NULL);
-		if (!r && !r2)
-			r2 = cuCheckpointProcessUnlock((int)pid, NULL);
-		if (!r && r2) {
-			r = r2;
-			step = "restore or unlock";
-		}
-	}
-	if (!r)
-		return NULL;
-	snprintf(buf, n, "%s: %s", step, err_name(r));
-	return buf;
 }
 
 /* Writes v + MiB index into the first word of every MiB at va. */
