@@ -11,6 +11,8 @@
 #      every answer of the child right;
 #   3. the same image restores again, beside the first restore: each has
 #      a semaphore of its own.
+# 2 and 3 skip where libphos.so carries ASan's runtime (make SANITIZE=1):
+# Python with it preloaded dies of SIGSEGV in CRIU's restore here.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=tests/phos_run_rig.bash
@@ -62,8 +64,8 @@ restore_again() {
 	local off r
 	off=$(stat -c %s "$out")
 	r=$("$phos" restore "$store/$pid/s" 2>"$work/rs$1")
-	note "${r:-0}"
-	restored+=("${r:-0}")
+	case $r in '' | *[!0-9]*) r=none ;; *) note "$r" ;; esac
+	restored+=("$r")
 	for _ in $(seq 100); do [ "$(after "$out" "$off")" -ge $((20 * $1)) ] && break; sleep 0.1; done
 	local all=1
 	for r in "${restored[@]}"; do alive "$r" || all=0; done
@@ -71,6 +73,13 @@ restore_again() {
 		"$2 ($(tail -1 "$work/rs$1"))"
 }
 restored=()
-restore_again 1 "killed, its image restores, and the job goes on, every answer right"
-restore_again 2 "the same image restores again beside the first, both go on"
+if ldd "${PHOS_LIBPHOS:-}" 2>/dev/null | grep -q libasan; then
+	for _ in 1 2; do
+		rig_n=$((rig_n + 1))
+		echo "ok $rig_n # skip libphos.so carries ASan's runtime, with which Python does not survive CRIU's restore"
+	done
+else
+	restore_again 1 "killed, its image restores, and the job goes on, every answer right"
+	restore_again 2 "the same image restores again beside the first, both go on"
+fi
 done_testing

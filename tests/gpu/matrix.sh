@@ -145,6 +145,10 @@ matrix() {
 		else
 			echo "not ok $i - the $proto checkpoint at step $step failed: $(tail -2 "$work/ck" | tr '\n' ' ')"
 			grep -E '^(error|last job)' "$mnt/$pid/status" 2>/dev/null | sed 's/^/#   /'
+			# What the job said last, and whether it still runs.
+			alive "$pid" || echo "#   process $pid is gone; its last words:"
+			tail -n 3 "$store/run/$pid.err" 2>/dev/null | sed 's/^/#   stderr: /'
+			dmesg 2>/dev/null | grep -iE 'killed process|out of memory' | tail -n 2 | sed 's/^/#   kernel: /'
 		fi
 		i=$((i + 1))
 	done
