@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The framework matrix (tests/gpu/matrix.sh) for CuPy: its memory pool, and a RawKernel compiled by NVRTC.
+# The framework matrix (tests/gpu/matrix.sh) for CuPy: its memory pool,
+# and a RawKernel compiled by NVRTC.
 b=${PHOS_BUNDLE:-gpu-bundle}
 src=${PHOS_SRCDIR:-$b/..}
 . "$b/share/gpu-matrix.sh"

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The framework matrix (tests/gpu/matrix.sh) for PyTorch fed by a DataLoader with two workers and pin_memory=True.
+# The framework matrix (tests/gpu/matrix.sh) for PyTorch fed by a
+# DataLoader with two workers and pin_memory=True.
 b=${PHOS_BUNDLE:-gpu-bundle}
 src=${PHOS_SRCDIR:-$b/..}
 . "$b/share/gpu-matrix.sh"

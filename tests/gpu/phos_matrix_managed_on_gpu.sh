@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# The framework matrix (tests/gpu/matrix.sh) for managed memory (CuPy's pool over cudaMallocManaged): phos runs it, refuses cow with the reason, and stop works.
+# The framework matrix (tests/gpu/matrix.sh) for managed memory (CuPy's
+# pool over cudaMallocManaged): phos runs it, refuses cow with the reason,
+# and stop works.
 b=${PHOS_BUNDLE:-gpu-bundle}
 src=${PHOS_SRCDIR:-$b/..}
 . "$b/share/gpu-matrix.sh"

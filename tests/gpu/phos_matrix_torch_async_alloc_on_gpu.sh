@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# The framework matrix (tests/gpu/matrix.sh) for PyTorch with PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync (stream-ordered memory pools).
+# The framework matrix (tests/gpu/matrix.sh) for PyTorch with
+# PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync (stream-ordered memory
+# pools).
 b=${PHOS_BUNDLE:-gpu-bundle}
 src=${PHOS_SRCDIR:-$b/..}
 . "$b/share/gpu-matrix.sh"

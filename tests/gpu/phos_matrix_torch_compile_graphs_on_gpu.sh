@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The framework matrix (tests/gpu/matrix.sh) for torch.compile with mode="reduce-overhead": Inductor's kernels replayed as CUDA graphs.
+# The framework matrix (tests/gpu/matrix.sh) for torch.compile with
+# mode="reduce-overhead": Inductor's kernels replayed as CUDA graphs.
 b=${PHOS_BUNDLE:-gpu-bundle}
 src=${PHOS_SRCDIR:-$b/..}
 . "$b/share/gpu-matrix.sh"

@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# The framework matrix (tests/gpu/matrix.sh) for torch.compile in its default mode: Inductor's Triton kernels, launched by its static launcher.
+# The framework matrix (tests/gpu/matrix.sh) for torch.compile in its
+# default mode: Inductor's Triton kernels, launched by its static
+# launcher.
 b=${PHOS_BUNDLE:-gpu-bundle}
 src=${PHOS_SRCDIR:-$b/..}
 . "$b/share/gpu-matrix.sh"

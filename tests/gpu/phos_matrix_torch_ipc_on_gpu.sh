@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# The framework matrix (tests/gpu/matrix.sh) for torch.multiprocessing handing CUDA tensors and an interprocess event between two processes (CUDA IPC).
+# The framework matrix (tests/gpu/matrix.sh) for torch.multiprocessing
+# handing CUDA tensors and an interprocess event between two processes
+# (CUDA IPC).
 b=${PHOS_BUNDLE:-gpu-bundle}
 src=${PHOS_SRCDIR:-$b/..}
 . "$b/share/gpu-matrix.sh"

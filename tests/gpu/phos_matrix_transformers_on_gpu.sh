@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The framework matrix (tests/gpu/matrix.sh) for a Llama-architecture model from transformers decoding with its KV cache.
+# The framework matrix (tests/gpu/matrix.sh) for a Llama-architecture
+# model from transformers decoding with its KV cache.
 b=${PHOS_BUNDLE:-gpu-bundle}
 src=${PHOS_SRCDIR:-$b/..}
 . "$b/share/gpu-matrix.sh"

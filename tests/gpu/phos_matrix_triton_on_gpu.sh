@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The framework matrix (tests/gpu/matrix.sh) for kernels written with @triton.jit, launched by Triton's own launcher.
+# The framework matrix (tests/gpu/matrix.sh) for kernels written with
+# @triton.jit, launched by Triton's own launcher.
 b=${PHOS_BUNDLE:-gpu-bundle}
 src=${PHOS_SRCDIR:-$b/..}
 . "$b/share/gpu-matrix.sh"
