@@ -44,6 +44,12 @@
  *                                ended, and the job closes the connection
  *   either            ERROR      a message a person can read
  *
+ * Between two traced processes, on the exporter's own socket (legacy CUDA
+ * IPC, tracer/ipc.c):
+ *
+ *   importer -> exporter  IPC_ASK  the handle's secret, and its object
+ *   exporter -> importer  IPC_FD   the result; with 0, the object's fd
+ *
  * While parked, the tracer keeps nothing open that phosfs holds the other
  * end of (CRIU cannot dump such a process); phosfs wakes it with the signal
  * WIRE_WAKE_SIGNAL sent to its control thread (wire_wake), after which it
@@ -94,6 +100,8 @@ enum wire_type {
 	WIRE_TARGETS,
 	WIRE_CUT_DONE,
 	WIRE_CUT_END,
+	WIRE_IPC_ASK,
+	WIRE_IPC_FD,
 };
 
 typedef struct wire_header {

@@ -518,15 +518,21 @@ int alloc_ipc_of(uint64_t addr, uint64_t *key, uint64_t *size, uint64_t *offset,
 	return e;
 }
 
+/* The live object at key (its VA) of size bytes, or NULL; lock held. */
+static object *object_at(uint64_t key, uint64_t size)
+{
+	for (uint32_t i = 0; i < nobjs; i++)
+		if (objs[i].live && objs[i].va == key && objs[i].size == size)
+			return &objs[i];
+	return NULL;
+}
+
 int alloc_share(uint64_t key, uint64_t size, int *fd)
 {
 	REAL(CUresult, cuMemExportToShareableHandle,
 	     (void *, CUmemGenericAllocationHandle, CUmemAllocationHandleType, unsigned long long));
 	pthread_rwlock_wrlock(&lock);
-	uint32_t i = 0;
-	while (i < nobjs && !(objs[i].live && objs[i].va == key && objs[i].size == size))
-		i++;
-	object *o = i < nobjs ? &objs[i] : NULL;
+	object *o = object_at(key, size);
 	int e = !o ? -ENOENT : !o->h ? -EAGAIN : 0;
 	if (!e && !o->kept) {
 		int x = -1;
@@ -798,15 +804,12 @@ static int map_objects(const wire_object *recs, const int *fds, int n, bool leni
 	for (int k = 0; k < n && (!e || lenient); k++) {
 		if (recs[k].flags & WIRE_OBJ_APP)
 			continue; /* vmm.c's */
-		uint32_t i = 0;
-		while (i < nobjs && !(objs[i].live && objs[i].va == recs[k].key && objs[i].size == recs[k].size))
-			i++;
-		if (i == nobjs || objs[i].h) {
+		object *o = object_at(recs[k].key, recs[k].size);
+		if (!o || o->h) {
 			if (!lenient)
 				e = -ENOENT;
 			continue;
 		}
-		object *o = &objs[i];
 		CUmemGenericAllocationHandle h;
 		if (real_cuMemImportFromShareableHandle(&h, (void *)(intptr_t)fds[k],
 							CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)) {

@@ -155,12 +155,9 @@ TR_EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle *h, CUdeviceptr dptr)
 	if (!tr_enabled())
 		return real_cuIpcGetMemHandle(h, dptr);
 	GATE();
-	buffer_ref b;
-	if (alloc_find(dptr, &b) && alloc_owned(b.id)) {
-		lazy_need(dptr, 1);
-		return ipc_get(h, dptr);
-	}
-	return real_cuIpcGetMemHandle(h, dptr);
+	lazy_need(dptr, 1); /* the object must be back to be handed out */
+	CUresult r = ipc_get(h, dptr);
+	return r == CUDA_ERROR_NOT_FOUND ? real_cuIpcGetMemHandle(h, dptr) : r;
 }
 
 static CUresult ipc_open_with(CUresult (*real)(CUdeviceptr *, CUipcMemHandle, unsigned int), CUdeviceptr *dptr,

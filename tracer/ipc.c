@@ -107,17 +107,28 @@ static socklen_t address(struct sockaddr_un *a, uint64_t ns, pid_t pid)
 	return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
 }
 
-/* Answers one request on connection c. */
+/* Closes the n fds of fds. */
+static void close_all(const int *fds, int n)
+{
+	for (int i = 0; i < n; i++)
+		close(fds[i]);
+}
+
+/* Answers one request (IPC_ASK) on connection c with IPC_FD. */
 static void answer(int c)
 {
 	ipc_request q;
 	ipc_reply r = { -EPROTO, 0 };
-	int fd = -1;
+	int fd = -1, got[WIRE_MAX_FDS], ngot = 0;
 	struct ucred cred;
 	socklen_t cl = sizeof(cred);
-	if (recv(c, &q, sizeof(q), 0) != (ssize_t)sizeof(q))
+	wire_header h;
+	if (wire_recv(c, &h, &q, sizeof(q), got, &ngot))
 		return;
-	if (getsockopt(c, SOL_SOCKET, SO_PEERCRED, &cred, &cl) || (cred.uid != getuid() && cred.uid != 0))
+	close_all(got, ngot);
+	if (h.type != WIRE_IPC_ASK || h.length != sizeof(q))
+		r.result = -EPROTO;
+	else if (getsockopt(c, SOL_SOCKET, SO_PEERCRED, &cred, &cl) || (cred.uid != getuid() && cred.uid != 0))
 		r.result = -EPERM;
 	else if (q.secret != secret)
 		r.result = -EACCES;
@@ -126,20 +137,9 @@ static void answer(int c)
 		lazy_need(q.key, q.size);
 		r.result = alloc_share(q.key, q.size, &fd);
 	}
-	char cbuf[CMSG_SPACE(sizeof(int))] = { 0 };
-	struct iovec io = { &r, sizeof(r) };
-	struct msghdr m = { .msg_iov = &io, .msg_iovlen = 1 };
-	if (fd >= 0) {
-		m.msg_control = cbuf;
-		m.msg_controllen = sizeof(cbuf);
-		struct cmsghdr *h = CMSG_FIRSTHDR(&m);
-		h->cmsg_level = SOL_SOCKET;
-		h->cmsg_type = SCM_RIGHTS;
-		h->cmsg_len = CMSG_LEN(sizeof(int));
-		memcpy(CMSG_DATA(h), &fd, sizeof(int));
-	}
-	if (sendmsg(c, &m, MSG_NOSIGNAL) < 0)
-		tr_debug("ipc: an answer was not sent: %s", strerror(errno));
+	int e = wire_send(c, WIRE_IPC_FD, &r, sizeof(r), 1, fd >= 0 ? &fd : NULL, fd >= 0);
+	if (e)
+		tr_debug("ipc: an answer was not sent: %s", strerror(-e));
 	if (fd >= 0)
 		close(fd);
 }
@@ -216,7 +216,9 @@ CUresult ipc_get(CUipcMemHandle *out, CUdeviceptr dptr)
 {
 	ipc_handle h = { .magic = IPC_MAGIC };
 	CUdevice dev;
-	if (!out || alloc_ipc_of(dptr, &h.key, &h.size, &h.offset, &dev))
+	if (alloc_ipc_of(dptr, &h.key, &h.size, &h.offset, &dev))
+		return CUDA_ERROR_NOT_FOUND;
+	if (!out)
 		return CUDA_ERROR_INVALID_VALUE;
 	pthread_mutex_lock(&lock);
 	while (!secret) {
@@ -278,7 +280,8 @@ bool ipc_is_ours(const CUipcMemHandle *h)
 }
 
 /* Asks the exporter of h at address a for its object's fd: 0 with *fd,
- * or a negative errno (-ECONNREFUSED, -ENOENT: nobody serves there). */
+ * or a negative errno (-ECONNREFUSED, -ENOENT: nobody serves there; the
+ * exporter's answer, such as -EAGAIN: its memory is away). */
 static int ask(const ipc_handle *h, const struct sockaddr_un *a, socklen_t len, int *fd)
 {
 	int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
@@ -288,27 +291,18 @@ static int ask(const ipc_handle *h, const struct sockaddr_un *a, socklen_t len, 
 	setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 	ipc_request q = { h->secret, h->key, h->size };
 	ipc_reply r = { -EPROTO, 0 };
-	char cbuf[CMSG_SPACE(sizeof(int))];
-	struct iovec io = { &r, sizeof(r) };
-	struct msghdr m = { .msg_iov = &io, .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = sizeof(cbuf) };
-	int e = 0;
-	*fd = -1;
-	if (connect(s, (const struct sockaddr *)a, len) || send(s, &q, sizeof(q), MSG_NOSIGNAL) != (ssize_t)sizeof(q))
-		e = -errno;
-	else if (recvmsg(s, &m, MSG_CMSG_CLOEXEC) != (ssize_t)sizeof(r))
+	wire_header rh;
+	int got[WIRE_MAX_FDS], ngot = 0;
+	int e = connect(s, (const struct sockaddr *)a, len) ? -errno : 0;
+	if (!e)
+		e = wire_send(s, WIRE_IPC_ASK, &q, sizeof(q), 1, NULL, 0);
+	if (!e && (wire_recv(s, &rh, &r, sizeof(r), got, &ngot) || rh.type != WIRE_IPC_FD ||
+		   rh.length != sizeof(r)))
 		e = -EPROTO;
-	else {
-		struct cmsghdr *c = CMSG_FIRSTHDR(&m);
-		if (c && c->cmsg_type == SCM_RIGHTS)
-			memcpy(fd, CMSG_DATA(c), sizeof(int));
-		e = r.result;
-		if (!e && *fd < 0)
-			e = -EPROTO;
-	}
-	if (e && *fd >= 0) {
-		close(*fd);
-		*fd = -1;
-	}
+	if (!e)
+		e = r.result ? r.result : ngot == 1 ? 0 : -EPROTO;
+	*fd = e ? -1 : got[0];
+	close_all(got + !e, ngot - !e);
 	close(s);
 	return e;
 }
@@ -407,17 +401,7 @@ CUresult ipc_open(CUdeviceptr *dptr, const CUipcMemHandle *handle)
 	if (r)
 		return r;
 	pthread_mutex_lock(&lock);
-	if (nopens == opencap) {
-		uint32_t cap = opencap ? opencap * 2 : 16;
-		opened *v = realloc(opens, cap * sizeof(*v));
-		if (v) {
-			opens = v;
-			opencap = cap;
-		}
-	}
-	bool kept = nopens < opencap;
-	if (kept)
-		opens[nopens++] = o;
+	bool kept = tr_push(&opens, &nopens, &opencap, &o, sizeof(o));
 	pthread_mutex_unlock(&lock);
 	if (!kept) {
 		ipc_close_mapping(o.va, o.size, o.h);

@@ -196,6 +196,10 @@ void alloc_missing(char *what, size_t n);
 /* Live buffers and objects, for the debug summary. */
 void alloc_stats(uint64_t *buffers, uint64_t *objects, uint64_t *bytes);
 
+/* vmm.c: appends v (of size bytes) to the array *arr (*n of *cap
+ * elements), growing it; false when out of memory (nothing appended). */
+bool tr_push(void *arr, uint32_t *n, uint32_t *cap, const void *v, size_t size);
+
 /* vmm.c: the application's own VMM allocations. The wrappers of the VMM
  * calls go through these, which translate the application's handles. */
 void vmm_created(CUmemGenericAllocationHandle h, uint64_t size, CUmemLocation where);
@@ -233,8 +237,10 @@ bool vmm_missing(char *what, size_t n);
 /* ipc.c: legacy CUDA IPC between traced processes, with handles of the
  * tracer's own (the driver gives none for VMM memory). */
 /* A handle of the allocation at dptr (one the tracer made), served to
- * other processes from then on. CUDA_ERROR_INVALID_VALUE: none there;
- * CUDA_ERROR_OPERATING_SYSTEM: it cannot be served (said in the log). */
+ * other processes from then on. CUDA_ERROR_NOT_FOUND: no allocation of
+ * the tracer's there (the driver's to answer); CUDA_ERROR_INVALID_VALUE:
+ * out is NULL; CUDA_ERROR_OPERATING_SYSTEM: it cannot be served (said in
+ * the log). */
 CUresult ipc_get(CUipcMemHandle *out, CUdeviceptr dptr);
 /* Whether h is one of the tracer's handles (else the driver's). */
 bool ipc_is_ours(const CUipcMemHandle *h);

@@ -77,8 +77,7 @@ typedef struct shared_map {
 static shared_map *smap;
 static uint32_t nsmap, smapcap;
 
-/* Appends v (of size bytes) to *arr (*n of *cap); false when out of memory. */
-static bool push(void *arr, uint32_t *n, uint32_t *cap, const void *v, size_t size)
+bool tr_push(void *arr, uint32_t *n, uint32_t *cap, const void *v, size_t size)
 {
 	if (*n == *cap) {
 		uint32_t c = *cap ? *cap * 2 : 16;
@@ -104,7 +103,7 @@ static int find_import(CUmemGenericAllocationHandle h)
 static void note_shared(uint64_t va, uint64_t size)
 {
 	shared_map m = { va, size };
-	if (!push(&smap, &nsmap, &smapcap, &m, sizeof(m)))
+	if (!tr_push(&smap, &nsmap, &smapcap, &m, sizeof(m)))
 		alloc_mark_stop_only("tracer out of memory", "out of memory for the table of its shared device memory");
 }
 
@@ -120,7 +119,7 @@ static void forget_shared(uint64_t va, uint64_t size)
 
 static void add_handle(const handle_rec *r)
 {
-	if (!push(&hs, &nh, &hcap, r, sizeof(*r))) {
+	if (!tr_push(&hs, &nh, &hcap, r, sizeof(*r))) {
 		if (r->kept)
 			close(r->kept - 1);
 		alloc_mark_stop_only("tracer out of memory", "out of memory for the table of its VMM allocations");
@@ -141,7 +140,7 @@ void vmm_imported(CUmemGenericAllocationHandle h, CUmemAllocationHandleType type
 		handle_rec r = { .app = h, .cur = h, .dev = prop.location.id, .refs = 1, .kept = kept + 1,
 				 .imported = true, .live = true };
 		add_handle(&r);
-	} else if (!push(&imp, &nimp, &impcap, &h, sizeof(h))) {
+	} else if (!tr_push(&imp, &nimp, &impcap, &h, sizeof(h))) {
 		alloc_mark_stop_only("tracer out of memory", "out of memory for the table of its imported device memory");
 	}
 	pthread_mutex_unlock(&lock);
@@ -199,7 +198,7 @@ static uint64_t va_of(uint32_t h)
 static void keep_export(handle_rec *h, int fd)
 {
 	int d = fcntl(fd, F_DUPFD_CLOEXEC, 3);
-	if (d >= 0 && !push(&h->exp, &h->nexp, &h->expcap, &d, sizeof(d)))
+	if (d >= 0 && !tr_push(&h->exp, &h->nexp, &h->expcap, &d, sizeof(d)))
 		close(d);
 }
 

@@ -66,6 +66,16 @@ matrix_ready() {
 # The lines of FILE from byte OFFSET on, as train_lines gives them.
 lines_from() { tail -c +$(($2 + 1)) "$1" >"$work/part"; train_lines "$work/part"; }
 
+# matrix_wait_end PID FILE OFFSET: waits (3 minutes at most) until PID
+# has printed its params line into FILE past byte OFFSET, or is gone.
+matrix_wait_end() {
+	for _ in $(seq 1800); do
+		alive "$1" || return
+		grep -q '^params' <(tail -c +$(($3 + 1)) "$2") && return
+		sleep 0.1
+	done
+}
+
 # matrix_equal N WHAT FILE [OFFSET]: TAP line N: every line of FILE (from
 # OFFSET) is the untraced run's line of the same step, and the run
 # reached its params line.
@@ -165,7 +175,7 @@ matrix() {
 			if [ -z "$rpid" ] || ! follow "$rpid"; then
 				echo "not ok $i - the $proto image restored $mode did not run: $(tail -2 "$work/rs" 2>/dev/null | tr '\n' ' ')"
 			else
-				for _ in $(seq 1800); do alive "$rpid" || break; grep -q '^params' <(tail -c +$((off + 1)) "$out") && break; sleep 0.1; done
+				matrix_wait_end "$rpid" "$out" "$off"
 				settled >/dev/null
 				cp "$mnt/status" "$work/rst"
 				grep -E '^(resumed ms|fully restored ms|on-demand waits|safety-net waits)' "$work/rst" |
@@ -181,7 +191,7 @@ matrix() {
 }
 
 matrix_stop_only() {
-	local name=$1 reason=$2 pid out off rpid
+	local name=$1 reason=$2 pid out
 	shift 2
 	matrix_n=5
 	matrix_ready 5 "matrix-$name"

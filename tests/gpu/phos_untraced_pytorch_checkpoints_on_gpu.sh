@@ -35,7 +35,7 @@ matrix_equal 3 "checkpointed untraced, it runs on" "$out"
 off=$(stat -c %s "$out")
 rpid=$("$phos" restore "$store/$pid/stop" eager 2>"$work/rs")
 if [ -n "$rpid" ] && follow "$rpid"; then
-	for _ in $(seq 1800); do alive "$rpid" || break; grep -q '^params' <(tail -c +$((off + 1)) "$out") && break; sleep 0.1; done
+	matrix_wait_end "$rpid" "$out" "$off"
 	settled
 	matrix_equal 4 "the untraced job's image, restored" "$out" "$off"
 	kill_job "$rpid"
