@@ -172,6 +172,17 @@ void criu_explain(const char *log, pid_t pid, char *out, size_t len)
 			 "image); CRIU cannot restore a file that changed size: run programs under `phos run`, "
 			 "which keeps their output where CRIU can restore it",
 			 msg, abs, a, b);
+	} else if (sscanf(msg, "Can't open file %510s on restore: No such file", file + 1) == 1) {
+		file[0] = '/';
+		const char *abs = file[1] == '/' ? file + 1 : file;
+		bool shm = !strncmp(abs, "/dev/shm/", 9);
+		snprintf(out, len,
+			 "%s: the image names the file %s, which is gone; CRIU saves a file the job opened by its "
+			 "name only%s",
+			 msg, abs,
+			 shm ? ", and the job's /dev/shm was the machine's: a job started with `phos run --pid-ns` "
+			       "has a /dev/shm of its own, which its image carries"
+			     : ": put it back, or restore where it is");
 	} else if (strstr(msg, "Can't get rlimit") && strstr(msg, "not permitted")) {
 		snprintf(out, len,
 			 "%s: CRIU may not read the limits of process %d, which belongs to another user, because "

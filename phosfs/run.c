@@ -3,21 +3,24 @@
  *
  *   phos run ──fork──> init (pid 1 of a new pid namespace, in a mount
  *                        │  namespace of its own with a /proc of its pid
- *                        │  namespace; PHOS_JOB=1; stdio /dev/null, its
+ *                        │  namespace and a /dev/shm of its own;
+ *                        │  PHOS_JOB=1; stdio /dev/null, its
  *                        │  own session)
  *                        └──fork──> the job (pid 2; LD_PRELOAD=libphos.so;
  *                                   output to STORE/run/<host pid>.out/.err)
  *
  * The init is this same program again (run_init), so that its
  * environment holds the mark; CRIU dumps it with the tree (and its mount
- * namespace: the /proc, the rest as external mounts) and restores it into
- * new namespaces, where it goes on waiting for its job. The job tells
- * phos run its host pid (from the host's /proc, which the init keeps open
- * until the job has started) through a pipe closed on exec, or why it
- * could not start.
+ * namespace: the /proc and /dev/shm, the rest as external mounts) and
+ * restores it into new namespaces, where it goes on waiting for its job.
+ * The job tells phos run its host pid (from the host's /proc, which the
+ * init keeps open until the job has started) through a pipe closed on
+ * exec, or why it could not start.
  *
  * The /proc of its own is what the CUDA driver needs: it opens
- * /proc/<getpid()>/…, which in the host's /proc is another process.
+ * /proc/<getpid()>/…, which in the host's /proc is another process. The
+ * /dev/shm of its own (a tmpfs) is what the job shares there by name,
+ * which CRIU saves with it.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -30,6 +33,7 @@
 #include <string.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
+#include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -201,12 +205,37 @@ int run_init(int argc, char **argv)
 	return init_main(argv + 6, &o, ready, proc);
 }
 
+/* Gives the job a /dev/shm of its own: an empty tmpfs as large as the
+ * machine's, in place of the copy of the machine's (when there is one).
+ * What the job's processes share there by name (POSIX semaphores and
+ * shared memory: multiprocessing's locks, PyTorch's CUDA IPC reference
+ * counts) is then the job's: CRIU saves that tmpfs's files in the image
+ * and a restore, a clone beside its original too, gets them back in a
+ * /dev/shm of its own. Returns 0, or -errno with *step set. */
+static int own_shm(const char **step)
+{
+	struct statvfs vs;
+	if (statvfs("/dev/shm", &vs) != 0)
+		return 0; /* no /dev/shm here: none there either */
+	char opts[64];
+	snprintf(opts, sizeof(opts), "mode=1777,size=%llu", (unsigned long long)vs.f_blocks * vs.f_frsize);
+	if (umount2("/dev/shm", MNT_DETACH) != 0 && errno != EINVAL) {
+		*step = "unmounting the machine's /dev/shm";
+		return -errno;
+	}
+	if (mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, opts) != 0) {
+		*step = "mounting a tmpfs on /dev/shm";
+		return -errno;
+	}
+	return 0;
+}
+
 /* Gives this process (pid 1 of its pid namespace) a mount namespace of
  * its own, its mounts private copies of ours, with a /proc of its pid
- * namespace and without phosfs's mount (mnt): a copy of that would
- * outlive the phosfs it belongs to, and CRIU cannot dump a dead FUSE
- * mount. *proc is an fd of the host's /proc, opened before. Returns 0,
- * or -errno with why saying which step failed. */
+ * namespace, a /dev/shm of its own (own_shm) and without phosfs's mount
+ * (mnt): a copy of that would outlive the phosfs it belongs to, and CRIU
+ * cannot dump a dead FUSE mount. *proc is an fd of the host's /proc,
+ * opened before. Returns 0, or -errno with why saying which step failed. */
 static int own_proc(const char *mnt, int *proc, char *why, size_t whylen)
 {
 	*proc = open("/proc", O_PATH | O_DIRECTORY);
@@ -219,10 +248,12 @@ static int own_proc(const char *mnt, int *proc, char *why, size_t whylen)
 		step = "mounting /proc";
 	else if (!step && mnt && *mnt && umount2(mnt, MNT_DETACH) != 0 && errno != EINVAL && errno != ENOENT)
 		step = "unmounting phosfs";
+	else if (!step)
+		own_shm(&step);
 	if (!step)
 		return 0;
 	int e = -errno;
-	snprintf(why, whylen, "cannot give the job a /proc of its own (%s: %s)", step, strerror(-e));
+	snprintf(why, whylen, "cannot give the job a /proc and /dev/shm of its own (%s: %s)", step, strerror(-e));
 	return e;
 }
 

@@ -75,6 +75,12 @@ static void explained(rig *r)
 	ok(strstr(why, "Can't connect inet socket back") && strstr(why, "in use on this machine"),
 	   "a TCP connection whose addresses are taken at restore: the same");
 
+	write_log(log, "(00.4) 4240: Error (criu/files-reg.c:2215): Can't open file dev/shm/torch_19_163_0 on restore: "
+		       "No such file or directory\n");
+	criu_explain(log, 0, why, sizeof(why));
+	ok(strstr(why, "/dev/shm/torch_19_163_0, which is gone") && strstr(why, "phos run --pid-ns"),
+	   "a file of the machine's /dev/shm gone at restore: which, and that --pid-ns jobs carry theirs");
+
 	write_log(log, "");
 	criu_explain(log, 4240, why, sizeof(why));
 	ok(*why == 0, "the harmless warning alone explains nothing");
@@ -101,7 +107,7 @@ int main(void)
 {
 	rig r;
 	rig_require(&r);
-	plan(12);
+	plan(13);
 	explained(&r);
 
 	/* 1. A file that grows after the dump. */
