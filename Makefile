@@ -267,7 +267,7 @@ TEST_BIN := $(TEST_C:tests/%.c=$(BUILD)/tests/%) $(TEST_SH:tests/%.sh=$(BUILD)/t
 # Programs the tests run under phos (tests/apps/), against simcuda or a GPU.
 TEST_APPS := $(BUILD)/tests/apps/cow_app $(BUILD)/tests/apps/two_gpu_app $(BUILD)/tests/apps/tcp_app \
 	     $(BUILD)/tests/apps/pair_app $(BUILD)/tests/apps/libnccl.so.2 $(BUILD)/tests/apps/host_writer \
-	     $(BUILD)/tests/apps/ipc_app $(BUILD)/tests/apps/launch_app
+	     $(BUILD)/tests/apps/ipc_app $(BUILD)/tests/apps/launch_app $(BUILD)/tests/apps/pool_app
 
 .PHONY: tests
 tests: $(TEST_BIN) $(KERNELS) $(TEST_APPS)
@@ -316,7 +316,7 @@ $(BUILD)/tests/%: tests/%.sh
 	install -m 0755 $< $@
 
 # Tests find the project's CRIU and the kernels through these.
-TEST_ENV := $(SAN_TEST_ENV) PHOS_CRIU=$(abspath $(CRIU)) PHOS_KERNELS=$(abspath $(BUILD)/kernels) PHOS_SRCDIR=$(CURDIR) PHOS_LIBPHOS=$(abspath $(LIBPHOS)) PHOS_PHOSFS=$(abspath $(PHOSFS)) PHOS_CLI=$(abspath $(PHOS_CLI)) PHOS_COUNTER=$(abspath $(BUILD)/examples/counter) PHOS_SIMCUDA=$(abspath $(BUILD)/simcuda) PHOS_CRIU_PLUGINS=$(abspath $(CRIU_PLUGIN_DIR)) PHOS_COW_APP=$(abspath $(BUILD)/tests/apps/cow_app) PHOS_TWO_GPU_APP=$(abspath $(BUILD)/tests/apps/two_gpu_app) PHOS_TCP_APP=$(abspath $(BUILD)/tests/apps/tcp_app) PHOS_PAIR_APP=$(abspath $(BUILD)/tests/apps/pair_app) PHOS_NCCL_STUB=$(abspath $(BUILD)/tests/apps/libnccl.so.2) PHOS_HOST_WRITER=$(abspath $(BUILD)/tests/apps/host_writer) PHOS_IPC_APP=$(abspath $(BUILD)/tests/apps/ipc_app) PHOS_LAUNCH_APP=$(abspath $(BUILD)/tests/apps/launch_app)
+TEST_ENV := $(SAN_TEST_ENV) PHOS_CRIU=$(abspath $(CRIU)) PHOS_KERNELS=$(abspath $(BUILD)/kernels) PHOS_SRCDIR=$(CURDIR) PHOS_LIBPHOS=$(abspath $(LIBPHOS)) PHOS_PHOSFS=$(abspath $(PHOSFS)) PHOS_CLI=$(abspath $(PHOS_CLI)) PHOS_COUNTER=$(abspath $(BUILD)/examples/counter) PHOS_SIMCUDA=$(abspath $(BUILD)/simcuda) PHOS_CRIU_PLUGINS=$(abspath $(CRIU_PLUGIN_DIR)) PHOS_COW_APP=$(abspath $(BUILD)/tests/apps/cow_app) PHOS_TWO_GPU_APP=$(abspath $(BUILD)/tests/apps/two_gpu_app) PHOS_TCP_APP=$(abspath $(BUILD)/tests/apps/tcp_app) PHOS_PAIR_APP=$(abspath $(BUILD)/tests/apps/pair_app) PHOS_NCCL_STUB=$(abspath $(BUILD)/tests/apps/libnccl.so.2) PHOS_HOST_WRITER=$(abspath $(BUILD)/tests/apps/host_writer) PHOS_IPC_APP=$(abspath $(BUILD)/tests/apps/ipc_app) PHOS_LAUNCH_APP=$(abspath $(BUILD)/tests/apps/launch_app) PHOS_POOL_APP=$(abspath $(BUILD)/tests/apps/pool_app)
 
 # Each test's output is kept in $(BUILD)/tests/logs; when one fails, its
 # own words are printed again after prove's summary.

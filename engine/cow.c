@@ -15,8 +15,10 @@
 #include "cow.h"
 #include "driver-api.h"
 
-/* Makes the pool: device memory the tracer imports and this job maps. */
-static int make_pool(engine_cow_member *m, uint64_t want, uint32_t chunk, perr *er)
+/* Makes the pool: device memory the tracer imports and this job maps;
+ * want bytes at most, and, if fit, no more than the device's free memory
+ * less ENGINE_SHADOW_RESERVE. */
+static int make_pool(engine_cow_member *m, uint64_t want, bool fit, uint32_t chunk, perr *er)
 {
 	CUmemAllocationProp prop = { .type = CU_MEM_ALLOCATION_TYPE_PINNED,
 				     .requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
@@ -28,6 +30,11 @@ static int make_pool(engine_cow_member *m, uint64_t want, uint32_t chunk, perr *
 	int e = driver_use((int)m->pool_device, er);
 	if (e)
 		return e;
+	size_t free_b = 0, total = 0;
+	if (fit && cu.cuMemGetInfo(&free_b, &total) == CUDA_SUCCESS) {
+		uint64_t room = free_b > ENGINE_SHADOW_RESERVE(total) ? free_b - ENGINE_SHADOW_RESERVE(total) : 0;
+		want = want < room ? want : room / gran * gran;
+	}
 	/* A GPU that is nearly full gets a smaller pool, or none. */
 	uint64_t bytes = (want + gran - 1) / gran * gran;
 	while (bytes >= gran && bytes >= chunk) {
@@ -88,7 +95,10 @@ static int make_table(engine_cow *c, engine_cow_member *m, const engine_parked *
 		if (dev_bytes[d] > dev_bytes[m->pool_device])
 			m->pool_device = d;
 	m->pool_fd = -1;
-	int e = pool ? make_pool(m, pool < bytes ? pool : bytes, chunk, er) : 0;
+	uint64_t on_dev = dev_bytes[m->pool_device];
+	int e = !pool				 ? 0
+		: pool == ENGINE_SHADOW_POOL_AUTO ? make_pool(m, on_dev, true, chunk, er)
+						 : make_pool(m, pool < bytes ? pool : bytes, false, chunk, er);
 	uint32_t nslots = (uint32_t)(m->pool_bytes / chunk);
 	m->bytes = cow_table_bytes((uint32_t)n, nchunks, nslots);
 	m->fd = e ? -1 : memfd_create("phos-cow", MFD_CLOEXEC);
@@ -187,11 +197,12 @@ void engine_cow_end(engine_cow *c)
 
 void engine_cow_stats(const engine_cow *c, engine_progress *p)
 {
-	uint64_t v[6] = { 0 };
+	uint64_t v[6] = { 0 }, pools = 0;
 	for (int i = 0; c && i < c->n; i++) {
 		cow_header *t = c->m[i].t;
 		if (!t)
 			continue;
+		pools += c->m[i].pool_bytes;
 		v[0] += atomic_load(&t->shadows);
 		v[1] += atomic_load(&t->shadow_bytes);
 		v[2] += atomic_load(&t->waits);
@@ -205,6 +216,7 @@ void engine_cow_stats(const engine_cow *c, engine_progress *p)
 	atomic_store(&p->wait_ns, v[3]);
 	atomic_store(&p->net_waits, v[4]);
 	atomic_store(&p->net_wait_ns, v[5]);
+	atomic_store(&p->shadow_pool_bytes, pools);
 }
 
 void engine_cow_free(engine_cow *c)

@@ -25,6 +25,7 @@ struct driver_api {
 	DRV(cuDevicePrimaryCtxRetain);
 	DRV(cuCtxSetCurrent);
 	DRV(cuMemGetAllocationGranularity);
+	DRV(cuMemGetInfo);
 	DRV(cuMemCreate);
 	DRV(cuMemRelease);
 	DRV(cuMemAddressReserve);

@@ -53,6 +53,7 @@ static void load(void)
 	LOAD(h, cuDevicePrimaryCtxRetain);
 	LOAD(h, cuCtxSetCurrent);
 	LOAD(h, cuMemGetAllocationGranularity);
+	LOAD(h, cuMemGetInfo);
 	LOAD(h, cuMemCreate);
 	LOAD(h, cuMemRelease);
 	LOAD(h, cuMemAddressReserve);

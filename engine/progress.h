@@ -73,6 +73,7 @@ typedef struct engine_progress {
 	/* CoW: shadow copies the tracer made, calls that waited for the copy
 	 * (and how long), and calls the safety net held. */
 	_Atomic uint64_t shadows, shadow_bytes, waits, wait_ns, net_waits, net_wait_ns;
+	_Atomic uint64_t shadow_pool_bytes; /* CoW: the shadow pools' device memory */
 	_Atomic int protocol; /* PHOSIMG_PROTO_* of the checkpoint */
 	_Atomic uint64_t staging_bytes; /* the host staging pool of the copy */
 	_Atomic uint64_t staging_pin_ns; /* the time pinning it took (before the stall) */

@@ -2,7 +2,7 @@
  * phosfs: the phos file system daemon.
  *
  *   phosfs [--socket PATH] [--store DIR] [--criu PATH] [--criu-plugins DIR]
- *          [--staging SIZE] [--chunk SIZE] [--shadow-pool SIZE] [--fill-threads N]
+ *          [--staging SIZE] [--chunk SIZE] [--shadow-pool auto|SIZE] [--fill-threads N]
  *          [--restores N] [--restore-queue N] [--restore-timeout SECONDS]
  *          [--checkpoint-wait SECONDS] [--checkpoint-timeout SECONDS]
  *          [--dump-timeout SECONDS] [--job-pool N] [--metrics-textfile DIR]
@@ -43,7 +43,7 @@ const char *phosfs_self;
 const char *phosfs_criu_plugins = "";
 uint64_t phosfs_staging = ENGINE_STAGING;
 uint64_t phosfs_chunk = ENGINE_CHUNK;
-uint64_t phosfs_shadow_pool = ENGINE_SHADOW_POOL;
+uint64_t phosfs_shadow_pool = ENGINE_SHADOW_POOL_AUTO;
 int phosfs_fill_threads = 0; /* engine_filler_start's default */
 int phosfs_restores = 4;
 int phosfs_restore_queue = 16;
@@ -69,7 +69,7 @@ static void *init(struct fuse_conn_info *conn, struct fuse_config *cfg)
 static int usage(FILE *f)
 {
 	fprintf(f, "usage: phosfs [--socket PATH] [--store DIR] [--criu PATH] [--criu-plugins DIR] [--staging SIZE]\n"
-		   "              [--chunk SIZE] [--shadow-pool SIZE] [--fill-threads N] [--restores N]\n"
+		   "              [--chunk SIZE] [--shadow-pool auto|SIZE] [--fill-threads N] [--restores N]\n"
 		   "              [--restore-queue N] [--restore-timeout SECONDS] [--checkpoint-wait SECONDS]\n"
 		   "              [--checkpoint-timeout SECONDS] [--dump-timeout SECONDS] [--job-pool N]\n"
 		   "              [--metrics-textfile DIR]\n"
@@ -318,7 +318,9 @@ static void apply_options(const struct options *o)
 		phosfs_staging = size_option("--staging", o->staging, 1ull << 20, 1ull << 50, false);
 	if (o->chunk)
 		phosfs_chunk = size_option("--chunk", o->chunk, 64u << 10, 256u << 20, true);
-	if (o->pool)
+	if (o->pool && !strcmp(o->pool, "auto"))
+		phosfs_shadow_pool = ENGINE_SHADOW_POOL_AUTO;
+	else if (o->pool)
 		phosfs_shadow_pool = size_option("--shadow-pool", o->pool, 0, 1ull << 50, false);
 	if (o->fill_threads)
 		phosfs_fill_threads = count_option("--fill-threads", o->fill_threads, 1, ENGINE_FILL_THREADS_MAX);

@@ -52,9 +52,11 @@ static void copy_status(const engine_progress *p, text *out)
 		    atomic_load(&p->recopy_clean), atomic_load(&p->recopy_dirty));
 	if (proto == PHOSIMG_PROTO_COW || proto == PHOSIMG_PROTO_RECOPY)
 		text_add(out,
-		    "cow tables ms: %.1f\ncow shadows: %" PRIu64 " (%" PRIu64 " bytes)\ncow waits: %" PRIu64 " (%.1f ms)\n"
+		    "cow tables ms: %.1f\ncow shadow pool: %" PRIu64 " bytes\ncow shadows: %" PRIu64 " (%" PRIu64
+		    " bytes)\ncow waits: %" PRIu64 " (%.1f ms)\n"
 		    "safety-net waits: %" PRIu64 " (%.1f ms)\n",
-		    ms(atomic_load(&p->cow_prepare_ns)), atomic_load(&p->shadows), atomic_load(&p->shadow_bytes),
+		    ms(atomic_load(&p->cow_prepare_ns)), atomic_load(&p->shadow_pool_bytes), atomic_load(&p->shadows),
+		    atomic_load(&p->shadow_bytes),
 		    atomic_load(&p->waits),
 		    ms(atomic_load(&p->wait_ns)), atomic_load(&p->net_waits), ms(atomic_load(&p->net_wait_ns)));
 }

@@ -5,13 +5,24 @@
  */
 #include "tracer.h"
 
+/* alloc_device, tried again while a CoW shadow pool holds the memory it
+ * lacks (cow_oom_wait): the pool must never make an allocation fail. */
+static CUresult alloc_or_wait(CUdeviceptr *dptr, size_t bytes)
+{
+	uint64_t until = 0;
+	CUresult r;
+	while ((r = alloc_device(dptr, bytes)) == CUDA_ERROR_OUT_OF_MEMORY && cow_oom_wait(&until))
+		;
+	return r;
+}
+
 TR_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytes)
 {
 	REAL(CUresult, cuMemAlloc_v2, (CUdeviceptr *, size_t));
 	if (!tr_enabled())
 		return real_cuMemAlloc_v2(dptr, bytes);
 	GATE();
-	return alloc_device(dptr, bytes);
+	return alloc_or_wait(dptr, bytes);
 }
 
 TR_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t width, size_t height,
@@ -24,7 +35,7 @@ TR_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t w
 		return CUDA_ERROR_INVALID_VALUE;
 	GATE();
 	size_t p = (width + 511) / 512 * 512;
-	CUresult r = alloc_device(dptr, p * height);
+	CUresult r = alloc_or_wait(dptr, p * height);
 	if (r == CUDA_SUCCESS)
 		*pitch = p;
 	return r;
@@ -48,7 +59,7 @@ TR_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr)
 static CUresult alloc_async(CUdeviceptr *dptr, size_t bytes)
 {
 	GATE();
-	return alloc_device(dptr, bytes);
+	return alloc_or_wait(dptr, bytes);
 }
 
 static CUresult free_async(CUdeviceptr dptr, CUstream s, CUresult (*sync)(CUstream),
@@ -122,7 +133,10 @@ TR_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t size, con
 	p.requestedHandleTypes = (CUmemAllocationHandleType)(p.requestedHandleTypes |
 							     CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
 	GATE();
-	CUresult r = real_cuMemCreate(h, size, &p, flags);
+	uint64_t until = 0;
+	CUresult r;
+	while ((r = real_cuMemCreate(h, size, &p, flags)) == CUDA_ERROR_OUT_OF_MEMORY && cow_oom_wait(&until))
+		;
 	if (r == CUDA_SUCCESS) {
 		vmm_created(*h, size, prop->location);
 	} else if (r == CUDA_ERROR_NOT_SUPPORTED || r == CUDA_ERROR_INVALID_VALUE) {

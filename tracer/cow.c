@@ -6,7 +6,8 @@
  * objects it writes are protected:
  *  - a chunk not yet copied is copied device to device into a slot of the
  *    shadow pool, on the call's own stream, ahead of the call; a host
- *    function queued after that copy marks the shadow complete;
+ *    function queued after that copy marks the shadow complete; the
+ *    chunks of one call that go to consecutive slots go in one copy;
  *  - a chunk phosfs is copying makes the call wait;
  *  - with no free slot (or no pool on the chunk's device), the call marks
  *    the chunk urgent, which phosfs copies next, and waits for it.
@@ -22,6 +23,7 @@
 #include <limits.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
@@ -39,6 +41,13 @@ static CUmemGenericAllocationHandle pool_h;
  * handle + 1 (0: none yet). A write on that stream runs after the copy;
  * a write on another one waits until the copy is done. */
 static _Atomic uintptr_t *shadow_on;
+
+/* After the copy: how long an allocation that failed for want of device
+ * memory is tried again while the pool goes, and how often. */
+#define OOM_GRACE_MS 2000
+#define OOM_RETRY_MS 20
+
+static bool dropped(int ms);
 
 /* Whether the copy still runs. */
 static bool running(cow_header *t)
@@ -63,17 +72,48 @@ static void wait_progress(cow_header *t, uint32_t seen)
 		job_ended(t);
 }
 
-/* Host function queued after a shadow copy: the shadow is complete. */
-static void shadow_done(void *arg)
+/* Shadow copies queued as one: chunks [chunk, chunk+n) of object o into
+ * slots [slot, slot+n), bytes [off, off+len) of o. A write to a whole
+ * pool (an XLA or PyTorch arena: every argument points into it) is one
+ * device-to-device copy and one host function, not one per chunk. */
+typedef struct shadow_run {
+	uint64_t chunk, off, len;
+	uint32_t slot, n;
+} shadow_run;
+
+/* What shadow_done marks: n chunk states from st. */
+typedef struct shadow_mark {
+	_Atomic uint32_t *st;
+	uint32_t n;
+} shadow_mark;
+
+/* Marks n shadows from st complete. */
+static void mark_shadowed(_Atomic uint32_t *st, uint32_t n)
 {
-	_Atomic uint32_t *c = arg;
-	uint32_t s = atomic_load(c);
-	while ((s & COW_STATE_MASK) == COW_SHADOWING &&
-	       !atomic_compare_exchange_weak(c, &s, (s & ~COW_STATE_MASK) | COW_SHADOWED))
-		;
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t s = atomic_load(&st[i]);
+		while ((s & COW_STATE_MASK) == COW_SHADOWING &&
+		       !atomic_compare_exchange_weak(&st[i], &s, (s & ~COW_STATE_MASK) | COW_SHADOWED))
+			;
+	}
 	cow_header *t = atomic_load(&tab.t);
 	if (t)
 		table_bump(t);
+}
+
+/* Host function queued after a run's copy: its shadows are complete. */
+static void shadow_done(void *arg)
+{
+	shadow_mark *m = arg;
+	mark_shadowed(m->st, m->n);
+	free(m);
+}
+
+/* Host function queued after one chunk's copy (when no mark could be
+ * allocated for its run): the shadow is complete. */
+static void chunk_shadowed(void *arg)
+{
+	mark_shadowed(arg, 1);
 }
 
 static uint32_t take_slot(cow_header *t)
@@ -98,12 +138,79 @@ static void give_slot(cow_header *t, uint32_t slot)
 	atomic_fetch_and(&cow_slots(t)[slot / 64], ~(1ull << (slot % 64)));
 }
 
-/* Protects chunk c (of object o) from a write queued next on stream s.
- * Returns once the chunk's t1 bytes are safe. */
-static void protect(cow_header *t, const cow_object *o, uint64_t c, CUstream s)
+/* Queues run r's copy on stream s, then its end mark. Returns false if
+ * it could not: its chunks are PENDING again (their slots kept for good,
+ * since a copy may still land), and must be protected another way. */
+static bool flush(cow_header *t, const cow_object *o, shadow_run *r, CUstream s)
 {
 	REAL(CUresult, cuMemcpyDtoDAsync_v2, (CUdeviceptr, CUdeviceptr, size_t, CUstream));
 	REAL(CUresult, cuLaunchHostFunc, (CUstream, CUhostFn, void *));
+	if (!r->n)
+		return true;
+	_Atomic uint32_t *st = &cow_chunks(t)[r->chunk];
+	CUresult res = real_cuMemcpyDtoDAsync_v2(pool_va + (uint64_t)r->slot * t->chunk, o->va + r->off, r->len, s);
+	shadow_mark *m = res ? NULL : malloc(sizeof(*m));
+	if (m) {
+		*m = (shadow_mark){ st, r->n };
+		res = real_cuLaunchHostFunc(s, shadow_done, m);
+		if (res)
+			free(m);
+	} else {
+		for (uint32_t i = 0; !res && i < r->n; i++)
+			res = real_cuLaunchHostFunc(s, chunk_shadowed, (void *)&st[i]);
+	}
+	if (!res) {
+		atomic_fetch_add(&t->shadows, r->n);
+		atomic_fetch_add(&t->shadow_bytes, r->len);
+		r->n = 0;
+		return true;
+	}
+	tr_log("a CoW shadow copy failed (error %d): the call waits for the copy", (int)res);
+	for (uint32_t i = 0; i < r->n; i++) {
+		uint32_t v = atomic_load(&st[i]);
+		while ((v & COW_STATE_MASK) == COW_SHADOWING &&
+		       !atomic_compare_exchange_weak(&st[i], &v, (v & (COW_DIRTY | COW_URGENT)) | COW_PENDING))
+			;
+	}
+	table_bump(t);
+	return false;
+}
+
+static void protect(cow_header *t, const cow_object *o, uint64_t c, CUstream s, shadow_run *run);
+
+/* Queues run's copy; where it cannot be, protects its chunks by waiting. */
+static void flush_or_wait(cow_header *t, const cow_object *o, shadow_run *run, CUstream s)
+{
+	shadow_run r = *run;
+	if (!flush(t, o, run, s)) {
+		run->n = 0;
+		for (uint32_t i = 0; i < r.n; i++)
+			protect(t, o, r.chunk + i, s, NULL);
+	}
+}
+
+/* Adds chunk c (its slot taken and its state SHADOWING) to run, which
+ * is queued first when c does not extend it. */
+static void add_to_run(cow_header *t, const cow_object *o, shadow_run *run, uint64_t c, uint32_t slot, CUstream s)
+{
+	uint64_t off = (c - o->first) * (uint64_t)t->chunk;
+	uint64_t len = o->size - off < t->chunk ? o->size - off : t->chunk;
+	if (run->n && c == run->chunk + run->n && slot == run->slot + run->n) {
+		run->n++;
+		run->len += len;
+		return;
+	}
+	flush_or_wait(t, o, run, s);
+	*run = (shadow_run){ .chunk = c, .off = off, .len = len, .slot = slot, .n = 1 };
+}
+
+/* Protects chunk c (of object o) from a write queued next on stream s.
+ * Returns once the chunk's t1 bytes are safe, or, with run, once its
+ * shadow copy is added to run, which the caller queues (flush_or_wait)
+ * before the write; before any wait, run is queued. Without run the
+ * chunk is not shadowed. */
+static void protect(cow_header *t, const cow_object *o, uint64_t c, CUstream s, shadow_run *run)
+{
 	_Atomic uint32_t *st = &cow_chunks(t)[c];
 	uint64_t waited_from = 0;
 	for (;;) {
@@ -116,7 +223,7 @@ static void protect(cow_header *t, const cow_object *o, uint64_t c, CUstream s)
 			break; /* shadowed, or off the GPU */
 		if (!running(t) && state != COW_SHADOWING)
 			break;
-		if (state == COW_PENDING && o->device == t->pool_device) {
+		if (run && state == COW_PENDING && o->device == t->pool_device) {
 			uint32_t slot = take_slot(t);
 			if (slot != COW_NO_SLOT) {
 				uint32_t want = COW_SHADOWING | (slot << COW_SLOT_SHIFT);
@@ -125,24 +232,14 @@ static void protect(cow_header *t, const cow_object *o, uint64_t c, CUstream s)
 					give_slot(t, slot);
 					continue; /* phosfs took it meanwhile */
 				}
-				uint64_t off = (c - o->first) * (uint64_t)t->chunk;
-				size_t len = o->size - off < t->chunk ? (size_t)(o->size - off) : t->chunk;
-				CUresult r = real_cuMemcpyDtoDAsync_v2(pool_va + (uint64_t)slot * t->chunk, o->va + off,
-								       len, s);
-				if (!r)
-					r = real_cuLaunchHostFunc(s, shadow_done, (void *)st);
-				if (!r) {
-					atomic_fetch_add(&t->shadows, 1);
-					atomic_fetch_add(&t->shadow_bytes, len);
-					break;
-				}
-				/* Not queued (or queued without its end mark): wait for
-				 * phosfs instead. A copy that may still land keeps its
-				 * slot for good. */
-				tr_log("a CoW shadow copy failed (error %d): the call waits for the copy", (int)r);
-				atomic_store(st, v);
-				table_bump(t);
+				add_to_run(t, o, run, c, slot, s);
+				break;
 			}
+		}
+		/* Waits come next: what this call queued so far goes first. */
+		if (run && run->n) {
+			flush_or_wait(t, o, run, s);
+			continue;
 		}
 		if (state == COW_PENDING && !(v & COW_URGENT)) {
 			if (atomic_compare_exchange_strong(st, &v, v | COW_URGENT)) {
@@ -206,8 +303,10 @@ void cow_before_write(uint64_t addr, uint64_t len, CUstream s)
 				mark_dirty(t, o, a, b);
 				continue;
 			}
+			shadow_run run = { 0 };
 			for (uint64_t c = a / t->chunk; c * t->chunk < b; c++)
-				protect(t, o, o->first + c, s);
+				protect(t, o, o->first + c, s, &run);
+			flush_or_wait(t, o, &run, s);
 		}
 	}
 	pthread_rwlock_unlock(&tab.lock);
@@ -243,6 +342,48 @@ void cow_net(kernel_info *k)
 	pthread_rwlock_unlock(&tab.lock);
 }
 
+/* When a shadow pool was last let go of here (0: never). */
+static _Atomic uint64_t pool_gone_ns;
+
+bool cow_oom_wait(uint64_t *until)
+{
+	pthread_rwlock_rdlock(&tab.lock);
+	cow_header *t = atomic_load(&tab.t);
+	bool pool = t && t->mode == COW_MODE_COW && pool_va;
+	uint64_t from = pool ? table_now_ns() : 0;
+	static _Atomic(cow_header *) said; /* the copy whose wait was logged */
+	if (pool && atomic_exchange(&said, t) != t)
+		tr_log("an allocation found no device memory while the CoW shadow pool of a checkpoint holds some: it "
+		       "waits until the copy is off the GPU (phosfs --shadow-pool sets the pool's size)");
+	while (pool && running(t) && atomic_load(&t->off) < t->nchunks) {
+		uint32_t seen = atomic_load(&t->progress);
+		if (atomic_load(&t->off) >= t->nchunks)
+			break;
+		wait_progress(t, seen);
+	}
+	if (pool) {
+		atomic_fetch_add(&t->waits, 1);
+		atomic_fetch_add(&t->wait_ns, table_now_ns() - from);
+	}
+	pthread_rwlock_unlock(&tab.lock);
+	if (pool) {
+		/* Every t1 byte is off: the copy ends, and its pool goes. */
+		dropped(OOM_GRACE_MS);
+		*until = table_now_ns() + OOM_GRACE_MS * 1000000ull;
+		return true;
+	}
+	uint64_t gone = atomic_load(&pool_gone_ns), now = table_now_ns();
+	if (!*until && gone && now - gone < OOM_GRACE_MS * 1000000ull)
+		*until = gone + OOM_GRACE_MS * 1000000ull;
+	if (now >= *until)
+		return false;
+	/* phosfs's job lets go of its own mapping of the pool a moment
+	 * after the tracer: try again shortly. */
+	struct timespec ts = { 0, OOM_RETRY_MS * 1000000L };
+	nanosleep(&ts, NULL);
+	return true;
+}
+
 void cow_freed(uint64_t va, uint64_t size)
 {
 	table_freed(&tab, va, size);
@@ -272,6 +413,8 @@ static void drop_locked(void)
 	}
 	if (pool_h)
 		real_cuMemRelease(pool_h);
+	if (pool_va)
+		atomic_store(&pool_gone_ns, table_now_ns());
 	pool_va = 0;
 	pool_h = 0;
 	free(shadow_on);

@@ -381,6 +381,12 @@ int cow_track_end(void);
 /* The application freed or unmapped [va, va+size): the t1 objects there
  * are no longer written through those addresses. */
 void cow_freed(uint64_t va, uint64_t size);
+/* After an allocation failed with CUDA_ERROR_OUT_OF_MEMORY: where a CoW
+ * copy holds a shadow pool, waits until every t1 byte is off the GPU and
+ * the pool is let go of; within a short grace after that, waits a
+ * moment. Whether the allocation should be tried again (*until, 0 at the
+ * first try, keeps the grace's end between tries). */
+bool cow_oom_wait(uint64_t *until);
 /* Counts the application's host transfers in flight, for the copier. */
 void cow_transfer(int delta);
 /* Before a park: drops an ended copy's table and pool (after any shadow

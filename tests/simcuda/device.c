@@ -4,7 +4,8 @@
  * The machine has $SIMCUDA_DEVICES devices (1 to SC_DEVICE_MAX; default
  * 1). $SIMCUDA_DEVICE_NAMES (colon-separated) names them, to make a
  * machine of mixed chips, and $SIMCUDA_MACHINE (0 to 255) goes into
- * their UUIDs, to make another machine's GPUs. */
+ * their UUIDs, to make another machine's GPUs. $SIMCUDA_MEMORY_MIB gives
+ * each device that much memory instead of 141 GiB. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,6 +55,19 @@ static void machine_devices(void)
 			snprintf(devs[i].name, sizeof(devs[i].name), "%s", SC_DEFAULT_NAME);
 		names = names ? names + len + (names[len] == ':') : NULL;
 	}
+}
+
+uint64_t sc_total_mem(void)
+{
+	static _Atomic uint64_t total;
+	uint64_t t = atomic_load(&total);
+	if (!t) {
+		const char *m = getenv("SIMCUDA_MEMORY_MIB");
+		unsigned long long mib = m && *m ? strtoull(m, NULL, 10) : 0;
+		t = (mib ? mib : 143771ull) << 20;
+		atomic_store(&total, t);
+	}
+	return t;
 }
 
 int sc_device_count(void)

@@ -27,7 +27,17 @@
 /* The emulated devices: $SIMCUDA_DEVICES of them (1 to SC_DEVICE_MAX;
  * default 1), each with an H200's figures. */
 #define SC_DEVICE_MAX 8
-#define SC_TOTAL_MEM (143771ull << 20)
+/* Each device's memory: an H200's 143771 MiB, or $SIMCUDA_MEMORY_MIB,
+ * which also makes it the machine's (machine-memory.c). */
+#define SC_TOTAL_MEM sc_total_mem()
+uint64_t sc_total_mem(void);
+/* machine-memory.c: whether $SIMCUDA_MEMORY_MIB makes device memory the
+ * machine's, counted across processes; the tag its memfds' names end
+ * with; and the bytes every process of the machine holds (a scan of
+ * /proc). */
+bool sc_machine_memory(void);
+const char *sc_machine_tag(void);
+uint64_t sc_machine_used(void);
 #define SC_GRANULARITY (2ull << 20)
 #define SC_DRIVER_VERSION 13000
 

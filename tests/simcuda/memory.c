@@ -37,6 +37,9 @@ typedef struct phys {
 	int handle_refs; /* cuMemCreate/Import/Retain minus cuMemRelease */
 	int maps;
 	CUmemAllocationProp prop;
+	ino_t ino;         /* its memfd's */
+	bool counted;      /* in used_bytes: the first live phys of its memfd */
+	struct phys *next; /* live physs, from physs */
 } phys;
 
 typedef enum { RANGE_RESERVED, RANGE_MAPPED, RANGE_ALLOC } range_kind;
@@ -66,6 +69,7 @@ typedef struct table {
 } table;
 static table reserved, mapped, allocs;
 static uint64_t used_bytes;
+static uint64_t anon_bytes; /* of used_bytes, cuMemAlloc's (no memfd) */
 
 /* Pinned host allocations (cuMemAllocHost), for cuMemFreeHost. */
 typedef struct host_block {
@@ -317,18 +321,42 @@ SC_EXPORT CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size)
 	return r;
 }
 
+/* The live physs (mem_lock): memory imported again (the same memfd)
+ * counts once, as on a GPU, where an import takes no memory. */
+static phys *physs;
+
 static void phys_put_locked(phys *ph)
 {
 	if (ph->handle_refs == 0 && ph->maps == 0) {
-		used_bytes -= ph->size;
+		phys **at = &physs;
+		while (*at != ph)
+			at = &(*at)->next;
+		*at = ph->next;
+		phys *twin = physs;
+		while (twin && twin->ino != ph->ino)
+			twin = twin->next;
+		if (ph->counted && twin)
+			twin->counted = true; /* it counts on */
+		else if (ph->counted)
+			used_bytes -= ph->size;
 		close(ph->fd);
 		free(ph);
 	}
 }
 
-static CUresult phys_new_locked(int fd, size_t size, const CUmemAllocationProp *prop, phys **out)
+/* A phys of fd: made (created), or imported. Memory made past the
+ * devices' total fails (the machine's, with $SIMCUDA_MEMORY_MIB, where an
+ * import takes none). */
+static CUresult phys_new_locked(int fd, size_t size, const CUmemAllocationProp *prop, bool created, phys **out)
 {
-	if (used_bytes + size > SC_TOTAL_MEM)
+	struct stat st;
+	if (fstat(fd, &st) != 0)
+		return CUDA_ERROR_OPERATING_SYSTEM;
+	phys *twin = physs;
+	while (twin && twin->ino != st.st_ino)
+		twin = twin->next;
+	if (sc_machine_memory() ? created && sc_machine_used() + anon_bytes > SC_TOTAL_MEM
+				: !twin && used_bytes + size > SC_TOTAL_MEM)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	phys *ph = calloc(1, sizeof(*ph));
 	if (!ph)
@@ -337,7 +365,12 @@ static CUresult phys_new_locked(int fd, size_t size, const CUmemAllocationProp *
 	ph->size = size;
 	ph->handle_refs = 1;
 	ph->prop = *prop;
-	used_bytes += size;
+	ph->ino = st.st_ino;
+	ph->counted = !twin;
+	ph->next = physs;
+	physs = ph;
+	if (!twin)
+		used_bytes += size;
 	*out = ph;
 	return CUDA_SUCCESS;
 }
@@ -359,11 +392,11 @@ SC_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size
 	/* The name keeps where it is, for an importer to say (as the
 	 * driver's properties of an imported handle do). */
 	char name[64];
-	snprintf(name, sizeof(name), MEMFD_NAME "-%c%d",
+	snprintf(name, sizeof(name), MEMFD_NAME "-%c%d%s",
 		 prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE      ? 'd'
 		 : prop->location.type == CU_MEM_LOCATION_TYPE_HOST_NUMA ? 'n'
 									 : 'h',
-		 prop->location.id);
+		 prop->location.id, sc_machine_memory() ? sc_machine_tag() : "");
 	int fd = memfd_create(name, MFD_CLOEXEC);
 	if (fd < 0)
 		return CUDA_ERROR_OUT_OF_MEMORY;
@@ -373,7 +406,7 @@ SC_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size
 	}
 	phys *ph = NULL;
 	pthread_mutex_lock(&mem_lock);
-	r = phys_new_locked(fd, size, prop, &ph);
+	r = phys_new_locked(fd, size, prop, true, &ph);
 	pthread_mutex_unlock(&mem_lock);
 	if (r) {
 		close(fd);
@@ -611,7 +644,7 @@ SC_EXPORT CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *
 	};
 	phys *ph = NULL;
 	pthread_mutex_lock(&mem_lock);
-	r = phys_new_locked(fd, (size_t)st.st_size, &prop, &ph);
+	r = phys_new_locked(fd, (size_t)st.st_size, &prop, false, &ph);
 	pthread_mutex_unlock(&mem_lock);
 	if (r) {
 		close(fd);
@@ -659,9 +692,12 @@ static CUresult alloc_device(CUdeviceptr *dptr, size_t bytes)
 	CUdevice dev = ((sc_ctx *)sc_ctx_current())->dev;
 	size_t size = round_up(bytes, PAGE);
 	pthread_mutex_lock(&mem_lock);
-	bool room = used_bytes + size <= SC_TOTAL_MEM;
-	if (room)
+	bool room = sc_machine_memory() ? sc_machine_used() + anon_bytes + size <= SC_TOTAL_MEM
+					: used_bytes + size <= SC_TOTAL_MEM;
+	if (room) {
 		used_bytes += size;
+		anon_bytes += size;
+	}
 	pthread_mutex_unlock(&mem_lock);
 	if (!room)
 		return CUDA_ERROR_OUT_OF_MEMORY;
@@ -670,8 +706,10 @@ static CUresult alloc_device(CUdeviceptr *dptr, size_t bytes)
 	int e = p == MAP_FAILED ? -ENOMEM
 				: insert(&allocs, (range){ .va = (uintptr_t)p, .size = size, .kind = RANGE_ALLOC,
 							   .dev = dev });
-	if (e)
+	if (e) {
 		used_bytes -= size;
+		anon_bytes -= size;
+	}
 	pthread_mutex_unlock(&mem_lock);
 	if (e) {
 		if (p != MAP_FAILED)
@@ -709,6 +747,7 @@ static CUresult free_device(CUdeviceptr dptr)
 	if (a && a->va == dptr && !a->opens) {
 		munmap((void *)a->va, a->size);
 		used_bytes -= a->size;
+		anon_bytes -= a->size;
 		if (a->ipc_fd)
 			close(a->ipc_fd - 1);
 		remove_at(&allocs, a);
@@ -756,8 +795,13 @@ SC_EXPORT CUresult cuMemGetInfo(size_t *free_bytes, size_t *total)
 	if (r)
 		return r;
 	uint64_t used = sc_mem_physical_bytes();
+	if (sc_machine_memory()) {
+		pthread_mutex_lock(&mem_lock);
+		used = sc_machine_used() + anon_bytes;
+		pthread_mutex_unlock(&mem_lock);
+	}
 	*total = SC_TOTAL_MEM;
-	*free_bytes = SC_TOTAL_MEM - used;
+	*free_bytes = used < SC_TOTAL_MEM ? SC_TOTAL_MEM - used : 0;
 	return CUDA_SUCCESS;
 }
 
