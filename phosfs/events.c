@@ -11,7 +11,9 @@
  * and a reader that fell more than EVENTS_KEEP behind gets a "lost" line
  * saying how many it missed. poll(2) says when there is a line to read.
  * At most EVENTS_WAITERS reads wait at once (each holds one of phosfs's
- * FUSE threads); one more is answered EAGAIN.
+ * FUSE threads); one more is answered EAGAIN. A read that waits gives up
+ * (EINTR) when its reader is killed, when phosfs ends, and after
+ * FS_WAIT_MAX_MS (fs_wait_over).
  */
 #define FUSE_USE_VERSION 31
 #include <errno.h>
@@ -27,7 +29,7 @@
 
 #define EVENTS_WAITERS 8
 #define EVENTS_POLLERS 64
-#define WAIT_SLICE_MS 200 /* how often a waiting read looks for an interrupt */
+#define WAIT_SLICE_MS 200 /* how often a waiting read looks whether to give up */
 
 /* Guarded by lock: every field below. */
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
@@ -142,7 +144,8 @@ int events_read(events_cursor *c, char *buf, size_t size, bool nonblock)
 	}
 	if (!n && !nonblock) {
 		waiters++;
-		while (!(n = copy_locked(c, buf, size)) && !fuse_interrupted()) {
+		uint64_t since = engine_now_ns();
+		while (!(n = copy_locked(c, buf, size)) && !fs_wait_over(since)) {
 			struct timespec until = engine_deadline(WAIT_SLICE_MS);
 			pthread_cond_timedwait(&arrived, &lock, &until);
 		}

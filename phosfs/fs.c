@@ -32,6 +32,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <fuse.h>
+#include <fuse_lowlevel.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <poll.h>
@@ -47,6 +48,7 @@
 #include "phosfs.h"
 
 #define STREAM_POLL_US 2000 /* how often a reader ahead of the writer looks again */
+#define WRITTEN_SLICE_MS 200 /* how often a call waiting for an image looks whether to give up */
 
 enum node {
 	N_ROOT,
@@ -208,13 +210,25 @@ static int latest_attr(const where *w, struct stat *st)
 	return 0;
 }
 
+/* Waits until checkpoint `name` of t is written (published, or failed),
+ * as any wait of a FUSE call does (fs_wait_over). Returns 0, or -EINTR
+ * when the wait gave up. */
+static int wait_written(target *t, const char *name)
+{
+	uint64_t since = engine_now_ns();
+	while (target_wait_written(t, name, WRITTEN_SLICE_MS))
+		if (fs_wait_over(since))
+			return -EINTR;
+	return 0;
+}
+
 /* The attributes of a checkpoint, or of a file in it: the store's, read
  * only; one being written is a folder, and its data files have no size
- * until it is published. */
+ * until it is published; its other files are there once it is. */
 static int image_attr(const where *w, struct stat *st)
 {
 	target *t = target_get(w->pid, false);
-	if (t && target_in_progress(t, w->name, *w->rest && !is_data(w))) {
+	if (t && target_in_progress(t, w->name)) {
 		if (!*w->rest) {
 			st->st_mode = S_IFDIR | 0500;
 			st->st_nlink = 2;
@@ -225,6 +239,9 @@ static int image_attr(const where *w, struct stat *st)
 			st->st_mode = S_IFREG | 0400;
 			return 0;
 		}
+		int e = wait_written(t, w->name);
+		if (e)
+			return e;
 	}
 	char p[PATH_MAX + 300];
 	store_path(p, sizeof(p), w);
@@ -455,7 +472,7 @@ static int fs_readdir(const char *path, void *buf, fuse_fill_dir_t fill, off_t o
 		list_store(dir, buf, fill, *busy ? busy : NULL);
 		return 0;
 	}
-	if (t && !*w.rest && target_in_progress(t, w.name, false)) {
+	if (t && !*w.rest && target_in_progress(t, w.name)) {
 		/* gpu.data first: a copy starts with what can be read now. */
 		static const char *const names[] = { PHOSIMG_DATA_FILE, PHOSIMG_CRIU_DIR, PHOSIMG_INDEX_FILE,
 						     PHOSIMG_MANIFEST_FILE };
@@ -470,8 +487,9 @@ static int fs_readdir(const char *path, void *buf, fuse_fill_dir_t fill, off_t o
 		}
 		return 0;
 	}
-	if (t)
-		target_in_progress(t, w.name, true);
+	e = t ? wait_written(t, w.name) : 0;
+	if (e)
+		return e;
 	store_path(dir, sizeof(dir), &w);
 	return list_store(dir, buf, fill, NULL);
 }
@@ -566,15 +584,25 @@ typedef struct handle {
 	size_t got; /* how much of the answer was read: a ctl's reads go on from there, whatever the offset */
 } handle;
 
+bool fs_wait_over(uint64_t since_ns)
+{
+	struct fuse_context *cx = fuse_get_context();
+	return fuse_interrupted() || (cx && cx->fuse && fuse_session_exited(fuse_get_session(cx->fuse))) ||
+	       engine_now_ns() - since_ns > (uint64_t)FS_WAIT_MAX_MS * 1000000u;
+}
+
 /* Opens the unpublished gpu.data of checkpoint `name` of t; -1 if it is
- * not being written (any more). */
+ * not being written (any more), -2 if the wait gave up (fs_wait_over). */
 static int open_stream(target *t, const char *name)
 {
 	char path[PATH_MAX];
-	uint64_t ready;
+	uint64_t ready, since = engine_now_ns();
 	/* The job names the file as soon as it has made it. */
-	while (target_stream(t, name, path, sizeof(path), &ready) && !ready)
+	while (target_stream(t, name, path, sizeof(path), &ready) && !ready) {
+		if (fs_wait_over(since))
+			return -2;
 		usleep(STREAM_POLL_US);
+	}
 	return ready ? open(path, O_RDONLY | O_CLOEXEC) : -1;
 }
 
@@ -649,11 +677,16 @@ static int fs_open(const char *path, struct fuse_file_info *fi)
 		target *t = target_get(w.pid, false);
 		if (t && is_data(&w))
 			h->fd = open_stream(t, w.name);
+		if (h->fd == -2) {
+			free(h);
+			return -EINTR;
+		}
 		if (h->fd >= 0) {
 			h->stream = t;
 			snprintf(h->name, sizeof(h->name), "%s", w.name);
-		} else if (t) {
-			target_in_progress(t, w.name, true);
+		} else if (t && (e = wait_written(t, w.name))) {
+			free(h);
+			return e;
 		}
 		char p[PATH_MAX + 300];
 		store_path(p, sizeof(p), &w);
@@ -686,6 +719,7 @@ static int fs_open(const char *path, struct fuse_file_info *fi)
  * the copy being taken is of no image. */
 static int read_stream(handle *h, char *buf, size_t size, off_t off)
 {
+	uint64_t since = engine_now_ns();
 	for (;;) {
 		uint64_t ready;
 		if (!target_stream(h->stream, h->name, NULL, 0, &ready))
@@ -699,7 +733,7 @@ static int read_stream(handle *h, char *buf, size_t size, off_t off)
 			memset(buf + got, 0, n - (size_t)got);
 			return (int)n;
 		}
-		if (fuse_interrupted())
+		if (fs_wait_over(since))
 			return -EINTR;
 		usleep(STREAM_POLL_US);
 	}

@@ -160,12 +160,21 @@ static bool writing(const target *t, const char *name)
 	return t->busy && t->kind == CTL_CHECKPOINT && !strcmp(t->name, name);
 }
 
-bool target_in_progress(target *t, const char *name, bool wait)
+bool target_in_progress(target *t, const char *name)
 {
 	pthread_mutex_lock(&t->lock);
 	bool busy = writing(t, name);
-	while (wait && writing(t, name))
-		pthread_cond_wait(&t->done, &t->lock);
+	pthread_mutex_unlock(&t->lock);
+	return busy;
+}
+
+bool target_wait_written(target *t, const char *name, int ms)
+{
+	struct timespec until = engine_deadline(ms);
+	pthread_mutex_lock(&t->lock);
+	while (writing(t, name) && pthread_cond_timedwait(&t->done, &t->lock, &until) != ETIMEDOUT)
+		;
+	bool busy = writing(t, name);
 	pthread_mutex_unlock(&t->lock);
 	return busy;
 }

@@ -131,8 +131,11 @@ int target_pids(pid_t **out, size_t *n);
 void targets_free(void);
 /* Records an error for status (and syslog). */
 void target_error(target *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* Whether checkpoint `name` is being written; with wait, until it is not. */
-bool target_in_progress(target *t, const char *name, bool wait);
+/* Whether checkpoint `name` is being written. */
+bool target_in_progress(target *t, const char *name);
+/* Waits up to ms for checkpoint `name` to be written (published, or
+ * failed); whether it still is being written. */
+bool target_wait_written(target *t, const char *name, int ms);
 /* How many data files (gpu.data, gpu.data.1, …) the checkpoint being
  * written has; 0 when none is. */
 uint32_t target_data_files(target *t);
@@ -230,12 +233,19 @@ typedef struct events_cursor {
 	size_t off;
 	uint64_t lost;
 } events_cursor;
+/* Whether a read that waits (for an event, for the bytes of an image
+ * being written) gives up now: its reader interrupted it (killed it),
+ * phosfs is ending (its FUSE loop joins every thread at exit), or it has
+ * waited FS_WAIT_MAX_MS since since_ns (engine_now_ns). The read then
+ * returns -EINTR, which readers retry. */
+#define FS_WAIT_MAX_MS 60000
+bool fs_wait_over(uint64_t since_ns);
 /* The sequence number the next event will have: a new reader's start. */
 uint64_t events_next(void);
 /* Lines of events from c on into buf (size bytes), advancing c: whole
  * lines, or the next part of one longer than size; waits for one unless
  * nonblock. Returns the bytes, or -EAGAIN (nonblock and none; or too many
- * reads wait already), -EINTR (interrupted). */
+ * reads wait already), -EINTR (the wait gave up: fs_wait_over). */
 int events_read(events_cursor *c, char *buf, size_t size, bool nonblock);
 /* For poll(2): POLLIN in *revents when c has something to read; else ph
  * (taken) is told at the next event. Returns 0. */
