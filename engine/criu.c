@@ -22,6 +22,7 @@
 #include "../common/procstatus.h"
 #include "criu.h"
 #include "criu-image.h"
+#include "fuse-wait.h"
 #include "progress.h"
 
 const char *engine_criu_plugins;
@@ -224,6 +225,7 @@ static uint64_t deadline_ns(int timeout_s)
 
 /* How often a wait that can be cancelled looks at its flag, in ms. */
 #define CANCEL_POLL_MS 50
+#define KILLED_WAIT_MS 5000 /* how long a killed CRIU is waited for */
 
 /* Whether pid is traced (ptrace) now: CRIU has seized it. */
 static bool seized(pid_t pid)
@@ -244,10 +246,12 @@ static bool cancelled(const atomic_bool *cancel, pid_t root)
 
 /* Waits for child c, at most timeout_s seconds (0: for ever) and, with
  * cancel, until cancelled(cancel, root); one that runs longer is killed, with
- * its process group when it leads one (a dump: what it started goes too).
- * Returns 0 (*st its status), -ETIMEDOUT, -ECANCELED, or an errno of
- * waiting. */
-static int wait_child(pid_t c, int timeout_s, const atomic_bool *cancel, pid_t root, int *st)
+ * its process group when it leads one (a dump: what it started goes too),
+ * and waited for KILLED_WAIT_MS at most; with held, what held it (a FUSE
+ * daemon that did not answer) goes there (held_len bytes). Returns 0 (*st
+ * its status), -ETIMEDOUT, -ECANCELED, or an errno of waiting. */
+static int wait_child(pid_t c, int timeout_s, const atomic_bool *cancel, pid_t root, int *st, char *held,
+		      size_t held_len)
 {
 	int pfd = timeout_s > 0 || cancel ? (int)syscall(SYS_pidfd_open, c, 0) : -1;
 	if (pfd >= 0) {
@@ -261,13 +265,23 @@ static int wait_child(pid_t c, int timeout_s, const atomic_bool *cancel, pid_t r
 			if (n < 0 && errno == EINTR)
 				n = 0;
 		}
-		close(pfd);
 		if (n == 0) {
+			/* Before it goes: what held it, where a FUSE daemon did. */
+			char fuse[1024];
+			if (held && engine_fuse_waiters(c, getenv("PHOS_MOUNT"), fuse, sizeof(fuse)) > 0)
+				snprintf(held, held_len, "; it waited for a FUSE file system whose daemon did not answer%s%s",
+					 *fuse ? ", mounted on " : "", fuse);
 			kill(getpgid(c) == c ? -c : c, SIGKILL);
-			while (waitpid(c, st, 0) < 0 && errno == EINTR)
+			/* One that waits in the kernel for a FUSE daemon that read
+			 * its request cannot end until it answers: it is left. */
+			while ((n = poll(&pf, 1, KILLED_WAIT_MS)) < 0 && errno == EINTR)
+				;
+			close(pfd);
+			while (n > 0 && waitpid(c, st, 0) < 0 && errno == EINTR)
 				;
 			return stop ? -ECANCELED : -ETIMEDOUT;
 		}
+		close(pfd);
 	}
 	while (waitpid(c, st, 0) < 0)
 		if (errno != EINTR)
@@ -329,10 +343,11 @@ static int ended(pid_t c, const char *log, const char *what, pid_t pid, uint64_t
 	uint64_t now = engine_now_ns();
 	int left = !end_ns ? 0 : end_ns > now ? (int)((end_ns - now + 999999999u) / 1000000000u) : 1;
 	int st;
-	int e = wait_child(c, left, cancel, pid, &st);
+	char held[1100] = "";
+	int e = wait_child(c, left, cancel, pid, &st, held, sizeof(held));
 	if (e == -ETIMEDOUT)
-		return pr_err(er, e, "criu %s did not finish within %d s and was stopped (log: %s)", what, timeout_s,
-			      log);
+		return pr_err(er, e, "criu %s did not finish within %d s and was stopped%s (log: %s)", what, timeout_s,
+			      held, log);
 	if (e == -ECANCELED)
 		return pr_err(er, e, "cancelled: criu %s was stopped before it finished (log: %s)", what, log);
 	if (e)
@@ -385,7 +400,7 @@ static const char *criu_help(const char *criu)
 	char *argv[] = { (char *)criu, "--help", NULL };
 	pid_t c = out < 0 ? -1 : spawn(argv, out, NULL, 0, false, NULL);
 	int st = 0;
-	bool ok = c > 0 && wait_child(c, 5, NULL, 0, &st) == 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0;
+	bool ok = c > 0 && wait_child(c, 5, NULL, 0, &st, NULL, 0) == 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0;
 	ssize_t n = ok ? pread(out, help, sizeof(help) - 1, 0) : -1;
 	if (out >= 0)
 		close(out);
@@ -670,7 +685,7 @@ void criu_dump_drop(criu_dumper *d)
 		/* It has seized nothing: one that does not end at once is
 		 * killed, with whatever it started. */
 		int st;
-		wait_child(d->pid, 2, NULL, 0, &st);
+		wait_child(d->pid, 2, NULL, 0, &st, NULL, 0);
 	}
 	d->pid = 0;
 }

@@ -42,6 +42,7 @@
 #include <unistd.h>
 
 #include "../engine/driver.h"
+#include "../engine/fuse-wait.h"
 #include "job.h"
 
 /* The rendezvous with the woken tracer; used by this process alone. */
@@ -126,14 +127,30 @@ static void kill_below(void)
 	}
 }
 
-/* Ends the job when a step runs out of time; the fill's steps count time
- * since their last progress. */
+/* The last line of the file at path (what CRIU was doing when it was
+ * stopped) into out (len bytes), without its end of line; "" if none. */
+static void last_line(const char *path, char *out, size_t len)
+{
+	*out = 0;
+	FILE *f = fopen(path, "re");
+	char l[512];
+	while (f && fgets(l, sizeof(l), f))
+		if (l[0] != '\n')
+			snprintf(out, len, "%.*s", (int)strcspn(l, "\n"), l);
+	if (f)
+		fclose(f);
+}
+
+/* Ends the job when it runs out of time: its steps have the limit
+ * together, and the fill's steps (which go on while they make progress)
+ * count the time since their last progress. */
 static void *watchdog_main(void *arg)
 {
 	watchdog *w = arg;
 	engine_progress *p = &w->sh->prog;
 	int step = -1;
-	uint64_t done = 0, since = engine_now_ns(), limit = (uint64_t)w->timeout_s * 1000000000u;
+	bool fills = false;
+	uint64_t done = 0, since = engine_now_ns(), spent = 0, limit = (uint64_t)w->timeout_s * 1000000000u;
 	for (;;) {
 		struct timespec until = engine_deadline(100);
 		pthread_mutex_lock(&w->lock);
@@ -145,23 +162,36 @@ static void *watchdog_main(void *arg)
 			break;
 		int s = atomic_load(&p->step);
 		uint64_t d = atomic_load(&p->done), now = engine_now_ns();
-		/* The fill runs beside CRIU's restore too (STEP_RESTORE). */
-		bool fills = s == STEP_FILL || s == STEP_LAZY || s == STEP_RESTORE;
-		if (s != step || (fills && d != done)) {
+		if (s != step) {
+			if (!fills)
+				spent += now - since;
+			/* The fill runs beside CRIU's restore too (STEP_RESTORE). */
+			fills = s == STEP_FILL || s == STEP_LAZY || s == STEP_RESTORE;
 			step = s;
 			done = d;
 			since = now;
 			continue;
 		}
-		if (s == STEP_DONE || now - since < limit)
+		if (fills && d != done) {
+			done = d;
+			since = now;
 			continue;
+		}
+		if (s == STEP_DONE || (fills ? now - since : spent + now - since) < limit)
+			continue;
+		char was[400], fuse[1024], held[1100] = "";
+		last_line(w->log, was, sizeof(was));
+		if (engine_fuse_waiters(getpid(), getenv("PHOS_MOUNT"), fuse, sizeof(fuse)) > 0)
+			snprintf(held, sizeof(held), "; it waited for a FUSE file system whose daemon did not answer%s%s",
+				 *fuse ? ", mounted on " : "", fuse);
 		kill_below();
 		perr er;
 		w->sh->result = pr_err(&er, -ETIMEDOUT,
-				       "its step %s did not end within %d s%s: CRIU and the processes it restored were "
-				       "killed (phosfs --restore-timeout; CRIU's log: %s)",
-				       engine_step_name(s), w->timeout_s,
-				       s == STEP_FILL || s == STEP_LAZY ? " of no progress" : "", w->log);
+				       "it did not end within %d s (in step %s%s)%s: CRIU and the processes it "
+				       "restored were killed (phosfs --restore-timeout); CRIU's last words: \"%s\" "
+				       "(log: %s)",
+				       w->timeout_s, engine_step_name(s),
+				       s == STEP_FILL || s == STEP_LAZY ? ", with no progress" : "", held, was, w->log);
 		snprintf(w->sh->err, sizeof(w->sh->err), "%s", er.msg);
 		atomic_store(&w->sh->finished, 1);
 		_exit(1);

@@ -424,6 +424,10 @@ static int serve(struct fuse_args *args, const char *mnt, bool foreground, const
 		fprintf(stderr, "phosfs: cannot listen on %s: %s\n", sock, strerror(-e));
 		goto out_unmount;
 	}
+	/* Its jobs know its mount (to tell it from a FUSE mount that holds
+	 * them: engine/fuse-wait.h). */
+	char real[PATH_MAX];
+	setenv("PHOS_MOUNT", realpath(mnt, real) ? real : mnt, 1);
 	/* After daemonizing too: its jobs are the daemon's children. */
 	if (pool_start(phosfs_job_pool))
 		fprintf(stderr, "phosfs: no job pool: out of memory\n");
