@@ -453,6 +453,10 @@ GPU_BIN += $(BUNDLE)/apps/host_writer
 $(BUNDLE)/apps/host_writer: tests/apps/host_writer.c
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) $(XCFLAGS) $(CFLAGS) -o $@ $< -L$(CUDA_HOME)/lib64/stubs -lcuda -lpthread
+GPU_BIN += $(BUNDLE)/apps/pool_app
+$(BUNDLE)/apps/pool_app: tests/apps/pool_app.c
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) $(XCFLAGS) $(CFLAGS) -o $@ $< -L$(CUDA_HOME)/lib64/stubs -lcuda -lpthread
 GPU_BIN += $(BUNDLE)/apps/two_gpu_app
 $(BUNDLE)/apps/two_gpu_app: tests/apps/two_gpu_app.c
 	@mkdir -p $(@D)

@@ -204,6 +204,45 @@ static void add_to_run(cow_header *t, const cow_object *o, shadow_run *run, uint
 	*run = (shadow_run){ .chunk = c, .off = off, .len = len, .slot = slot, .n = 1 };
 }
 
+/* Protects chunk c (of object o) from a write queued next on stream s if
+ * that needs no wait: true when its t1 bytes are safe, or its shadow copy
+ * is added to run (NULL: no shadow); false when it must wait (a chunk
+ * phosfs copies, or one no slot is left for, which is marked urgent:
+ * phosfs copies it next). */
+static bool protect_now(cow_header *t, const cow_object *o, uint64_t c, CUstream s, shadow_run *run)
+{
+	_Atomic uint32_t *st = &cow_chunks(t)[c];
+	for (;;) {
+		uint32_t v = atomic_load(st);
+		uint32_t state = v & COW_STATE_MASK;
+		if (state == COW_SHADOWING && atomic_load(&shadow_on[c]) == (uintptr_t)s + 1)
+			return true;
+		if (state != COW_PENDING && state != COW_COPYING && state != COW_SHADOWING)
+			return true;
+		if (!running(t) && state != COW_SHADOWING)
+			return true;
+		if (run && state == COW_PENDING && o->device == t->pool_device) {
+			uint32_t slot = take_slot(t);
+			if (slot != COW_NO_SLOT) {
+				atomic_store(&shadow_on[c], (uintptr_t)s + 1);
+				if (!atomic_compare_exchange_strong(st, &v, COW_SHADOWING | (slot << COW_SLOT_SHIFT))) {
+					give_slot(t, slot);
+					continue; /* phosfs took it meanwhile */
+				}
+				add_to_run(t, o, run, c, slot, s);
+				return true;
+			}
+		}
+		if (state == COW_PENDING && !(v & COW_URGENT)) {
+			if (!atomic_compare_exchange_strong(st, &v, v | COW_URGENT))
+				continue;
+			atomic_fetch_add(&t->urgent, 1);
+			table_bump(t);
+		}
+		return false;
+	}
+}
+
 /* Protects chunk c (of object o) from a write queued next on stream s.
  * Returns once the chunk's t1 bytes are safe, or, with run, once its
  * shadow copy is added to run, which the caller queues (flush_or_wait)
@@ -211,41 +250,14 @@ static void add_to_run(cow_header *t, const cow_object *o, shadow_run *run, uint
  * chunk is not shadowed. */
 static void protect(cow_header *t, const cow_object *o, uint64_t c, CUstream s, shadow_run *run)
 {
-	_Atomic uint32_t *st = &cow_chunks(t)[c];
 	uint64_t waited_from = 0;
 	for (;;) {
 		uint32_t seen = atomic_load(&t->progress);
-		uint32_t v = atomic_load(st);
-		uint32_t state = v & COW_STATE_MASK;
-		if (state == COW_SHADOWING && atomic_load(&shadow_on[c]) == (uintptr_t)s + 1)
-			break; /* queued ahead on this very stream */
-		if (state != COW_PENDING && state != COW_COPYING && state != COW_SHADOWING)
-			break; /* shadowed, or off the GPU */
-		if (!running(t) && state != COW_SHADOWING)
+		if (protect_now(t, o, c, s, run))
 			break;
-		if (run && state == COW_PENDING && o->device == t->pool_device) {
-			uint32_t slot = take_slot(t);
-			if (slot != COW_NO_SLOT) {
-				uint32_t want = COW_SHADOWING | (slot << COW_SLOT_SHIFT);
-				atomic_store(&shadow_on[c], (uintptr_t)s + 1);
-				if (!atomic_compare_exchange_strong(st, &v, want)) {
-					give_slot(t, slot);
-					continue; /* phosfs took it meanwhile */
-				}
-				add_to_run(t, o, run, c, slot, s);
-				break;
-			}
-		}
 		/* Waits come next: what this call queued so far goes first. */
 		if (run && run->n) {
 			flush_or_wait(t, o, run, s);
-			continue;
-		}
-		if (state == COW_PENDING && !(v & COW_URGENT)) {
-			if (atomic_compare_exchange_strong(st, &v, v | COW_URGENT)) {
-				atomic_fetch_add(&t->urgent, 1);
-				table_bump(t);
-			}
 			continue;
 		}
 		if (!waited_from)
@@ -303,8 +315,14 @@ void cow_before_write(uint64_t addr, uint64_t len, CUstream s)
 				mark_dirty(t, o, a, b);
 				continue;
 			}
+			/* First what needs no wait, all of it (a whole arena's
+			 * chunks in one copy, those no slot is left for marked
+			 * urgent at once); then the waits, each for what is left. */
 			shadow_run run = { 0 };
+			bool wait = false;
 			for (uint64_t c = a / t->chunk; c * t->chunk < b; c++)
+				wait |= !protect_now(t, o, o->first + c, s, &run);
+			for (uint64_t c = a / t->chunk; wait && c * t->chunk < b; c++)
 				protect(t, o, o->first + c, s, &run);
 			flush_or_wait(t, o, &run, s);
 		}

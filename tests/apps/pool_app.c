@@ -16,10 +16,15 @@
  * OFFSET: V, not W". Its step counter is host memory, checkpointed with
  * the arena, so a restored copy checks the image's arena against it.
  *
+ * With $POOL_APP_STEPS set it also prints every step as bench/step-app
+ * does, "step N ms T at S" (T its milliseconds, S its start, the wall
+ * clock's seconds), for bench/pool-cow.
+ *
  * It uses the driver API alone: it runs on a GPU and on simcuda.
  */
 #include <cuda.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -80,7 +85,11 @@ int main(int argc, char **argv)
 		return 2;
 	unsigned char last = 0;
 	check(cuMemsetD8(arena, last, bytes), "cuMemsetD8");
+	bool steps = getenv("POOL_APP_STEPS") != NULL;
 	for (unsigned long step = 1;; step++) {
+		struct timespec wall, t0, t1;
+		clock_gettime(CLOCK_REALTIME, &wall);
+		clock_gettime(CLOCK_MONOTONIC, &t0);
 		if (verify_asked) {
 			verify_asked = 0;
 			verify(arena, bytes, last, host, step);
@@ -100,6 +109,11 @@ int main(int argc, char **argv)
 			check(cuMemFree(g), "cuMemFree");
 		}
 		check(cuCtxSynchronize(), "cuCtxSynchronize");
+		clock_gettime(CLOCK_MONOTONIC, &t1);
+		if (steps)
+			printf("step %lu ms %.3f at %lld.%06ld\n", step,
+			       (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6,
+			       (long long)wall.tv_sec, wall.tv_nsec / 1000);
 		if (step % 100 == 0)
 			printf("ops %lu\n", step);
 		struct timespec ts = { 0, 2000000 };
