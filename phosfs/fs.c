@@ -307,7 +307,8 @@ static int fs_getattr(const char *path, struct stat *st, struct fuse_file_info *
 		st->st_nlink = 2;
 		return 0;
 	case N_CTL:
-		st->st_mode = S_IFREG | 0200;
+		/* Read and written: a ctl opened for both reads back its answer. */
+		st->st_mode = S_IFREG | 0600;
 		return 0;
 	case N_LATEST:
 		return latest_attr(&w, st);

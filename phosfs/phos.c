@@ -57,6 +57,8 @@ static int usage(FILE *f)
 static int ctl(const char *ctl_path, const char *cmd, const char *who, char *reply, size_t len)
 {
 	int fd = open(ctl_path, O_RDWR | O_CLOEXEC);
+	if (fd < 0 && errno == EACCES)
+		fd = open(ctl_path, O_WRONLY | O_CLOEXEC); /* an older phosfs: cli_ctl */
 	if (fd < 0) {
 		cli_open_failed(ctl_path, errno, who);
 		return 1;
