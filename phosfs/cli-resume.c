@@ -4,6 +4,7 @@
  */
 #include <errno.h>
 #include <limits.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -113,8 +114,13 @@ int resume_newest(char **imgs, int n, pid_t *pid, char *used, size_t ulen)
 			snprintf(used, ulen, "%s", to);
 			return 0;
 		}
-		fprintf(stderr, "phos: --restore-from: image %s %s: %s; %s\n", to, what, why,
-			i + 1 < n ? "falling back to the image before it" : "no image before it");
+		/* A damaged image's job link goes: a prune then keeps the good
+		 * ones before it. */
+		bool forgot = !strcmp(what, "is damaged") && job_forget(imgs[i]) == 0;
+		fprintf(stderr, "phos: --restore-from: image %s %s: %s; %s%s%s%s\n", to, what, why,
+			i + 1 < n ? "falling back to the image before it" : "no image before it",
+			forgot ? " (its link is dropped, the image kept for a look: " : "", forgot ? imgs[i] : "",
+			forgot ? ")" : "");
 	}
 	return -ENOENT;
 }

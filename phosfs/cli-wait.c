@@ -74,7 +74,11 @@ static void record(const run_watch *w, const char *image)
 	char dir[PATH_MAX];
 	job_dir(w->store, w->name, dir, sizeof(dir));
 	int e = job_record(w->store, w->name, image, w->keep);
-	if (e)
+	if (e == -ELOOP)
+		fprintf(stderr, "phos: cannot link %s as job %s's latest image in %s: %s/jobs or %s is a symbolic link, "
+				"which phos did not make and does not follow: remove it\n",
+			image, w->name, dir, w->store, dir);
+	else if (e)
 		fprintf(stderr, "phos: cannot link %s as job %s's latest image in %s: %s\n", image, w->name, dir,
 			strerror(-e));
 	else

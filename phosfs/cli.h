@@ -89,9 +89,15 @@ void job_dir(const char *store, const char *name, char *out, size_t len);
 
 /* Links image (a published image of the store) as job name's newest:
  * STORE/jobs/NAME/N -> image, and latest -> N. Keeps the keep newest
- * (0: all); an older one's link goes, and its image with it when it lies
- * in the store. Errors: mkdir's, symlink's, rename's. */
+ * (0: all); an older one's link goes, and its image with it when it is an
+ * image of the store. Errors: -ELOOP (STORE/jobs or STORE/jobs/NAME is a
+ * link phos did not make), -ENOTDIR, mkdir's, symlink's, rename's. */
 int job_record(const char *store, const char *name, const char *image, int keep);
+
+/* Removes link, a job's link to an image found damaged, leaving the image
+ * for a person to look at, so that a prune never keeps it in place of a
+ * good one. Errors: -EINVAL (not a link), lstat's, unlink's. */
+int job_forget(const char *link);
 
 /* The images at from, newest first: from itself when it is an image (it
  * holds manifest.phos), else the entries of a folder of images (a job's,

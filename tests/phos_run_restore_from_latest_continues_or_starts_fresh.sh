@@ -11,7 +11,13 @@
 #   3. the newest image damaged: it says so, falls back to the image
 #      before, and the job goes on from that one's count; phos run exits
 #      with the restored job's status (it is no child of phos run);
-#   4. every image damaged: it says so and runs the command afresh.
+#   4. every image damaged: it says so and runs the command afresh;
+#   5. (another job, kept to 2 images) images A and B, B damaged: the
+#      next run falls back to A and drops B's link, and its checkpoint C
+#      leaves A and C linked, A in the store; C damaged too, the next run
+#      comes back from A, not afresh;
+#   6. a link planted at STORE/jobs/NAME is not followed: phos run says
+#      so, and writes nothing where it leads.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=tests/phos_run_rig.bash
@@ -71,10 +77,11 @@ check '[ "$rc" = 143 ] && [ "$(readlink "$store/jobs/train/latest")" = 2 ] && [ 
 	"the next TERM checkpoints the restored job (image 2, count $c2) and ends it (phos run: $rc)"
 
 # 3. The newest image damaged: back to the one before.
-damage "$(readlink -f "$store/jobs/train/2")"
+two=$(readlink -f "$store/jobs/train/2")
+damage "$two"
 lines=$(wc -l <"$out")
 start 3
-check 'grep -q "image $(readlink -f "$store/jobs/train/2") is damaged: .*; falling back to the image before it" "$work/err.3" &&
+check 'grep -q "image $two is damaged: .*; falling back to the image before it" "$work/err.3" &&
 	grep -q "process $pid restored from $store/$first/1" "$work/err.3"' \
 	"the newest image damaged: phos run says so, and restores the image before it"
 wait_line "$out" "^count $((c1 + 20))\$" 20
@@ -91,8 +98,52 @@ check '[ "$rc" = 140 ] && ! alive "$pid"' \
 damage "$(readlink -f "$store/jobs/train/1")"
 start 4
 check 'grep -q "no good image in $store/jobs/train: starting .* afresh" "$work/err.4" &&
-	[ "$(grep -c "is damaged" "$work/err.4")" = 2 ] && wait_line "$store/run/$pid.out" "^count 10\$" 20' \
-	"every image damaged: phos run says so for each, and runs the command afresh"
+	[ "$(grep -c "is damaged" "$work/err.4")" = 1 ] && wait_line "$store/run/$pid.out" "^count 10\$" 20' \
+	"every image damaged (image 2's link went at 3): phos run says so, and runs the command afresh"
 kill -TERM "$run"
 wait "$run"
+
+# 5. A prune after a fallback keeps the good image.
+job() { # N: the job "pruned", kept to 2 images; its pid into $pid, phos run's $run
+	"$phos" run --name pruned --keep 2 --restore-from latest --on-signal TERM=checkpoint-kill -- "$counter" 8 \
+		>"$work/pid.p$1" 2>"$work/err.p$1" &
+	run=$!
+	pid=$(started "$work/pid.p$1" 30)
+	wait_line "$store/run/$pid.out" "^count" 20
+	sleep 0.5
+}
+jobs=$store/jobs/pruned
+job 1
+kill -TERM "$run"
+wait "$run"
+a=$(readlink -f "$jobs/1")
+job 2
+kill -TERM "$run"
+wait "$run"
+b=$(readlink -f "$jobs/latest")
+damage "$b"
+job 3
+kill -TERM "$run"
+wait "$run"
+c=$(readlink -f "$jobs/latest")
+check '[ -d "$a" ] && [ "$(readlink -f "$jobs/1")" = "$a" ] && [ "$c" != "$b" ] && [ "$c" != "$a" ] &&
+	! ls -l "$jobs" | grep -q " $b\$" && grep -q "its link is dropped" "$work/err.p3"' \
+	"after a fallback past a damaged image, the next checkpoint leaves the good one linked and in the store"
+damage "$c"
+job 4
+check 'grep -q "restored from $a" "$work/err.p4"' "with the newest damaged too, the job comes back from the good one"
+kill -TERM "$run"
+wait "$run"
+
+# 6. A link planted at STORE/jobs/NAME.
+mkdir -p "$work/elsewhere"
+ln -s "$work/elsewhere" "$store/jobs/planted"
+"$phos" run --name planted --on-signal TERM=checkpoint-kill -- "$counter" 8 >"$work/pid.l" 2>"$work/err.l" &
+run=$!
+pid=$(started "$work/pid.l" 30)
+wait_line "$store/run/$pid.out" "^count" 20
+kill -TERM "$run"
+wait "$run"
+check '[ -z "$(ls -A "$work/elsewhere")" ] && grep -q "cannot link .* $store/jobs/planted" "$work/err.l"' \
+	"a link planted at STORE/jobs/NAME is not followed; phos run says so ($(grep -m1 "cannot link" "$work/err.l"))"
 done_testing
