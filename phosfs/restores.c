@@ -127,17 +127,18 @@ static void await_registered(const pid_t *served, int k, int ms)
 		}
 }
 
-/* Records in the target of the restored pid that a restore brought it. */
-static void mark_restored(pid_t pid, const char *dir)
+/* Records in the target of the restored pid that a restore brought it,
+ * and how that ended (result, error; 0 and NULL while it goes on). */
+static void mark_restored(pid_t pid, const char *dir, int result, const char *error)
 {
 	target *t = pid > 0 ? target_get(pid, true) : NULL;
 	if (!t)
 		return;
 	pthread_mutex_lock(&t->lock);
 	t->uid = engine_proc_owner(pid, phosfs_store);
-	t->error[0] = 0;
+	snprintf(t->error, sizeof(t->error), "%s", error ? error : "");
 	snprintf(t->job, sizeof(t->job), "restore %.80s", dir);
-	t->result = 0;
+	t->result = result;
 	pthread_mutex_unlock(&t->lock);
 }
 
@@ -203,7 +204,7 @@ static void run(restore_job *j)
 	pthread_mutex_unlock(&lock);
 	pid_t runs = await_resume(&s);
 	if (runs > 0 && !atomic_load(&s.sh->finished)) {
-		mark_restored(runs, c->dir);
+		mark_restored(runs, c->dir, 0, NULL);
 		pthread_mutex_lock(&lock);
 		j->v.pid = runs;
 		set_state(j, RESTORE_RESUMED);
@@ -254,7 +255,11 @@ static void finish(restore_job *j, spawn *sp, pid_t runs)
 	prune();
 	pthread_mutex_unlock(&lock);
 	if (pid > 0 && runs <= 0 && !v->result)
-		mark_restored(pid, c->dir);
+		mark_restored(pid, c->dir, 0, NULL);
+	/* A tree that ran before the restore failed (a lazy fill's bad
+	 * chunk): its own status says so too, as /status and /events do. */
+	if (runs > 0 && v->result)
+		mark_restored(runs, c->dir, v->result, v->error);
 	munmap(s.sh, sizeof(*s.sh));
 }
 

@@ -63,7 +63,7 @@ int main(void)
 {
 	rig r;
 	rig_require(&r);
-	plan(5);
+	plan(6);
 	if (rig_mount(&r, NULL))
 		bail("phosfs did not mount");
 	pid_t pid = rig_counter(&r, 64);
@@ -112,6 +112,16 @@ int main(void)
 		usleep(20000);
 	ok(strstr(why, "checksum mismatch") && strstr(why, "killed") && !(p > 0 && rig_alive(p)),
 	   "a lazy restore of it kills the process it started once the fill finds the damage, and says so");
+	/* Its own status, while it is there (the killed process goes with
+	 * it), says the same as /status. */
+	char pst[4096] = "", pstatus[160];
+	snprintf(pstatus, sizeof(pstatus), "%s/%d/status", r.mnt, (int)p);
+	int there = p > 0 && rig_read(pstatus, pst, sizeof(pst)) && *pst;
+	int said = !there || (strstr(pst, ": failed\n") && strstr(pst, "checksum mismatch"));
+	ok(said, "and that process's own status, %s, says the restore failed, and why",
+	   there ? "still there" : "gone with it");
+	if (!said)
+		diag("%s", pst);
 
 	ok(dir_hash(bad) == before, "the restores did not write to the image");
 
