@@ -433,10 +433,22 @@ static int wait_restore(unsigned id, bool wait)
 	char path[PATH_MAX];
 	snprintf(path, sizeof(path), "%s/restores/%u", cli_mount(), id);
 	bool told = false, tty = isatty(2);
+	char seen[32] = "", ran[32] = ""; /* the last state read, and the pid it ran as */
 	for (;;) {
 		char *st = cli_slurp(path), state[32] = "", pid[32] = "?", moved[600] = "", err[2048] = "", pos[16] = "";
 		if (!st) {
-			fprintf(stderr, "phos: restore %u: %s: %s\n", id, path, strerror(errno));
+			int e = errno;
+			if (*seen)
+				/* phosfs went away (or came back, knowing nothing of it):
+				 * the restore's job runs on its own. */
+				fprintf(stderr,
+					"phos: restore %u: phosfs went away while it was %s (%s: %s): the restore may have "
+					"gone on, %s%s; once phosfs is back, `phos ls` lists the process when its tracer "
+					"registers again, and the restore's log is in the store's .logs\n",
+					id, seen, path, strerror(e),
+					*ran ? "and its process ran as pid " : "and its process may run", ran);
+			else
+				fprintf(stderr, "phos: restore %u: %s: %s\n", id, path, strerror(e));
 			return 1;
 		}
 		cli_field(st, "state", state, sizeof(state));
@@ -445,6 +457,9 @@ static int wait_restore(unsigned id, bool wait)
 		cli_field(st, "error", err, sizeof(err));
 		cli_field(st, "queue position", pos, sizeof(pos));
 		free(st);
+		snprintf(seen, sizeof(seen), "%s", *state ? state : "under way");
+		if (strcmp(pid, "?") && strcmp(pid, "none") && atoi(pid) > 0)
+			snprintf(ran, sizeof(ran), "%s", pid);
 		if (!strcmp(state, "failed")) {
 			fprintf(stderr, "phos: %s\n", err);
 			return 1;
