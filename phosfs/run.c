@@ -63,9 +63,30 @@ static pid_t host_pid(int proc)
 /* In the job's process: output to the store, the tracer preloaded,
  * argv run. Tells `ready` its pid (read from proc: see host_pid), or why
  * it failed, and never returns. */
+/* The descriptors from 3 on that go to the job: systemd's socket
+ * activation ($LISTEN_FDS of them, 1 to 64), or none. */
+static unsigned passed_fds(void)
+{
+	const char *v = getenv("LISTEN_FDS");
+	int n = v ? atoi(v) : 0;
+	return n > 0 && n <= 64 ? (unsigned)n : 0;
+}
+
+/* Closes every descriptor from 3 on but the passed ones and keep: those
+ * phos run inherited are no business of the job's, and CRIU cannot dump
+ * one of a mount outside the job's namespace. */
+static void close_others(int keep)
+{
+	unsigned lo = 3 + passed_fds();
+	if (keep > (int)lo)
+		close_range(lo, (unsigned)keep - 1, 0);
+	close_range(keep >= (int)lo ? (unsigned)keep + 1 : lo, ~0u, 0);
+}
+
 static void exec_job(char *const argv[], const run_opts *o, int ready, int proc, bool mark)
 {
 	pid_t self = host_pid(proc);
+	close_others(ready);
 	char out[PATH_MAX + 32], err[PATH_MAX + 32];
 	snprintf(out, sizeof(out), "%s/run/%d.out", o->store, (int)self);
 	snprintf(err, sizeof(err), "%s/run/%d.err", o->store, (int)self);
@@ -94,6 +115,11 @@ static void exec_job(char *const argv[], const run_opts *o, int ready, int proc,
 		sprintf(preload, "%s%s%s", o->libphos, pre && *pre ? ":" : "", pre && *pre ? pre : "");
 		setenv("LD_PRELOAD", preload, 1);
 		free(preload);
+	}
+	if (passed_fds()) { /* they are the job's now (sd_listen_fds checks) */
+		char me[16];
+		snprintf(me, sizeof(me), "%d", (int)getpid());
+		setenv("LISTEN_PID", me, 1);
 	}
 	dprintf(ready, "pid %d", (int)self);
 	execvp(argv[0], argv);
@@ -263,10 +289,9 @@ static int own_proc(const char *mnt, int *proc, char *why, size_t whylen)
 static void exec_init(char *const argv[], const run_opts *o, int ready)
 {
 	setsid();
-	/* Nothing of phos run's but the pipe goes on into the job. */
-	if (ready > 3)
-		close_range(3, (unsigned)ready - 1, 0);
-	close_range((unsigned)ready + 1, ~0u, 0);
+	/* Nothing of phos run's but the pipe (and what socket activation
+	 * passes) goes on into the job. */
+	close_others(ready);
 	int fd = fcntl(ready, F_SETFD, 0) == 0 ? ready : -1;
 	char why[256];
 	int proc;
