@@ -50,7 +50,9 @@ int fmt_read_all(int fd, void *buf, size_t len, uint64_t off)
 
 int fmt_slurp(int dirfd, const char *name, const char *shown, size_t max, uint8_t **buf, size_t *len)
 {
-	int fd = openat(dirfd, name, O_RDONLY | O_CLOEXEC);
+	int fd = openat(dirfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0 && errno == ELOOP)
+		return fmt_fail(-EBADMSG, "%s: a symbolic link, which an image never holds", shown);
 	if (fd < 0)
 		return fmt_fail(-errno, "%s: cannot open: %m", shown);
 	struct stat st;

@@ -178,7 +178,9 @@ static int open_data(phosimg *img, uint32_t f, const char *shown)
 		snprintf(name, sizeof(name), DATA_FILE ".%u", f);
 	else
 		snprintf(name, sizeof(name), DATA_FILE);
-	img->fds[f] = openat(img->dirfd, name, O_RDONLY | O_CLOEXEC);
+	img->fds[f] = openat(img->dirfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (img->fds[f] < 0 && errno == ELOOP)
+		return fmt_fail(-EBADMSG, "%s: a symbolic link, which an image never holds", shown);
 	if (img->fds[f] < 0)
 		return fmt_fail(-errno, "%s: cannot open: %m", shown);
 	struct stat st;
@@ -787,7 +789,10 @@ static int sum_all(phosimg *img, int dfd, const uint32_t *which, uint32_t n)
 static int verify_criu(phosimg *img, unsigned sums_of)
 {
 	const manifest *m = &img->m;
-	int dfd = openat(img->dirfd, CRIU_DIR, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	int dfd = openat(img->dirfd, CRIU_DIR, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+	if (dfd < 0 && (errno == ELOOP || errno == ENOTDIR))
+		return fmt_fail(-EBADMSG, "%s: not a folder of the image's own (a symbolic link, or a file)",
+				img->criu_path);
 	if (dfd < 0)
 		return m->info.criu_file_count ? fmt_fail(-errno, "%s: cannot open: %m", img->criu_path) : 0;
 	uint32_t *which = calloc(m->info.criu_file_count ? m->info.criu_file_count : 1, sizeof(*which));

@@ -58,7 +58,7 @@ static void copy_tree(const char *from, const char *to)
 
 int main(void)
 {
-	plan(6);
+	plan(7);
 	char *dir = scratch_dir("striped");
 	for (int o = 0; o < NOBJ; o++) {
 		sizes[o] = (uint64_t)(o + 2) * 5 * CHUNK + (uint64_t)o * 777;
@@ -125,6 +125,25 @@ int main(void)
 		bail("write");
 	close(fd);
 	ok(refused(bad, "gpu.data.1"), "a damaged chunk in a data file is found by verify, and the file named");
+
+	/* Symbolic links in place of its files, to good copies of them: an
+	 * image holds none, and the check follows none. */
+	copy_tree(path, bad);
+	char keep[PATH_MAX + 32];
+	snprintf(f, sizeof(f), "%s/gpu.data.2", bad);
+	snprintf(keep, sizeof(keep), "%s.elsewhere", bad);
+	char mv[6 * PATH_MAX];
+	snprintf(mv, sizeof(mv), "mv '%s' '%s' && ln -s '%s' '%s'", f, keep, keep, f);
+	if (system(mv) != 0)
+		bail("ln");
+	int linked = refused(bad, "symbolic link");
+	copy_tree(path, bad);
+	snprintf(f, sizeof(f), "%s/manifest.phos", bad);
+	snprintf(mv, sizeof(mv), "mv '%s' '%s' && ln -s '%s' '%s'", f, keep, keep, f);
+	if (system(mv) != 0)
+		bail("ln");
+	ok(linked && refused(bad, "symbolic link"), "a data file or the manifest that is a symbolic link is refused");
+	unlink(keep);
 
 	rm_rf(dir);
 	free(dir);
