@@ -583,6 +583,7 @@ typedef struct handle {
 	bool nonblock; /* /events opened O_NONBLOCK */
 	events_cursor cur;
 	size_t got; /* how much of the answer was read: a ctl's reads go on from there, whatever the offset */
+	char frag[256]; /* a ctl's last write, refused, with no end of line: a command's first part? */
 } handle;
 
 bool fs_wait_over(uint64_t since_ns)
@@ -812,6 +813,18 @@ static int fs_write(const char *path, const char *buf, size_t size, off_t off, s
 	/* A member's ctl acts on its job: the image is always the whole tree. */
 	target *t = w.n == N_ROOT_CTL ? NULL : target_get(job_name(w.pid), true);
 	int e = !t && w.n != N_ROOT_CTL ? -ENOMEM : ctl_parse(buf, size, w.n == N_ROOT_CTL, c, &er);
+	if (e == -EINVAL && *h->frag) {
+		/* A command split across writes is refused as one, named whole. */
+		const char *nl = memchr(buf, '\n', size);
+		int rest = nl ? (int)(nl - buf) : (int)(size < 256 ? size : 256);
+		snprintf(er.msg, sizeof(er.msg), "a command in two writes, \"%s\" then \"%.*s\": write it in one, ending in "
+						 "a newline",
+			 h->frag, rest, buf);
+	}
+	*h->frag = 0;
+	if (e == -EINVAL && size && buf[size - 1] != '\n')
+		snprintf(h->frag, sizeof(h->frag), "%.*s", (int)(size < sizeof(h->frag) - 1 ? size : sizeof(h->frag) - 1),
+			 buf);
 	if (e == -EINVAL) {
 		/* Not logged: any owner of a process could flood the log. */
 		if (t) {

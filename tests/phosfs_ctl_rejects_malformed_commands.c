@@ -68,7 +68,7 @@ int main(void)
 {
 	rig r;
 	rig_require(&r);
-	plan(9);
+	plan(10);
 	if (rig_mount(&r, NULL))
 		bail("phosfs did not mount");
 	pid_t pid = rig_counter(&r, 8);
@@ -101,6 +101,17 @@ int main(void)
 	   "%d of %d fuzzed writes to /<pid>/ctl, an 8 KiB one and an empty one get EINVAL", einval, sent);
 	rig_read(status, st, sizeof(st));
 	ok(strstr(st, "error: bad command: ") != NULL, "status names the last bad command's error");
+	/* A command in two writes on one open ctl: refused as one, named whole. */
+	int cfd = open(ctl, O_RDWR);
+	errno = 0;
+	int w1 = cfd >= 0 && write(cfd, "checkpo", 7) < 0 ? errno : 0;
+	errno = 0;
+	int w2 = cfd >= 0 && write(cfd, "int stop\n", 9) < 0 ? errno : 0;
+	if (cfd >= 0)
+		close(cfd);
+	rig_read(status, st, sizeof(st));
+	ok(w1 == EINVAL && w2 == EINVAL && strstr(st, "a command in two writes, \"checkpo\" then \"int stop\""),
+	   "a command split across two writes is refused as one, and status names it whole");
 	static const char *const bad_timeouts[] = { "timeout=", "timeout=0", "timeout=-1", "timeout=abc",
 						    "timeout=1e9", "timeout=nan", "timeout=inf", "timeout=0.0001",
 						    "timeout=1 timeout=1", "timeout=3601", "timeout=5s" };
