@@ -28,7 +28,7 @@ BUILD     ?= build-san
 SAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 # Under ASan a checkpoint takes about 6 times as long: the 1000-checkpoint
 # probe runs 200 there (its 1000 run in the plain check).
-SAN_TEST_ENV := PHOS_MANY_CHECKPOINTS=200
+SAN_TEST_ENV := PHOS_MANY_CHECKPOINTS=200 PHOS_SOAK_CHECKPOINTS=50
 else
 BUILD     ?= build
 SAN_FLAGS :=

@@ -227,6 +227,8 @@ static int wait_written(target *t, const char *name)
  * until it is published; its other files are there once it is. */
 static int image_attr(const where *w, struct stat *st)
 {
+	if (readers_touch(w->pid, w->name, 0))
+		return -ENOENT; /* a prune removes it */
 	target *t = target_get(w->pid, false);
 	if (t && target_in_progress(t, w->name)) {
 		if (!*w->rest) {
@@ -491,6 +493,8 @@ static int fs_readdir(const char *path, void *buf, fuse_fill_dir_t fill, off_t o
 	e = t ? wait_written(t, w.name) : 0;
 	if (e)
 		return e;
+	if (readers_touch(w.pid, w.name, 0))
+		return -ENOENT;
 	store_path(dir, sizeof(dir), &w);
 	return list_store(dir, buf, fill, NULL);
 }
@@ -584,6 +588,7 @@ typedef struct handle {
 	events_cursor cur;
 	size_t got; /* how much of the answer was read: a ctl's reads go on from there, whatever the offset */
 	char frag[256]; /* a ctl's last write, refused, with no end of line: a command's first part? */
+	pid_t reading;  /* a file of checkpoint `name` of this pid's (readers.c), or 0 */
 } handle;
 
 bool fs_wait_over(uint64_t since_ns)
@@ -695,6 +700,14 @@ static int fs_open(const char *path, struct fuse_file_info *fi)
 		if (h->fd < 0)
 			h->fd = open(p, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 		e = h->fd < 0 ? -errno : 0;
+		if (!e && !(e = readers_touch(w.pid, w.name, 1))) { /* no prune removes it while it is read */
+			snprintf(h->name, sizeof(h->name), "%s", w.name);
+			h->reading = w.pid;
+		}
+		if (e && h->fd >= 0) {
+			close(h->fd);
+			h->fd = -1;
+		}
 	} else if (w.n == N_EVENTS) {
 		h->events = true;
 		h->nonblock = fi->flags & O_NONBLOCK;
@@ -878,6 +891,8 @@ static int fs_release(const char *path, struct fuse_file_info *fi)
 	(void)path;
 	handle *h = (handle *)(uintptr_t)fi->fh;
 	if (h) {
+		if (h->reading)
+			readers_touch(h->reading, h->name, -1);
 		if (h->fd >= 0)
 			close(h->fd);
 		free(h->t.s);

@@ -240,6 +240,17 @@ typedef struct events_cursor {
  * returns -EINTR, which readers retry. */
 #define FS_WAIT_MAX_MS 60000
 bool fs_wait_over(uint64_t since_ns);
+/* readers.c: that checkpoint name of pid was looked at through the mount
+ * (opened > 0: a file of it opened; < 0: one closed; 0: looked up).
+ * Returns 0, or -ENOENT when a prune has claimed it (readers_claim). */
+int readers_touch(pid_t pid, const char *name, int opened);
+/* For a prune: claims checkpoint name of pid, unless it is being read (a
+ * file of it is open, or it was looked at in the last 5 seconds: a copy
+ * goes from one file to the next); claimed, it is gone to readers.
+ * Whether it was claimed (else the prune leaves it for later). */
+bool readers_claim(pid_t pid, const char *name);
+/* After a prune removed a claimed checkpoint: its name may be used again. */
+void readers_forget(pid_t pid, const char *name);
 /* The sequence number the next event will have: a new reader's start. */
 uint64_t events_next(void);
 /* Lines of events from c on into buf (size bytes), advancing c: whole

@@ -115,7 +115,8 @@ static int by_number(const void *a, const void *b)
 }
 
 /* Removes the job's numbered checkpoints beyond the newest keep, except
- * the one `latest` names. */
+ * the one `latest` names, and those being read through the mount
+ * (readers_claim), which a later prune removes. */
 static void prune(pid_t pid, unsigned keep)
 {
 	char dir[PATH_MAX], link[32] = "";
@@ -138,11 +139,17 @@ static void prune(pid_t pid, unsigned keep)
 	link[l > 0 ? l : 0] = 0;
 	qsort(nums, n, sizeof(*nums), by_number);
 	for (size_t i = 0; i + keep < n; i++) {
-		if (atol(link) == nums[i])
+		char name[24];
+		snprintf(name, sizeof(name), "%ld", nums[i]);
+		if (atol(link) == nums[i] || !readers_claim(pid, name))
 			continue;
+		/* Out of sight at once, then removed. */
+		char gone[PATH_MAX + 48];
 		snprintf(path, sizeof(path), "%s/%ld", dir, nums[i]);
-		if (nftw(path, remove_one, 16, FTW_DEPTH | FTW_PHYS))
+		snprintf(gone, sizeof(gone), "%s/.pruned-%ld", dir, nums[i]);
+		if (rename(path, gone) || nftw(gone, remove_one, 16, FTW_DEPTH | FTW_PHYS))
 			syslog(LOG_WARNING, "process %d: the schedule could not remove %s: %m", (int)pid, path);
+		readers_forget(pid, name);
 	}
 }
 
