@@ -274,7 +274,7 @@ tests: $(TEST_BIN) $(KERNELS) $(TEST_APPS)
 $(BUILD)/tests/apps/libnccl.so.2: tests/apps/nccl_stub.c
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) $(XCFLAGS) $(CFLAGS) -fPIC -shared -o $@ $<
-$(BUILD)/tests/apps/%: tests/apps/%.c tests/simcuda/simcuda.h $(SIMCUDA_LIB) $(BUILD)/simcuda/libcuda.so
+$(BUILD)/tests/apps/%: tests/apps/%.c tests/apps/app.h tests/simcuda/simcuda.h $(SIMCUDA_LIB) $(BUILD)/simcuda/libcuda.so
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) $(XCFLAGS) $(CFLAGS) -o $@ $< $(XLDFLAGS) $(LDFLAGS) -rdynamic -L$(BUILD)/simcuda -lcuda -lpthread
 

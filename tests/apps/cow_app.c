@@ -43,27 +43,11 @@
 
 #include "simcuda/simcuda.h"
 
+#define APP_NAME "cow_app"
+#include "app.h"
+
 #define NBUF 8
 #define SCATTER_WORDS 256u /* every buffer has at least this many words */
-
-static volatile sig_atomic_t verify_asked;
-
-static void on_usr1(int sig)
-{
-	(void)sig;
-	verify_asked = 1;
-}
-
-static void check(CUresult r, const char *what)
-{
-	if (r != CUDA_SUCCESS) {
-		const char *s = "?";
-		cuGetErrorString(r, &s);
-		printf("cow_app: %s failed: %s\n", what, s);
-		fflush(stdout);
-		exit(2);
-	}
-}
 
 /* ---- the kernels, on the host ------------------------------------------- */
 

@@ -34,29 +34,13 @@
 
 #include "simcuda/simcuda.h"
 
+#define APP_NAME "launch_app"
+#include "app.h"
+
 #define NBUF 6
 #define BIG (3u << 20)
 #define SMALL 4096u
 #define MAXBUF (NBUF + 3)
-
-static volatile sig_atomic_t verify_asked;
-
-static void on_usr1(int sig)
-{
-	(void)sig;
-	verify_asked = 1;
-}
-
-static void check(CUresult r, const char *what)
-{
-	if (r != CUDA_SUCCESS) {
-		const char *s = "?";
-		cuGetErrorString(r, &s);
-		printf("launch_app: %s failed: %s\n", what, s);
-		fflush(stdout);
-		exit(2);
-	}
-}
 
 static void host_bump(uint32_t *p, uint64_t n, uint32_t k)
 {

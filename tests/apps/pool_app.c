@@ -31,23 +31,8 @@
 #include <string.h>
 #include <time.h>
 
-static volatile sig_atomic_t verify_asked;
-
-static void on_usr1(int sig)
-{
-	(void)sig;
-	verify_asked = 1;
-}
-
-static void check(CUresult r, const char *what)
-{
-	if (r != CUDA_SUCCESS) {
-		const char *s = "?";
-		cuGetErrorString(r, &s);
-		printf("pool_app: %s failed: %s\n", what, s);
-		exit(2);
-	}
-}
+#define APP_NAME "pool_app"
+#include "app.h"
 
 /* Copies the arena out and compares every byte with want. */
 static void verify(CUdeviceptr arena, size_t bytes, unsigned char want, unsigned char *host, unsigned long step)

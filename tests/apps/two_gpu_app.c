@@ -31,23 +31,9 @@
 #include <string.h>
 #include <unistd.h>
 
-static volatile sig_atomic_t verify_asked;
-
-static void on_usr1(int sig)
-{
-	(void)sig;
-	verify_asked = 1;
-}
-
-static void check(CUresult r, const char *what)
-{
-	if (r != CUDA_SUCCESS) {
-		const char *s = "?";
-		cuGetErrorString(r, &s);
-		printf("two_gpu_app: %s failed: %s\n", what, s);
-		exit(1);
-	}
-}
+#define APP_NAME "two_gpu_app"
+#define APP_FAILED 1
+#include "app.h"
 
 static void uuid_of(int ordinal, char *out)
 {
