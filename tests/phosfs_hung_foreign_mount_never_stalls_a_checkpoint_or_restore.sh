@@ -10,7 +10,10 @@
 #   4. a job whose working directory is on that mount (it uses it) is
 #      checkpointed; with the daemon stopped, its restore fails within
 #      phosfs's --restore-timeout (5 s here), naming the mount, and
-#      phosfs goes on answering.
+#      phosfs goes on answering;
+#   5. with the daemon stopped, a checkpoint of another such job fails
+#      within --dump-timeout (5 s here), naming the mount, and the job
+#      runs on.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=tests/phos_run_rig.bash
@@ -72,13 +75,16 @@ check "[ $rc = 0 ]" "with the daemon answering again, the image restores again (
 # 4: phosfs again, with a restore timeout of 5 s.
 kill "$rig_fs"
 wait "$rig_fs" 2>/dev/null
-"$rig_phosfs" --socket "$PHOS_SOCKET" --store "$store" --criu "$rig_criu" --restore-timeout 5 -f "$mnt" \
+"$rig_phosfs" --socket "$PHOS_SOCKET" --store "$store" --criu "$rig_criu" --restore-timeout 5 --dump-timeout 5 -f "$mnt" \
 	2>>"$work/phosfs.log" &
 rig_fs=$!
 for _ in $(seq 100); do [ -e "$mnt/version" ] && break; sleep 0.05; done
 (cd "$foreign/mnt" && exec "$phos" run -d --pid-ns -- "$counter" 4) >"$work/pid2" 2>"$work/run2.err"
 pid2=$(started "$work/pid2" 30)
 wait_line "$store/run/$pid2.out" '^count 5' 30
+(cd "$foreign/mnt" && exec "$phos" run -d --pid-ns -- "$counter" 4) >"$work/pid3" 2>"$work/run3.err"
+pid3=$(started "$work/pid3" 30)
+wait_line "$store/run/$pid3.out" '^count 5' 30
 "$phos" checkpoint "$pid2" stop --name u --wait >"$work/ck2" 2>&1
 kill -STOP "$ffs"
 init=$(job_init "$pid2") && kill -9 "$init"
@@ -89,5 +95,12 @@ timeout 60 "$phos" restore "$store/$pid2/u" >"$work/r3" 2>"$work/rs3"
 rc=$?
 check "[ $rc = 1 ] && [ $((SECONDS - t0)) -le 15 ] && grep -q 'foreign/mnt' '$work/rs3' && timeout 2 cat '$mnt/version' >/dev/null" \
 	"with the daemon of the mount its job uses stopped, the restore fails in $((SECONDS - t0)) s naming it (rc $rc: $(tail -1 "$work/rs3"))"
+t0=$SECONDS
+timeout 60 "$phos" checkpoint "$pid3" stop --name v --wait >"$work/ck3" 2>&1
+rc=$?
+c3=$(last_count "$store/run/$pid3.out")
+for _ in $(seq 50); do [ "$(last_count "$store/run/$pid3.out")" -gt "$((c3 + 2))" ] && break; sleep 0.1; done
+check "[ $rc = 1 ] && [ $((SECONDS - t0)) -le 20 ] && grep -q 'foreign/mnt' '$work/ck3' && [ \"\$(last_count '$store/run/$pid3.out')\" -gt $((c3 + 2)) ]" \
+	"with that daemon stopped, a checkpoint of another job on it fails in $((SECONDS - t0)) s naming it, and the job runs on (rc $rc: $(tail -1 "$work/ck3"))"
 kill -CONT "$ffs"
 done_testing
