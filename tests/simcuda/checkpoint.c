@@ -410,8 +410,13 @@ static CUresult send_request(int pid, struct request *q, struct reply *r)
 	q->magic = REQ_MAGIC;
 	if (fd < 0)
 		return CUDA_ERROR_INVALID_VALUE; /* no CUDA process with that pid */
-	if (send(fd, q, sizeof(*q), MSG_NOSIGNAL) != (ssize_t)sizeof(*q) ||
-	    recv(fd, r, sizeof(*r), 0) != (ssize_t)sizeof(*r))
+	ssize_t n;
+	while ((n = send(fd, q, sizeof(*q), MSG_NOSIGNAL)) < 0 && errno == EINTR)
+		;
+	if (n == (ssize_t)sizeof(*q))
+		while ((n = recv(fd, r, sizeof(*r), MSG_WAITALL)) < 0 && errno == EINTR)
+			;
+	if (n != (ssize_t)sizeof(*r))
 		res = CUDA_ERROR_OPERATING_SYSTEM;
 	else
 		res = (CUresult)r->result;
