@@ -27,8 +27,9 @@ ifeq ($(SANITIZE),1)
 BUILD     ?= build-san
 SAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 # Under ASan a checkpoint takes about 6 times as long: the 1000-checkpoint
-# probe runs 200 there (its 1000 run in the plain check).
-SAN_TEST_ENV := PHOS_MANY_CHECKPOINTS=200 PHOS_SOAK_CHECKPOINTS=50
+# probe runs 200 there, the soak 50 (200 in the plain check), and the
+# random-moment CoW checkpoints 40 (100).
+SAN_TEST_ENV := PHOS_MANY_CHECKPOINTS=200 PHOS_SOAK_CHECKPOINTS=50 PHOS_COW_ITERATIONS=40
 else
 BUILD     ?= build
 SAN_FLAGS :=
