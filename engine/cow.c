@@ -17,7 +17,7 @@
 
 /* Makes the pool: device memory the tracer imports and this job maps;
  * want bytes at most, and, if fit, no more than the device's free memory
- * less ENGINE_SHADOW_RESERVE. */
+ * less engine_shadow_reserve. */
 static int make_pool(engine_cow_member *m, uint64_t want, bool fit, uint32_t chunk, perr *er)
 {
 	CUmemAllocationProp prop = { .type = CU_MEM_ALLOCATION_TYPE_PINNED,
@@ -32,7 +32,8 @@ static int make_pool(engine_cow_member *m, uint64_t want, bool fit, uint32_t chu
 		return e;
 	size_t free_b = 0, total = 0;
 	if (fit && cu.cuMemGetInfo(&free_b, &total) == CUDA_SUCCESS) {
-		uint64_t room = free_b > ENGINE_SHADOW_RESERVE(total) ? free_b - ENGINE_SHADOW_RESERVE(total) : 0;
+		uint64_t reserve = engine_shadow_reserve(total);
+		uint64_t room = free_b > reserve ? free_b - reserve : 0;
 		want = want < room ? want : room / gran * gran;
 	}
 	/* A GPU that is nearly full gets a smaller pool, or none. */

@@ -15,14 +15,16 @@
 
 /* The CoW shadow pool, per process, by default: as large as the
  * process's memory on its device, as far as the device's free memory
- * allows beyond ENGINE_SHADOW_RESERVE. */
+ * allows beyond engine_shadow_reserve. */
 #define ENGINE_SHADOW_POOL_AUTO UINT64_MAX
 /* What an automatic pool leaves free of a device of total bytes, for what
  * the application and the driver allocate while the copy runs: 1/16 of
  * it, at least 1 GiB, at most a quarter. */
-#define ENGINE_SHADOW_RESERVE(total)                                               \
-	((total) / 16 > (1ull << 30) ? (total) / 16 : (1ull << 30) < (total) / 4 ? (1ull << 30) \
-										 : (total) / 4)
+static inline uint64_t engine_shadow_reserve(uint64_t total)
+{
+	uint64_t r = total / 16 > (1ull << 30) ? total / 16 : 1ull << 30;
+	return r < total / 4 ? r : total / 4;
+}
 
 /* One traced process's table, and its shadow pool. */
 typedef struct engine_cow_member {
@@ -48,7 +50,8 @@ typedef struct engine_cow {
 /* Makes a table (enum cow_mode) for each process of all, and a shadow
  * pool of up to pool bytes (0: none; ENGINE_SHADOW_POOL_AUTO: as large as
  * the device's free memory allows) on the device where it has most
- * memory; the pool's size is in each member's pool_bytes. A LAZY table has one state word per object (chunk unused).
+ * memory; the pool's size is in each member's pool_bytes. A LAZY table
+ * has one state word per object (chunk unused).
  * Errors:
  * -ENOMEM, errno of memfd_create, -EIO (the driver; er says which call). */
 int engine_cow_prepare(engine_cow *c, const engine_parked *all, uint32_t chunk, uint64_t pool, uint32_t mode,

@@ -267,10 +267,8 @@ static int wait_child(pid_t c, int timeout_s, const atomic_bool *cancel, pid_t r
 		}
 		if (n == 0) {
 			/* Before it goes: what held it, where a FUSE daemon did. */
-			char fuse[1024];
-			if (held && engine_fuse_waiters(c, getenv("PHOS_MOUNT"), fuse, sizeof(fuse)) > 0)
-				snprintf(held, held_len, "; it waited for a FUSE file system whose daemon did not answer%s%s",
-					 *fuse ? ", mounted on " : "", fuse);
+			if (held)
+				engine_fuse_held(c, held, held_len);
 			kill(getpgid(c) == c ? -c : c, SIGKILL);
 			/* One that waits in the kernel for a FUSE daemon that read
 			 * its request cannot end until it answers: it is left. */

@@ -55,15 +55,18 @@ static bool busy(unsigned minor)
 	return b;
 }
 
-/* Appends word to out (len bytes), after a ", " where it is not first. */
+/* Appends word to out (len bytes), after a ", " where it is not first;
+ * a word that does not fit is left out. */
 static void add(char *out, size_t len, const char *word)
 {
-	size_t at = strlen(out);
-	if (at + 1 < len)
-		snprintf(out + at, len - at, "%s%s", at ? ", " : "", word);
+	size_t at = strlen(out), sep = at ? 2 : 0, n = strlen(word);
+	if (at + sep + n >= len)
+		return;
+	memcpy(out + at, ", ", sep);
+	memcpy(out + at + sep, word, n + 1);
 }
 
-int engine_fuse_waiters(pid_t root, const char *skip, char *out, size_t len)
+int engine_fuse_held(pid_t root, char *out, size_t len)
 {
 	*out = 0;
 	phosimg_member *m = NULL;
@@ -77,6 +80,9 @@ int engine_fuse_waiters(pid_t root, const char *skip, char *out, size_t len)
 	free(m);
 	if (!k)
 		return 0;
+	snprintf(out, len, "; it waited for a FUSE file system whose daemon did not answer");
+	const char *skip = getenv("PHOS_MOUNT"); /* phosfs's own, which answers */
+	char mounts[1024] = "";
 	FILE *f = fopen("/proc/self/mountinfo", "re");
 	char line[4096];
 	while (f && fgets(line, sizeof(line), f)) {
@@ -88,9 +94,12 @@ int engine_fuse_waiters(pid_t root, const char *skip, char *out, size_t len)
 			continue;
 		if ((skip && !strcmp(mp, skip)) || (major == 0 && !busy(minor)))
 			continue;
-		add(out, len, mp);
+		add(mounts, sizeof(mounts), mp);
 	}
 	if (f)
 		fclose(f);
+	size_t at = strlen(out);
+	if (*mounts && at + 1 < len)
+		snprintf(out + at, len - at, ", mounted on %s", mounts);
 	return k;
 }

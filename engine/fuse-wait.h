@@ -9,10 +9,12 @@
 #include <sys/types.h>
 
 /* How many processes of root's tree (root and its descendants) sleep
- * waiting for a FUSE daemon's answer; where any does, the mount points of
- * this machine's FUSE file systems they may wait for (those with
- * requests waiting, where fusectl is mounted; else all), but skip, into
- * out (len bytes, ", " between them). Errors: those of engine_tree. */
-int engine_fuse_waiters(pid_t root, const char *skip, char *out, size_t len);
+ * waiting for a FUSE daemon's answer; where any does, a clause for an
+ * error message into out (len bytes; else ""): "; it waited for a FUSE
+ * file system whose daemon did not answer, mounted on A, B", the mount
+ * points of this machine's FUSE file systems they may wait for (those
+ * with requests waiting, where fusectl is mounted; else all), but
+ * phosfs's own ($PHOS_MOUNT). Errors: those of engine_tree. */
+int engine_fuse_held(pid_t root, char *out, size_t len);
 
 #endif

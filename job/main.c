@@ -179,11 +179,9 @@ static void *watchdog_main(void *arg)
 		}
 		if (s == STEP_DONE || (fills ? now - since : spent + now - since) < limit)
 			continue;
-		char was[400], fuse[1024], held[1100] = "";
+		char was[400], held[1100];
 		last_line(w->log, was, sizeof(was));
-		if (engine_fuse_waiters(getpid(), getenv("PHOS_MOUNT"), fuse, sizeof(fuse)) > 0)
-			snprintf(held, sizeof(held), "; it waited for a FUSE file system whose daemon did not answer%s%s",
-				 *fuse ? ", mounted on " : "", fuse);
+		engine_fuse_held(getpid(), held, sizeof(held));
 		kill_below();
 		perr er;
 		w->sh->result = pr_err(&er, -ETIMEDOUT,

@@ -19,7 +19,6 @@
 #define FUSE_USE_VERSION 312
 #include <dirent.h>
 #include <errno.h>
-#include <ftw.h>
 #include <fuse.h>
 #include <fuse_lowlevel.h>
 #include <signal.h>
@@ -144,28 +143,6 @@ static int count_option(const char *opt, const char *v, int min, int max)
 	return (int)n;
 }
 
-static int remove_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-	(void)st, (void)ftw;
-	return (flag == FTW_DP ? rmdir(path) : unlink(path)) ? -1 : 0;
-}
-
-/* Removes what a prune (schedule.c) left half removed in dir when phosfs
- * stopped: its .pruned-N folders. */
-static void clear_pruned(const char *dir)
-{
-	DIR *d = opendir(dir);
-	for (struct dirent *de; d && (de = readdir(d));) {
-		if (strncmp(de->d_name, ".pruned-", 8))
-			continue;
-		char path[PATH_MAX + 512];
-		snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
-		nftw(path, remove_one, 16, FTW_DEPTH | FTW_PHYS);
-	}
-	if (d)
-		closedir(d);
-}
-
 /* Removes the half images that checkpoint jobs which died left in the
  * store (jobs that still run keep theirs), and half pruned ones. */
 static void clear_half_images(const char *store)
@@ -177,7 +154,7 @@ static void clear_half_images(const char *store)
 		char dir[PATH_MAX + 256];
 		snprintf(dir, sizeof(dir), "%s/%s", store, de->d_name);
 		phosimg_clear_stale(dir);
-		clear_pruned(dir);
+		schedule_clear_pruned(dir);
 	}
 	if (d)
 		closedir(d);

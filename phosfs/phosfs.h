@@ -296,6 +296,9 @@ int schedule_set(pid_t pid, const ctl_cmd *c, perr *er);
 void schedule_status(pid_t pid, text *t);
 /* Ends every schedule's thread at its next wake (at exit). */
 void schedule_stop_all(void);
+/* Removes what a prune left half removed in a store's PID folder dir when
+ * phosfs stopped (its .pruned-N folders), at start. */
+void schedule_clear_pruned(const char *dir);
 
 /* logs.c: the store's log folders. */
 #define LOGS_KEEP 64

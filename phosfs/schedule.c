@@ -153,6 +153,20 @@ static void prune(pid_t pid, unsigned keep)
 	}
 }
 
+void schedule_clear_pruned(const char *dir)
+{
+	DIR *d = opendir(dir);
+	for (struct dirent *de; d && (de = readdir(d));) {
+		if (strncmp(de->d_name, ".pruned-", 8))
+			continue;
+		char path[PATH_MAX + 512];
+		snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
+		nftw(path, remove_one, 16, FTW_DEPTH | FTW_PHYS);
+	}
+	if (d)
+		closedir(d);
+}
+
 /* Takes one checkpoint of s's job and waits for it; its cost, or -1. */
 static double take(sched *s, const ctl_cmd *c)
 {

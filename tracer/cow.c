@@ -330,19 +330,12 @@ void cow_before_write(uint64_t addr, uint64_t len, CUstream s)
 	pthread_rwlock_unlock(&tab.lock);
 }
 
-void cow_net(kernel_info *k)
+/* Waits until every t1 byte of t is off the GPU, or the copy ends; the
+ * nanoseconds it waited (0: none). Lock held for reading. */
+static uint64_t wait_all_off(cow_header *t)
 {
-	if (!cow_active())
-		return;
-	pthread_rwlock_rdlock(&tab.lock);
-	cow_header *t = atomic_load(&tab.t);
 	uint64_t from = 0;
-	if (t && t->mode == COW_MODE_TRACK) {
-		/* Whatever it writes, the final stall copies everything again. */
-		atomic_store(&t->all_dirty, 1);
-		t = NULL;
-	}
-	while (t && running(t) && atomic_load(&t->off) < t->nchunks) {
+	while (running(t) && atomic_load(&t->off) < t->nchunks) {
 		uint32_t seen = atomic_load(&t->progress);
 		if (atomic_load(&t->off) >= t->nchunks)
 			break;
@@ -350,8 +343,22 @@ void cow_net(kernel_info *k)
 			from = table_now_ns();
 		wait_progress(t, seen);
 	}
-	if (from) {
-		uint64_t ns = table_now_ns() - from;
+	return from ? table_now_ns() - from : 0;
+}
+
+void cow_net(kernel_info *k)
+{
+	if (!cow_active())
+		return;
+	pthread_rwlock_rdlock(&tab.lock);
+	cow_header *t = atomic_load(&tab.t);
+	if (t && t->mode == COW_MODE_TRACK) {
+		/* Whatever it writes, the final stall copies everything again. */
+		atomic_store(&t->all_dirty, 1);
+		t = NULL;
+	}
+	uint64_t ns = t ? wait_all_off(t) : 0;
+	if (ns) {
 		atomic_fetch_add(&t->net_waits, 1);
 		atomic_fetch_add(&t->net_wait_ns, ns);
 		if (k)
@@ -365,35 +372,32 @@ static _Atomic uint64_t pool_gone_ns;
 
 bool cow_oom_wait(uint64_t *until)
 {
+	uint64_t now = table_now_ns();
+	if (*until && now >= *until)
+		return false; /* the grace after the copy is over */
 	pthread_rwlock_rdlock(&tab.lock);
 	cow_header *t = atomic_load(&tab.t);
 	bool pool = t && t->mode == COW_MODE_COW && pool_va;
-	uint64_t from = pool ? table_now_ns() : 0;
 	static _Atomic(cow_header *) said; /* the copy whose wait was logged */
 	if (pool && atomic_exchange(&said, t) != t)
 		tr_log("an allocation found no device memory while the CoW shadow pool of a checkpoint holds some: it "
 		       "waits until the copy is off the GPU (phosfs --shadow-pool sets the pool's size)");
-	while (pool && running(t) && atomic_load(&t->off) < t->nchunks) {
-		uint32_t seen = atomic_load(&t->progress);
-		if (atomic_load(&t->off) >= t->nchunks)
-			break;
-		wait_progress(t, seen);
-	}
 	if (pool) {
+		atomic_fetch_add(&t->wait_ns, wait_all_off(t));
 		atomic_fetch_add(&t->waits, 1);
-		atomic_fetch_add(&t->wait_ns, table_now_ns() - from);
 	}
 	pthread_rwlock_unlock(&tab.lock);
 	if (pool) {
 		/* Every t1 byte is off: the copy ends, and its pool goes. */
 		dropped(OOM_GRACE_MS);
-		*until = table_now_ns() + OOM_GRACE_MS * 1000000ull;
+		if (!*until)
+			*until = table_now_ns() + OOM_GRACE_MS * 1000000ull;
 		return true;
 	}
-	uint64_t gone = atomic_load(&pool_gone_ns), now = table_now_ns();
+	uint64_t gone = atomic_load(&pool_gone_ns);
 	if (!*until && gone && now - gone < OOM_GRACE_MS * 1000000ull)
 		*until = gone + OOM_GRACE_MS * 1000000ull;
-	if (now >= *until)
+	if (!*until)
 		return false;
 	/* phosfs's job lets go of its own mapping of the pool a moment
 	 * after the tracer: try again shortly. */
