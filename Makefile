@@ -84,11 +84,12 @@ $(BUILD)/tracer/%.o: tracer/%.c tracer/tracer.h $(wildcard common/*.h) include/p
 $(LIBPHOS): $(TRACER_OBJ) $(BUILD)/common/cubin.o $(BUILD)/common/cuversions.o $(WIRE_OBJ)
 	$(CC) $(XLDFLAGS) $(LDFLAGS) -shared -Wl,-soname,libphos.so -Wl,-z,defs -o $@ $^ -lpthread -ldl
 
-# ---- phosfs/: the daemon -------------------------------------------------------------
+# ---- phosfs/: the daemon; cli/: the phos command --------------------------------------
 
-# The phos CLI: phos.c, run.c, and cli*.c (cli.h).
-PHOS_CLI_SRC := phosfs/phos.c phosfs/run.c $(wildcard phosfs/cli*.c) common/duration.c common/procstatus.c
-PHOSFS_SRC := $(filter-out $(PHOS_CLI_SRC),$(wildcard phosfs/*.c))
+# The phos CLI talks to phosfs only through the mount and the socket, as
+# any client would: cli/ and what it shares from common/.
+PHOS_CLI_SRC := $(wildcard cli/*.c) common/duration.c common/procstatus.c
+PHOSFS_SRC := $(wildcard phosfs/*.c)
 PHOSFS_OBJ := $(PHOSFS_SRC:phosfs/%.c=$(BUILD)/phosfs/%.o)
 ENGINE_SRC := $(wildcard engine/*.c)
 ENGINE_OBJ := $(ENGINE_SRC:%.c=$(BUILD)/%.o)
@@ -129,7 +130,7 @@ $(BUILD)/job/%.o: job/%.c $(JOB_H)
 $(PHOSFS): $(PHOSFS_OBJ) $(JOB_OBJ) $(ENGINE_OBJ) $(WIRE_OBJ) $(BUILD)/common/duration.o $(LIBPHOSIMG)
 	$(CC) $(XLDFLAGS) $(LDFLAGS) -o $@ $^ $(FUSE_LIBS) $(IMG_LIBS) -ljansson -lm -ldl -lpthread
 
-$(PHOS_CLI): $(PHOS_CLI_SRC) phosfs/run.h phosfs/cli.h $(BUILD)/paths $(LIBPHOSIMG)
+$(PHOS_CLI): $(PHOS_CLI_SRC) $(wildcard cli/*.h) $(BUILD)/paths $(LIBPHOSIMG)
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) -DPHOS_LIBDIR='"$(TRACERDIR)"' $(XCFLAGS) $(CFLAGS) -o $@ $(PHOS_CLI_SRC) $(LIBPHOSIMG) $(XLDFLAGS) $(LDFLAGS) -ljansson $(IMG_LIBS)
 

@@ -1,5 +1,5 @@
 #!/bin/sh
-# Every function of job/, engine/ and phosfs/ fits a page: about 80 lines
+# Every function of job/, engine/, phosfs/ and cli/ fits a page: about 80 lines
 # from its opening brace to its closing one (doc/ARCHITECTURE.md). The project's
 # functions open and close their bodies with a brace in column 0.
 src=${PHOS_SRCDIR:-.}
@@ -7,7 +7,7 @@ cd "$src" || { echo "1..0 # skip no source tree at $src"; exit 0; }
 max=80
 
 n=0
-for dir in job engine phosfs; do
+for dir in job engine phosfs cli; do
 	n=$((n + 1))
 	long=$(awk -v max=$max '
 		/^[A-Za-z_].*\(/ { sig = $0; sub(/\(.*/, "", sig); sub(/.*[ *]/, "", sig) }

@@ -2,8 +2,10 @@
 # No source file includes a header of a layer above its own
 # (doc/ARCHITECTURE.md, "Which may call which"). From the bottom:
 #   common/, image-format/  <  engine/  <  job/  <  phosfs/
-# and the tracer, which runs inside the application, sees only common/
-# and the public header of include/.
+# The tracer, which runs inside the application, sees only common/ and
+# the public header of include/. cli/, the phos command, is a client of
+# phosfs: it talks to it through the mount and the socket, and sees only
+# common/, image-format/ and include/.
 src=${PHOS_SRCDIR:-.}
 cd "$src" || { echo "1..0 # skip no source tree at $src"; exit 0; }
 
@@ -18,7 +20,7 @@ rank() {
 }
 
 n=0
-for dir in common image-format engine job phosfs tracer; do
+for dir in common image-format engine job phosfs tracer cli; do
 	n=$((n + 1))
 	bad=""
 	for f in "$dir"/*.c "$dir"/*.h; do
@@ -26,6 +28,8 @@ for dir in common image-format engine job phosfs tracer; do
 		for inc in $(sed -n 's/^#include "\(\.\.\/\)\{1,\}\([a-z-]*\)\/.*"/\2/p' "$f"); do
 			if [ "$dir" = tracer ]; then
 				[ "$inc" = common ] || [ "$inc" = include ] || bad="$bad $f→$inc/"
+			elif [ "$dir" = cli ]; then
+				[ "$(rank "$inc")" -eq 0 ] || bad="$bad $f→$inc/"
 			elif [ "$(rank "$inc")" -lt 0 ] || [ "$(rank "$inc")" -gt "$(rank "$dir")" ]; then
 				bad="$bad $f→$inc/"
 			fi
