@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0-only
 # phos: concurrent checkpoint and restore of NVIDIA GPU processes.
 #
 #   make              build everything

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0-only
 # bench/criu-tree's tree: this process and two children, each holding MIB
 # MiB of its own pattern, checking it every 0.2 s (/tmp/ok-N, or /tmp/bad-N
 # if it changed).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * What the bench programs that call the driver directly (h2d-ring,
  * h2d-mapped) share: a driver call checked, a clock, and device 0's

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * fill: times the fill of a restore alone, from an image into new device
  * memory, with the restore's own code (engine_copy_in): no CRIU, no

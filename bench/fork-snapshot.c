@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * fork-snapshot: what a copy-on-write snapshot of a process's host memory
  * costs when the kernel's fork makes it (issue 29's question: can the

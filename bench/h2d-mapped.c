@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * h2d-mapped: the restore fill's copies straight out of the store's page
  * cache, with no CPU copy into pinned memory. FILE (an image's gpu.data,

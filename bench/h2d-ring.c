@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * h2d-ring: the restore fill's copies to the GPU without its reads. Each
  * of THREADS threads has a stream and a ring of PIECES pinned pieces of

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * host-mem-app: a CPU-only process holding host memory, for
  * bench/criu-lazy-pages.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * launch-rate: kernel launches per second through the driver API.
  *

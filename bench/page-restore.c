@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * page-restore: how fast a restore can bring saved pages back into a
  * process's fresh anonymous memory, the part of CRIU's restore that grows

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: GPL-2.0-only
 """A training loop whose device memory is one pool, for bench/pool-cow:
 each step prints "step N ms T at S", as bench/step-app does (T the step's
 milliseconds, the device synchronised; S its start, the wall clock's

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * read-path: what it costs a thread to move image data from a file into
  * a staging buffer and check it, by several ways, for the restore's

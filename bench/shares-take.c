@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * bench/shares-take: the time engine_shares_take (engine/shared.c) takes
  * to find the owner of every import of a checkpoint's parked memory, in

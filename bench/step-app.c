@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * step-app: a GPU program with a step time, for bench/concurrent.
  *

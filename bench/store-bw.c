@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * store-bw: how fast a store takes 4 MiB writes, with several writers.
  *

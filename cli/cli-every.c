@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * phos run --checkpoint-every DURATION|auto [--mtbf DURATION] (cli.h):
  * periodic checkpoints of the job, taken by phosfs (its `schedule`,

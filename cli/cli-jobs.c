@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * A job name's images (cli.h): phos run --name JOB links each good image
  * it takes in the store, so that a job that comes back with another pid

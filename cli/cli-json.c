@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * phos status --json and phos ls --json (cli.h): phosfs's status.json
  * files, /phos/PID/status.json, as they are (each checked to be JSON),

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * phos run --restore-from (cli.h): the newest good image of a job comes
  * back; a damaged one is passed over for the one before it.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * phos run --on-signal SIG=ACTION[,nopass] (cli.h): the grammar, and the
  * checkpoint an action takes through the job's ctl.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * phos run waits for its job (cli.h): it stands for the job, so that
  * what a batch system or a terminal does to it reaches the job. A

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /* The files of a phosfs mount, for the phos command line (cli.h). */
 #include <errno.h>
 #include <fcntl.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * The phos command line's own parts (phos.c is its main): the files of
  * the mount (cli.c), phos run's --on-signal (cli-signal.c), a job name's

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * phos: the command line, a thin layer over the files of a phosfs mount
  * ($PHOS_MOUNT, or /phos).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * phos run (run.h): a job in a pid namespace of its own.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * phos run: starting a job under the tracer (run.c), for the phos CLI.
  */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /*
  * The CoW table: what a copy-on-write checkpoint shares between the job
  * that copies a process's memory (engine/cow.c, in phosfs) and the tracer

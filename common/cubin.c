@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* Reading CUDA device code images (cubin.h). */
 #include <errno.h>
 #include <stdbool.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /*
  * Reading CUDA device code images: cubins (ELF), fatbins holding them, and
  * PTX text. Gives each kernel's name and, from a cubin, its parameter

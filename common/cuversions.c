@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* Versions of driver entry points (cuversions.h). */
 #include <stdio.h>
 #include <string.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /*
  * Which version of a driver entry point cuGetProcAddress gives for a base
  * name and the CUDA version the caller was built for (cuMemAlloc at 12000

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* A duration as people write one (duration.h). */
 #include <errno.h>
 #include <stdlib.h>

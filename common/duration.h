@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /*
  * A duration as people write one (duration.c): seconds, or a number with
  * s, m, h or d ("90", "1.5s", "15m", "2h", "1d"). phosfs's schedule and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /*
  * Pid namespaces, seen from phosfs's (the host's) side. `phos run` starts
  * each job as pid 1 of a namespace of its own (a small init, then the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /*
  * One field of /proc/PID/status ("Key:\tvalue"), for the few things only
  * that file says: a process's pids in its namespaces (NSpid), its parent

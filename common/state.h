@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /*
  * The state table: a memfd the tracer creates and passes to phosfs with its
  * HELLO, mapped shared by both, for coordination that must cost no system

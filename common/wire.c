@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* The tracer <-> phosfs wire protocol (wire.h). */
 #include <errno.h>
 #include <fcntl.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /*
  * The wire protocol between the tracer (libphos.so, inside the GPU
  * process) and phosfs: versioned messages over a SOCK_SEQPACKET unix

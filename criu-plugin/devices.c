@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * phos_devices.so: a CRIU plugin for the device files that a forked child
  * of a CUDA process keeps.

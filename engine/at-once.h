@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * One step taken by several processes at once: each on a thread of its
  * own, so that none waits for a peer that is not yet asked.

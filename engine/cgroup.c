@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * Cgroups (cgroup.h): /proc/PID/cgroup names a process's cgroup in each
  * hierarchy ("ID:CONTROLLERS:PATH", "0::PATH" for cgroup v2);

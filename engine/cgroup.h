@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * Cgroups (cgroup.c): the ones a process is in, and a way for a child to
  * join them between fork and exec. A restore puts the restored tree in

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * Device memory into an image, in two tiers (as DataStates-LLM flushes):
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * Copy out (copy-out.c): parked device memory into an image, through a
  * pool of pinned host staging.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * The job's side of a copy-on-write checkpoint (common/cow.h): one table
  * per traced process, and its shadow pool, made during the stall, sent to

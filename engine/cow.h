@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * The job's side of the tables a copy-on-write checkpoint, a recopy and
  * a lazy restore share with the tracer (cow.c; the layout is

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * A gate on a CRIU restore: its FIFO and its action script (criu-gate.h).
  */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * A gate on a CRIU restore (criu-gate.c): CRIU restores the tree, every
  * page and file of it, and then waits at the gate before it lets the tree

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * Reading CRIU's images (criu-image.c) without CRIU's own code: the list
  * of files (files.img) entry by entry, the protobuf fields inside them,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * Running CRIU. Its log goes to a file; when it fails, the first error it
  * logged becomes the job's error.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * Running CRIU (criu.c): dump, restore, the lazy-pages daemon, and its
  * log turned into a sentence for people.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * The cut of an NCCL job, with one traced process (cut.h; the wire
  * messages CUT, TARGETS, CUT_DONE and CUT_END of common/wire.h).

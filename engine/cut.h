@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * The cut of an NCCL job (cut.c): the conversation with one traced
  * process. The job layer asks every rank at once and agrees the targets

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * The CUDA driver's entry points the engine uses, loaded by driver_open
  * (internal to engine/; driver.h is the contract).

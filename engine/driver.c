@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * The CUDA driver as phosfs uses it: loaded with dlopen at the first job,
  * so that phosfs starts (and shows processes) where there is no driver.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * The CUDA driver as jobs use it (driver.c): loaded with dlopen at the
  * first job, the process-checkpoint API on other processes, and where a

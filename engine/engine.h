@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * engine: the mechanisms of checkpoint and restore, run in job processes
  * (doc/ARCHITECTURE.md); the protocols that string them together are the

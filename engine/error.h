@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * One way to report an error inside phos (error.c), after CRIU's pr_err
  * and pr_perror.

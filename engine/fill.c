@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * Images back to device memory (the fill of a restore). The job makes
  * new allocations in its own context and fills them with a filler:

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * The fill (fill.c): an image's device memory back into new allocations,
  * for a restore.

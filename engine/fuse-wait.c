@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * Which FUSE file systems a process tree waits for (fuse-wait.h): a
  * process that calls into a FUSE mount whose daemon does not answer

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * Which FUSE file systems a process tree waits for (fuse-wait.c): for a
  * step that ran out of time, to name the mount whose daemon held it.

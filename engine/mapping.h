@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * Device memory mapped in the job's own context (internal to engine/):
  * the process's objects, imported from their fds, or new

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * Parking and unparking a traced process (common/wire.h): phosfs takes
  * the fds of its device memory, and later gives them back.

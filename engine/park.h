@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * Parking (park.c): the conversation with a traced process, which hands
  * the job the fds of its device memory and later gets them back; and the

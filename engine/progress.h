@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * A job's progress (progress.c): the steps it goes through, what status
  * shows of it, and the clocks it times them with. Its errors are

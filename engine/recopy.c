@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * The first part of a recopy checkpoint (doc/ARCHITECTURE.md, "The
  * checkpoint protocols", recopy): every traced process is quiesced,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * The first part of a recopy checkpoint (recopy.c): tracking writes
  * while the memory is copied into staging.

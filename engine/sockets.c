@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * Listening abstract unix sockets whose names are taken (sockets.h).
  *

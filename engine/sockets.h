@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * Listening abstract unix sockets of an image whose names are taken on
  * this machine, such as the CUDA driver's of an original that still runs

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * TCP connections of a job, before its dump (engine.h).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * Closed connections that hold the TCP addresses of an image
  * (timewait.c says why a restore ends them).

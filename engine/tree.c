@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * The processes of a job: a pid and all its descendants, found from
  * /proc, parents before their children. CRIU dumps the same tree with

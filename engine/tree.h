@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * The processes of a job (tree.c) and their TCP connections (tcp.c), as
  * /proc shows them.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * counter: a small CUDA program that checks its own state, for trying
  * checkpoint and restore (it is phos's demo).

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only
 # The phos demo: mount phosfs on a temporary directory, run examples/counter
 # under phos (on the GPU if there is one, else on simcuda, the software
 # CUDA driver), checkpoint it, copy the image, kill the program, restore it

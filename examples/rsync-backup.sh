@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: GPL-2.0-only
 # Copies the latest checkpoint of a process to another machine, or to a
 # local directory. Images are plain directories, so rsync copies them
 # whole; latest always names a published one.

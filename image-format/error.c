@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* This thread's last error message, and the format's shared codecs. */
 #include <stdarg.h>
 #include <stdio.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /*
  * On-disk constants and little-endian codecs of the phos image format
  * (FORMAT.md), shared by the writer, the reader and the tool. Internal.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /*
  * The chunk checksum, XXH3-128 (FORMAT.md), in one call or while a chunk
  * is read. The restore reads through here, so after the copy itself the

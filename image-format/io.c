@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* Whole-buffer file I/O that survives short transfers and EINTR. */
 #include <errno.h>
 #include <fcntl.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /*
  * The manifest: a header, typed sections and a checksummed trailer
  * (FORMAT.md, "Manifest"). Decoding trusts no length it reads.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * phos-image: inspect, check and extract phos checkpoint images.
  *

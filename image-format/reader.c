@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /*
  * The reader: opens an image and its parent chain, checks their structure
  * once, then serves random reads at chunk granularity, checking each

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /*
  * The streaming writer. Chunks arrive in any order from any number of
  * threads; each claims its place in gpu.data with one atomic add and is

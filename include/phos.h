@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /*
  * phos SDK: what an application may tell phos. Every call is a no-op when
  * the process runs without phos (no tracer preloaded), so a program can

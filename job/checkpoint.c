@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * A checkpoint (checkpoint.h; doc/ARCHITECTURE.md, "The checkpoint
  * protocols"): the shared stall of stall.c, with each protocol's own

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * A checkpoint (checkpoint.c): the stall stop, cow and recopy share
  * (stall.c), and each one's own short sequence (doc/ARCHITECTURE.md, "The

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * The cut of an NCCL job (stall.h; doc/ARCHITECTURE.md, "NCCL jobs"): no
  * collective may be half launched when the members quiesce. Every traced

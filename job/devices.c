@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * Restore onto other GPUs: which of this machine's GPUs each of an image's
  * GPUs goes to (doc/ARCHITECTURE.md, "The restore protocols").

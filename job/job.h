@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * job: the protocols, run in a job process of their own (main.c;
  * doc/ARCHITECTURE.md). This header is the layer's contract to phosfs:

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * The lazy variant of a restore (lazy.h; the sequence is restore_run's,
  * in restore.c): the process runs before its device memory is back.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * The lazy variant's own steps of a restore (lazy.c; internal to job/).
  * restore_run calls them in this order; lazy_end always.

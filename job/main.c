@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * A job process's main (job.h). phosfs runs each checkpoint and restore as
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * Job requests (request.h): made by phosfs, checked by the job.
  */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * A job request: what phosfs asks of a job process, typed. phosfs fills
  * it into the memfd it shares with the job (job_shared, shared.h) before

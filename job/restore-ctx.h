@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * A restore under way: what its steps share (internal to job/; the
  * steps are in restore.c, lazy's own in lazy.c).

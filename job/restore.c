@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * A restore (doc/ARCHITECTURE.md, "The restore protocols"): one flat
  * sequence of steps, restore_run at the end of this file, with eager and

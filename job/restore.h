@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * A restore: bringing a checkpointed process tree back, eagerly or
  * lazily (restore.c, lazy.c, devices.c; doc/ARCHITECTURE.md, "The

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * What a job process (main.c) shares with phosfs: a memfd both map,
  * made by phosfs (phosfs/spawn.c).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * The stall every checkpoint protocol shares (stall.h;
  * doc/ARCHITECTURE.md, "The checkpoint protocols"):

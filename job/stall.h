@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * The stall every checkpoint protocol shares (stall.c; internal to
  * job/): quiesce and park, driver lock and checkpoint, CRIU's dump, and

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only
 # Runs the README's two set-up commands on a clean machine: a fresh Debian
 # bookworm root with only the CUDA toolkit (../shared/fresh-machine, or
 # $PHOS_FRESH_MACHINE), in a clone of this repository's committed state;

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only
 # Installs what phos needs to build and test on Debian bookworm, and builds
 # CRIU 4.2.1, with the patches in mk/criu-patches/ (each says what it does
 # and where it comes from), into a project-local prefix. Idempotent: a
@@ -33,8 +34,9 @@ pkgs=(
 	python3 python3-xxhash python3-lz4 rsync man-db procps
 	# the metrics test's parser of the Prometheus text format
 	python3-prometheus-client
-	# the Debian packages (debian/, mk/package-check.sh)
-	dpkg-dev debhelper fakeroot
+	# the Debian packages (debian/, mk/package-check.sh), and lintian, which
+	# checks their copyright file
+	dpkg-dev debhelper fakeroot lintian
 	# the Python package's tests (python/): pytest, and pip installing it
 	# from the source tree without the network
 	python3-pytest python3-pip python3-setuptools python3-wheel

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only
 # Writes simcuda's stubs.c: one exported function for every driver entry
 # point that cuda.h declares and simcuda does not implement. Each logs one
 # line naming the call and returns CUDA_ERROR_NOT_SUPPORTED.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only
 # Fills a self-contained folder for a GPU machine that has the NVIDIA driver
 # and CUDA but no package registry: CRIU with the shared libraries it needs
 # beyond glibc, and the GPU tests with the programs they run.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only
 # Builds phos's Debian packages (debian/: phos and libphosimg-dev), installs
 # them, and tries them from their installed paths:
 #   - the files are where debian/ puts them, and the systemd unit names them;
@@ -69,6 +70,19 @@ check "phos's files are installed" installed /usr/sbin/phosfs /usr/bin/phos /usr
 	/usr/share/doc/phos/README.Debian /usr/share/doc/phos/criu-patches
 check "libphosimg-dev's files are installed" installed /usr/include/phos/phosimg.h /usr/include/phos.h \
 	"$(dpkg -L libphosimg-dev | grep '/libphosimg\.a$')" "$(dpkg -L libphosimg-dev | grep '/phosimg\.pc$')"
+# lintian reads debian/copyright (DEP-5) against the source package, git's
+# files: no tag of it may be about the copyright or a license.
+licenses_clean() {
+	command -v lintian >/dev/null || { echo "  no lintian here (make deps installs it)" >&2; return 1; }
+	local d=$work/lint/phos-0 tags
+	mkdir -p "$d"
+	git -C "$here" ls-files -z -co --exclude-standard | (cd "$here" && xargs -0 cp --parents -t "$d") &&
+		(cd "$work/lint" && dpkg-source -b phos-0 >"$work/lint.log" 2>&1) ||
+		{ tail -5 "$work/lint.log" >&2; return 1; }
+	tags=$(lintian --tag-display-limit 0 "$work"/lint/*.dsc 2>&1 | grep -Ei 'copyright|licen[cs]e|file-pattern' || true)
+	[ -z "$tags" ] || { printf '  %s\n' "$tags" >&2; return 1; }
+}
+check "lintian finds nothing to say of the copyright file and the licenses" licenses_clean
 unit_runs() {
 	local exe
 	for key in ExecStart ExecStopPost; do

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only
 # After a failed `make check`: prints, for each test that failed, the end
 # of its TAP and of its diagnostics, from the logs that mk/test-log.sh
 # kept in DIR. A CI log keeps only its tail; this puts the cause there.

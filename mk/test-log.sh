@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only
 # prove --exec: runs one test as prove would, and keeps what it printed in
 # $PHOS_TEST_LOGS: its TAP in NAME.log, its diagnostics (stderr) in
 # NAME.err, shown again once it ends, and its exit status in NAME.rc, so

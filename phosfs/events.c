@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * /events (phosfs.h: events_emit, events_read, events_poll): what
  * happened to checkpoints and restores, one JSON object a line, for a

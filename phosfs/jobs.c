@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * Targets and their jobs. A target is a pid that phosfs has been asked
  * about: it keeps the job in progress, the last error and the last

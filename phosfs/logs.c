@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * The store's log folders (STORE/.logs, STORE/<pid>/.logs): each job
  * writes a log of its own there, and only the newest are kept.

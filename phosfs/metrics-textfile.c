@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * phosfs --metrics-textfile DIR (phosfs.h: metrics_textfile_start): the
  * metrics of /metrics written to DIR/phos.prom for node_exporter's

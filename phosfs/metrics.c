@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * /metrics and --metrics-textfile (phosfs.h: metrics_*): what phosfs's
  * checkpoints and restores cost, in the Prometheus text exposition format

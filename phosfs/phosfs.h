@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * phosfs internals: the registry of traced processes and the file system
  * that shows them. Functions return 0 or a negative errno.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * The pool of restore jobs started ahead (phosfs --job-pool N, phosfs.h):
  * each is `phosfs --job pool --shared FD --wake FD`, a job process that

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * Who reads which image through the mount (phosfs.h: readers_*), so that
  * a prune never removes an image under a copy: `cp -r` or rsync of

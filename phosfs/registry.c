@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * The registry of traced processes. A thread accepts the tracers'
  * connections on the socket, reads each HELLO (with its state table) and

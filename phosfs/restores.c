@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * Restores. A write to /ctl submits one and returns at once: a thread of
  * the restore's own starts its job process (job/main.c) when its turn

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * Periodic checkpoints of a job (phosfs.h: schedule_set, schedule_status):
  * `schedule every=DURATION|auto [mtbf=DURATION] [keep=N] [PROTOCOL]` on

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * Starting a job process (`phosfs --job …`, job/main.c), with the
  * memfd it shares with phosfs.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * The host staging pool, made once: a memfd of --staging bytes. Each
  * checkpoint's job maps the part it needs and registers (pins) it with

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * status.json (phosfs.h: status_json): a status file's key: value lines
  * as one JSON object, so that the two always say the same.

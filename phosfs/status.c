@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * The status files of /phos (phosfs.h: status_proc, status_root,
  * status_restore): key: value lines, one fact a line, made whole at open.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * A generated file's contents (text.c): text that grows as it is made,
  * the way every file of /phos is made whole at open.

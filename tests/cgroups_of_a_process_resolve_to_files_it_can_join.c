@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * A restore puts its tree in the cgroups of the process that asked
  * (engine/cgroup.c): /proc/PID/cgroup is read, each hierarchy's line is

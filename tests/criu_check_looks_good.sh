@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: GPL-2.0-only
 # The project's CRIU works on this kernel: `criu check` says "Looks good".
 echo "1..1"
 criu=${PHOS_CRIU:-deps/criu/sbin/criu}

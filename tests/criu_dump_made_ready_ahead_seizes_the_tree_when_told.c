@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * phos's CRIU carries --start-fd (mk/criu-patches/0003): a dump readies
  * all it can without the tree, then waits for a byte before it seizes

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * phos's CRIU carries --parallel-pages (mk/criu-patches/): a dump writes
  * the pages of a tree's processes at once, one writer each. criu_dump

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * Writing CRIU's list of files (files.img) by hand, for the tests of
  * what phos reads in it (engine/criu-image.h): protobuf fields and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * A restore's gate (engine/criu-gate.c): the action script CRIU runs at
  * each of its actions lets every action but post-restore through at

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * phos's CRIU carries --pages-threads (mk/criu-patches/0004): a restore
  * reads each task's pages with helper threads of the task: in a pid

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * CRIU writes what it measured in a dump (stats-dump: times freezing the
  * tree, frozen, collecting and writing pages; pages written) and in a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * What the two fuzz tests of the ctl grammar share: commands made from
  * seeds and words, and mutated (tests/phosfs_ctl_rejects_malformed_commands.c

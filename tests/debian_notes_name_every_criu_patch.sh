@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: GPL-2.0-only
 # debian/README.Debian names each patch in mk/criu-patches/, as
 # debian/rules demands before it builds the packages: a patch added
 # without a word there fails here, in seconds, not in the package build.

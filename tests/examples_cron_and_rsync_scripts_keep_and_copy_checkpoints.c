@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * The scripts in examples/ that users install: the cron script
  * checkpoints every traced process and keeps the newest N checkpoints;

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * FORMAT.md suffices: tests/spec_reader.py, a reader written from the
  * specification alone, verifies images that libphosimg wrote (raw, lz4,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * Four threads store the chunks of eight objects at once, each in its own
  * shuffled order, with and without lz4; the image reads back whole.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * A store that fills up: the writer fails with ENOSPC and a message, the
  * image is not published, its temporary files are removed, and an image

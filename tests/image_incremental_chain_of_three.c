@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * A chain of three images: a full base and two incrementals that refer to
  * their parent for unchanged chunks (given explicitly, or found equal).

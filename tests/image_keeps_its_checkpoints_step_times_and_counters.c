@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * A checkpoint's image keeps what the checkpoint cost (format 1.6, its
  * STATS section), so that it can be read later, wherever the image went:

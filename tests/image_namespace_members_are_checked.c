@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * Format 1.4: the members of a tree that lived in a pid namespace of its
  * own carry their pid there (ns_pid), and the root is flagged as the

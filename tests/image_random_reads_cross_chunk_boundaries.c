@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * Random reads of any offset and length, across chunk boundaries and up to
  * the end of the object, return exactly the bytes written, raw or lz4.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * An image written with or without lz4 reads back byte for byte, keeps its
  * manifest (process, devices, protocol, times, objects, CRIU files), and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * Format 1.5: memory one member imported of another's (or of its own) is
  * stored once, as the owner's object, and the import is a share: the

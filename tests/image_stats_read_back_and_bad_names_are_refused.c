@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * An image keeps the named values its writer set (format 1.6, the STATS
  * section): they read back by name, in ascending order, the last value

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * A chunk streamed in pieces of any size (phosimg_stream, the restore's
  * fill) gives exactly the bytes written, raw or from a parent image; a

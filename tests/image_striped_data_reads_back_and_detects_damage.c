@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * An image whose data is split over four files (format 1.3: gpu.data,
  * gpu.data.1, .2, .3; the STRIPES section), written by four threads at

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * While four threads store chunks, a reader follows the unpublished
  * gpu.data up to phosimg_writer_data_ready, as phosfs does for a copy

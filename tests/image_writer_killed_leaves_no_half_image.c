@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * A writer process killed with SIGKILL at any moment leaves either no image
  * at its path or a complete one that verifies; an older image beside it

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * Helpers for the image-format tests: scratch directories, test data and
  * running the phos-image tool.

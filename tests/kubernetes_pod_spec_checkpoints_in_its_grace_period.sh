@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only
 # examples/kubernetes/pod.yaml: a pod spec whose preStop hook makes phos
 # run checkpoint its job, and whose grace period is derived from the
 # checkpoint it measured. Read with Python's yaml (no cluster here):

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: GPL-2.0-only
 # Every manual page in man/ renders with man(1) without a warning.
 dir=${PHOS_SRCDIR:-.}/man
 if ! command -v man >/dev/null 2>&1; then

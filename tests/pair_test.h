@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * What the tests of tests/apps/pair_app share: finding it, its cubin and
  * the stub NCCL, and reading how far its two ranks have got from its

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * A small peer that speaks the tracer's wire protocol (common/wire.h), as
  * phosfs will: it listens on a socket, and lists, parks and unparks a

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only
 # The command line works for a process's owner who is not root, wherever
 # `echo … > ctl` does. A process of user nobody:
 #   1. nobody's `echo checkpoint stop name=e > /phos/PID/ctl` is taken;

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only
 # phos status --json PID prints phosfs's /phos/PID/status.json, and phos
 # ls --json a JSON array of every process's; where the mount has no
 # status.json (a phosfs older than phos), each says so and exits 1. On a

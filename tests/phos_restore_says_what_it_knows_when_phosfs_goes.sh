@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only
 # `phos restore --wait` whose phosfs dies under it says what it knows: the
 # restore's job runs on its own, so the restore may go on and its process
 # run. A lazy restore's fill is slowed (simcuda's bus at 20 MB/s), and

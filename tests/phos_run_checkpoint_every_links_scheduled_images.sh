@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only
 # phos run --checkpoint-every: phosfs takes the job's checkpoints on
 # schedule, and phos run links each it publishes under the job's name,
 # keeping the newest --keep, so that --restore-from latest finds the

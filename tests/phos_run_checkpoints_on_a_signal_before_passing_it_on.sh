@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only
 # phos run --on-signal: a signal sent to phos run is a checkpoint first,
 # through phosfs, and only then goes on to the job. A real phosfs, and
 # examples/counter under the tracer on simcuda:

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only
 # phos run --on-signal-timeout: a checkpoint that a signal asked for and
 # that does not end in time is cancelled, and the signal goes on, so a
 # scheduler's grace period is not spent waiting for it. A real phosfs,

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only
 # phos run passes the job stdin, stdout and stderr, and no other
 # descriptor it inherited (CRIU could not dump one of a mount outside the
 # job's namespace, and they are no business of the job's), but those of

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only
 # A job under phos run --pid-ns has a /dev/shm of its own, which its
 # image carries. Its Python program shares memory with a child by name
 # (multiprocessing.shared_memory, a file in /dev/shm, as PyTorch's CUDA

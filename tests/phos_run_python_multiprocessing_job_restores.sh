@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only
 # A Python job that hands work to a child through multiprocessing's
 # queues (the spawn start method, as torch.multiprocessing uses), under
 # phos run with a real phosfs. Its queues' locks are POSIX semaphores,

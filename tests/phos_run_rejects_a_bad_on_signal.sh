@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only
 # phos run refuses a bad --on-signal (and its other bad options) with a
 # clear error and exit status 2, before anything starts: no job runs, and
 # phosfs is not even looked for. A good one gets past the options (to

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only
 # phos run --restore-from latest --name JOB: one command line for a job
 # that may have run before. A real phosfs, and examples/counter under the
 # tracer on simcuda; each run is the same line, and TERM checkpoints the

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only
 # A restored job goes into the cgroups of the process that asked for the
 # restore, as a job it started would, and not into the cgroups its image
 # names (CRIU would make those again: a dead job's). A scheduler that

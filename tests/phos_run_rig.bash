@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0-only
 # shellcheck shell=bash
 # What the shell tests of `phos run` share: a real phosfs on a temporary
 # mount, with simcuda as the driver; in a GPU bundle (PHOS_BUNDLE set, as

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * The process dies (kill -9) while its checkpoint's copy runs beside it
  * under copy-on-write: after a cow checkpoint's stall, and after a recopy

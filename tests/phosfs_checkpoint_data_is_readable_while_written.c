@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * gpu.data of a checkpoint that is still being written can be read at
  * once, and a reader gets its bytes as they become final: what it read

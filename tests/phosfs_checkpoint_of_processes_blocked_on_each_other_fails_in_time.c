@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * Two traced processes that block on each other (tests/apps/pair_app, the
  * pattern of two ranks in an all-reduce): rank 1 is held on the host, so

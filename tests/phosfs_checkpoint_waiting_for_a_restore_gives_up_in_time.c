@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * A checkpoint asked while a lazy restore still brings its tree's device
  * memory back waits for the restore, but not for ever: phosfs runs with

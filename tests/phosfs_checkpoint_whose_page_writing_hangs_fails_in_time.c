@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * A cow checkpoint whose CRIU hangs while it writes the pages, after the
  * job was let go, fails at the dump's deadline, and nothing else is

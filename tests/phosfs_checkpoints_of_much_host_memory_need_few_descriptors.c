@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * A checkpoint of a process with much host memory does not need a file
  * descriptor per MiB of it. CRIU (--parallel-pages) keeps a task's pages

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * A job of its own pid and mount namespace (phos run --pid-ns) restores
  * as a clone from any path of this machine, also from paths its own

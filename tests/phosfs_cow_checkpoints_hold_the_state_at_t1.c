@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * Copy-on-write checkpoints taken at random moments hold exactly the
  * device state at t1.

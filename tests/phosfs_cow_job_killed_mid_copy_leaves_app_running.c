@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * The job that copies a CoW checkpoint is killed with -9 while the
  * process runs and its memory is being copied. The tracer learns of it

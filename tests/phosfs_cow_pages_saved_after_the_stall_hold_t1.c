@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * A cow checkpoint saves the host memory of t1, though its pages are
  * written after the process runs on, and when CRIU cannot do that, they

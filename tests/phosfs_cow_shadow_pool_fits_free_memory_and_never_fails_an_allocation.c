@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * The CoW shadow pool takes what device memory is free, and never makes
  * an allocation of the application fail.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * CRIU's failures reach status as their real cause, with what they name
  * and what to do, never as the harmless warning CRIU prints first here

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * The ctl grammar (phosfs/ctl.c), fuzzed in process: 200,000 mutations of
  * valid commands (checkpoint, cancel, schedule, restore) and random

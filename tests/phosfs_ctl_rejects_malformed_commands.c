@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * Bad input to ctl: 2,000 fuzzed writes to /<pid>/ctl and 500 to /ctl,
  * mutations of valid commands and random bytes, each get EINVAL and a

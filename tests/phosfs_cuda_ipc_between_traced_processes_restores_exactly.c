@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * Two traced processes that share device memory and an event through
  * legacy CUDA IPC (tests/apps/ipc_app: cuIpcGetMemHandle,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * Eight processes checkpointed at the same moment, round after round, all
  * succeed: eight cow_apps run under phos (4 MiB each, their own seeds),

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * /events tells a reader each step of a checkpoint and a restore as it
  * happens, one JSON object a line: a cow checkpoint of examples/counter

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * A stop checkpoint whose CRIU dump fails: the copy of device memory that
  * began when the memory was parked stops there, rather than write the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * A store on a full tmpfs: the checkpoint fails with a clear error in
  * status, nothing half-written is left, the process keeps running, and

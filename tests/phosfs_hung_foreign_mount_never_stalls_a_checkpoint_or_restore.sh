@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only
 # A FUSE mount phos does not need, whose daemon does not answer, never
 # stalls a checkpoint or a restore. A job of `phos run --pid-ns` has a
 # mount namespace of its own, a copy of the machine's mounts: a second

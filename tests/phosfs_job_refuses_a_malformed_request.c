@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * A job process checks the request phosfs left in their shared memory
  * before it acts on anything (phosfs/request.h): a request that is not

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * A checkpoint job killed with -9 mid-copy left its half image
  * (.N.tmp-PID.0) in the store for good, and the name N was skipped:

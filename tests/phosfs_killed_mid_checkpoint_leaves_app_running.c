@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * phosfs killed with -9 in the middle of a checkpoint: the job runs in a
  * process of its own and finishes, so the application gets its memory

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * A lazily restored process runs before its device memory is back, and
  * every way it reaches that memory waits for it: a kernel launched with

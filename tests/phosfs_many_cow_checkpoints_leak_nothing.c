@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * Checkpoint after checkpoint of one process leaks nothing and never
  * fails: cow_app runs under phos on 8 MiB, and is checkpointed (CoW, the

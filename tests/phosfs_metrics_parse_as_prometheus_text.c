@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * /metrics, and the file --metrics-textfile writes for node_exporter,
  * parse with Prometheus's own parser (Python's prometheus_client) and

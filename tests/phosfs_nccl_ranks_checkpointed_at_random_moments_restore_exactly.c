@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * Two ranks that all-reduce in a loop (tests/apps/pair_app with the stub
  * NCCL, tests/apps/libnccl.so.2: each step an ncclAllReduce on their

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * A checkpoint of two ranks that share device memory (tests/apps/pair_app
  * with the stub NCCL: rank 1 maps memory rank 0 made and exported) that

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * A job that is a process tree, on a real mount with real CRIU:
  *

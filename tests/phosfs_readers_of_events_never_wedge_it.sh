@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only
 # Readers of /events never wedge phosfs. A read of /events waits for the
 # next event; it must give up when its reader is killed and when phosfs
 # ends, or phosfs's FUSE loop, which joins its threads at exit, waits

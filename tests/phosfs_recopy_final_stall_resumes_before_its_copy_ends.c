@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * recopy's final stall lets the process run again once CRIU has dumped
  * it, before the copy of what it wrote is off the GPU: what is left is

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * phosfs killed with -9 leaves its mount dead ("Transport endpoint is not
  * connected"); it could not start again until someone unmounted it by

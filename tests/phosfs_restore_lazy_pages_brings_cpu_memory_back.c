@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * restore DIR lazy-pages: CPU pages come back while the process runs too
  * (CRIU's lazy-pages daemon, through userfaultfd), as its device memory

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * `restore DIR device=OLD=NEW` brings a process back on another GPU: the
  * driver is given gpuPairs, phosfs fills the new GPU, and the process

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * A restore from a copy of an image whose device data was damaged after
  * it was written (one byte of gpu.data changed, as a bad disk or a bad

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * A restore checks the CRIU files it hands to CRIU against the image's
  * manifest before anything starts (a truncated pages-1.img once made

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * phosfs keeps restore jobs started ahead (--job-pool N, default 1): a
  * job process that has loaded the driver and waits for its request, so

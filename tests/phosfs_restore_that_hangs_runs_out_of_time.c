@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * No ctl write waits for a job, and every step of a restore has a
  * deadline. phosfs runs with --restore-timeout 2 and a CRIU whose restore

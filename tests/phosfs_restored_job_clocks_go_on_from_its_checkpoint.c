@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * A job restored long after its checkpoint must not see its monotonic
  * clock jump by the time the image lay in the store: PyTorch's NCCL

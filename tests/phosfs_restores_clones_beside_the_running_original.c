@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * Restore anywhere: a job of `phos run` lives in a pid namespace of its
  * own, so its image restores whatever pids are taken, even beside the

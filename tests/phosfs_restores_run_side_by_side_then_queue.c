@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * Restores run side by side up to --restores, wait in a queue of up to
  * --restore-queue beyond that, in the order they were asked for, and are

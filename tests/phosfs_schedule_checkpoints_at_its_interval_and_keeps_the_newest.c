@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * `schedule` on /<pid>/ctl takes checkpoints of a job at its interval
  * and keeps the newest N: every=2 keep=2 on examples/counter takes one

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * A real phosfs mounted on a temporary directory shows a process running
  * under the tracer: /version, and /<pid>/status, buffers and kernels with

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only
 # A soak of phosfs as it is used: PHOS_SOAK_CHECKPOINTS cow checkpoints
 # (default 200; 50 under ASan) of a job, one after another, while
 #   - a reader waits on /events, and another reads /metrics and

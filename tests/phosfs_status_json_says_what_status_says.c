@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * /PID/status.json and /status.json are one JSON object each, and say
  * what the key: value status files say: examples/counter under the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * While a lazy restore is still bringing a process's device memory back,
  * /<pid>/status says so: the process is "restoring", its tracer is served

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * The whole flow on a real mount with real CRIU: a process holding 256 MiB
  * of known device data (examples/counter, on simcuda) is checkpointed with

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * A stop checkpoint waits, with its process stopped, until the device
  * memory is off the GPU. When that copy makes no progress (a device copy

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * A job whose processes talk over TCP, as torchrun's agent and its
  * workers do through their store, on a real mount with real CRIU:

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * A real phosfs on a temporary mount, with simcuda as its driver, and
  * examples/counter started under it by `phos run`: for the end-to-end

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * One process using two GPUs is checkpointed with every protocol (stop,
  * cow, recopy) and restored: each GPU's memory comes back to its own GPU,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * A zombie child keeps its pid across a cow checkpoint and restore, when
  * its parent is a thread other than the main one, in a job with a pid

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * proc_status_field (common/procstatus.h) reads one field of
  * /proc/PID/status by its whole name:

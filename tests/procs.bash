@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0-only
 # shellcheck shell=bash
 # What every shell test that drives jobs needs of processes and their
 # output. Sourced (not run; it is no test) by tests/phos_run_rig.bash and

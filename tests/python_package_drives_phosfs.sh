@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only
 # The Python package (python/): `pip install ./python` installs it without
 # the network, and its pytest tests pass against a real phosfs on simcuda:
 # hint(), checkpoint(), restore(), status(), events() and their errors.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * A job killed on this machine leaves its TCP connections in TIME_WAIT
  * for a minute, and a listening socket without SO_REUSEADDR (NCCL's

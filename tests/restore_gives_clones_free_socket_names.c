@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * A clone restored beside its running original cannot bind the listening
  * abstract unix sockets the original holds (the CUDA driver's

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * include/phos.h: phos_hint() returns -1 in a program running without
  * phos, and 0 under the tracer, where it passes the gate. The program

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * A checkpoint of processes that share device memory (NCCL's ranks)
  * finds, for every import, the object it came from (engine_shares_take,

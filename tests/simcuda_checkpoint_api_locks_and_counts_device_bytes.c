@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * The process-checkpoint API on another process: lock, checkpoint, restore
  * and unlock move it through its states; lock stops its CUDA calls until

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * Kernels from nvcc-built images (cubin, fatbin, PTX) run on simcuda as the
  * host functions registered under their mangled names, with the parameter

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * simcuda answers device queries like an H200, resolves entry points by
  * version through cuGetProcAddress as the driver does, keeps cuMemGetInfo

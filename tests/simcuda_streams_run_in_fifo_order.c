@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * Asynchronous work on two streams keeps each stream's order; events order
  * one stream after another; the default stream waits for both.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * A VMM allocation exported as a POSIX fd and imported by a second process
  * maps the same bytes there, in both directions; an allocation made without

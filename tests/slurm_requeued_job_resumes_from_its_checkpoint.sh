@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only
 # examples/slurm/train.sbatch on a real Slurm of one node, started here
 # (munged, slurmctld and slurmd, with a slurm.conf of its own: process
 # tracking by the process tree, no cgroups, so that it runs without

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: GPL-2.0-only
 # Every function of job/, engine/, phosfs/ and cli/ fits a page: about 80 lines
 # from its opening brace to its closing one (doc/ARCHITECTURE.md). The project's
 # functions open and close their bodies with a brace in column 0.

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: GPL-2.0-only
 # No source file includes a header of a layer above its own
 # (doc/ARCHITECTURE.md, "Which may call which"). From the bottom:
 #   common/, image-format/  <  engine/  <  job/  <  phosfs/

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: GPL-2.0-only
 """An independent reader of phos checkpoint images, written from
 image-format/FORMAT.md alone, to show that the specification suffices.
 

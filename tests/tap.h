@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * A small TAP producer for phos's C tests, read by prove.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * Where a test finds what the build made: the path an environment variable
  * names (set by make check), else a path relative to the directory of the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * A driver-API application for the tracer tests to run under libphos.so.
  * It allocates large and small buffers, fills them with known bytes, loads

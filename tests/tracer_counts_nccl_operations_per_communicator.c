@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * The tracer interposes NCCL, here a stub libnccl.so.2 the program
  * dlopens RTLD_LOCAL and reaches only through dlsym (tests/tracer_app.h,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * The tracer's demangler: the parameter kinds of typical kernel names
  * (pointers to const and non-const, scalars, structs, templates,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * A park is two steps: the tracer hands its device memory over (PARKED)
  * and lets go of it only when phosfs says it holds every fd (HELD). Until

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * A park lowers every context's stack limit (CU_LIMIT_STACK_SIZE) to 0, so
  * that the driver's checkpoint saves none of the local memory it sizes

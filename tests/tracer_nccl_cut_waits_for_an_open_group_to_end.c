@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * A rank whose count is at its cut's target may still be inside a group
  * it has not ended: NCCL launches the group's kernels in ncclGroupEnd,

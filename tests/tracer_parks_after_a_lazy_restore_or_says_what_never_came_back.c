@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * After a lazy restore, the next checkpoint parks the process again:
  *   1. the application frees a buffer whose object the restore has not

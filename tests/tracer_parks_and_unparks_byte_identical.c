@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * Park and unpark under the test peer: the tracer hands every device
  * memory object over as an fd and releases it, the program's own VMM

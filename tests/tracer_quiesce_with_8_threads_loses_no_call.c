@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * Quiesce while 8 threads issue driver calls: it completes; calls that
  * arrive meanwhile wait at the gate and run after it opens (none fails on

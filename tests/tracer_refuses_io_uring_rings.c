@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * A traced process cannot set up an io_uring ring: CRIU could not dump
  * it, and libuv (under PyTorch's TCP store, in torchrun's agent) makes

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * The tracer's control thread gets 3000 malformed or unexpected messages
  * on its socket (random bytes; valid headers with wrong versions, types or

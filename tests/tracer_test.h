@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * Runs tests/tracer_app.h under libphos.so, with the test as its phosfs
  * (tests/peer.h). A tracer test's main starts with TRACER_TEST_MAIN.

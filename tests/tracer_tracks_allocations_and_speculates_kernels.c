@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * Under the tracer, a driver-API program registers at its first cuInit;
  * its allocations appear in the buffer table with their VA, size and state;

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * However a program reaches the driver, it reaches the tracer: through
  * dlsym on a dlopen'd libcuda.so.1, and through cuGetProcAddress with the

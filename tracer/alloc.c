@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /*
  * Device memory, made parkable. Every allocation the application asks for
  * becomes memory of a VMM allocation the tracer made with the POSIX fd

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /*
  * Wrappers of the copies and sets whose destination is a strided area or
  * another context's memory: 2D and 3D copies, peer copies and 2D sets.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /*
  * Wrappers of cuInit, module and library loading, function lookups and
  * launches. A launch passes the gate and has its read and write sets

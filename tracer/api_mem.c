@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /*
  * Wrappers of the driver's memory calls: allocations become parkable
  * (alloc.c), and copies and sets pass the gate and are counted as reads

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /*
  * Wrappers of the calls that write device memory without a kernel or a
  * plain copy: stream memory operations (cuStreamWriteValue*, the writes

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /*
  * Wrappers of the driver's queries about an address: what lies there,
  * and where its allocation begins and ends.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* Batches of parked objects on their way to phosfs (tracer.h, obj_batch). */
 #include <unistd.h>
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /*
  * Contexts the application used, so that quiesce can synchronise each one;
  * and the wrappers that tell us about them. Peer access between contexts

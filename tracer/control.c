@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /*
  * The control thread: the tracer's side of the channel to phosfs.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /*
  * A small Itanium C++ demangler that answers one question: what is each
  * parameter of a kernel? A pointer to const (read only), a pointer to

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /*
  * The gate. Each thread has a slot whose `inside` flag it sets on entry and
  * clears on exit; entry then checks the global `closed` flag. Quiesce sets

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /*
  * How the application reaches the driver, and how it reaches us instead.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /*
  * Legacy CUDA IPC between traced processes: cuIpcGetMemHandle,
  * cuIpcOpenMemHandle and cuIpcCloseMemHandle, as torch.multiprocessing,

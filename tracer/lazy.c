@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /*
  * The tracer's side of a lazy restore (common/cow.h, LAZY mode).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* The tracer's messages: one line each on stderr, prefixed "phos: ". */
 #include <stdarg.h>
 #include <stdio.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /*
  * Modules, libraries and their functions. When an image is loaded, its
  * kernels' parameter layouts are read from the image (common/cubin); when

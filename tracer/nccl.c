@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /*
  * NCCL, interposed: every collective, point-to-point and group call,
  * communicator creation, split and destruction, and buffer and window

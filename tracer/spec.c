@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /*
  * Speculation: what each call reads and writes, at the scope of whole
  * buffers. A launch's arguments are looked up in the buffer table:

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /*
  * The tracer's side of the state table (common/state.h): made at each
  * registration, kept in step with the buffer table, dropped at park.

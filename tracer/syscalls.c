@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /*
  * System calls a checkpoint could not carry, refused inside a traced
  * process as the kernel refuses them where they are not built in.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /*
  * What the CoW, TRACK and LAZY tables a job hands this process share
  * (common/cow.h): where one is held and what guards it, its clock,

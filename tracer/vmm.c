@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
 /*
  * The application's own VMM allocations: handles it made with cuMemCreate
  * (to which the tracer added the POSIX fd handle type) and where it mapped

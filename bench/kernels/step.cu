@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 // bench/step-app's training-like step: rewrites a window of the buffer.
 extern "C" __global__ void step(float *p, unsigned long long n, float k)
 {

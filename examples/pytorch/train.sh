@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: GPL-2.0-only
 # A training job as clusters launch it: a shell script that sets up the
 # environment and runs the trainer. Under `phos run -- ./train.sh`, the
 # pid phos prints is this shell's, and a checkpoint of it takes the whole

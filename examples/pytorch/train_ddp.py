@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: GPL-2.0-only
 """A small transformer trained with DistributedDataParallel over NCCL.
 
     torchrun --standalone --nproc_per_node 2 train_ddp.py [--steps N] [--sleep SECONDS]

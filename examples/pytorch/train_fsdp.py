@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: GPL-2.0-only
 """The transformer of train_ddp.py, sharded over the ranks with FSDP
 (torch.distributed.fsdp.fully_shard, NCCL).
 

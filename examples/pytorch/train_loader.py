@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: GPL-2.0-only
 """PyTorch training fed by a DataLoader with worker processes, as most
 training scripts are written: the workers are forked from the CUDA process
 (the default start method on Linux) and make the batches on the CPU.

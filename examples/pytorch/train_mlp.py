@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: GPL-2.0-only
 """A small PyTorch training loop: an MLP on synthetic data, AdamW.
 
     train_mlp.py [--steps N] [--time] [--sleep SECONDS] [--split]

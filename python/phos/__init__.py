@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-2.1-or-later
 """phos from Python: checkpoint and restore GPU processes through phosfs.
 
     import phos

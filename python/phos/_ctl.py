@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-2.1-or-later
 """Checkpoint and restore: the ctl commands of phosfs(8), as phos(1) writes them."""
 
 import os

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-2.1-or-later
 """The events of phosfs (MOUNT/events): one JSON object a line."""
 
 import errno

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-2.1-or-later
 """The phosfs mount: where it is, its files, and errors a person can act on."""
 
 import errno as _errno

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-2.1-or-later
 """The SDK of include/phos.h, from Python."""
 
 import ctypes

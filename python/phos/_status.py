@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-2.1-or-later
 """Status files of phosfs: status.json, or the key: value text it is made from."""
 
 import json

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-2.1-or-later
 """A real phosfs on a temporary mount, with simcuda as its driver, for the
 tests of the phos package (as tests/phosfs_test.h makes one for the C
 tests); and, when $PHOS_PY_TAP names a file, a line of TAP there for each

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-2.1-or-later
 """phos.checkpoint() and phos.restore() against a real phosfs, on simcuda."""
 
 import os

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-2.1-or-later
 """phos.events(): the events of MOUNT/events, in order.
 
 These need phosfs's events file (MOUNT/events, one JSON object a line);

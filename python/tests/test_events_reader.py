@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-2.1-or-later
 """phos.events() over a stand-in for MOUNT/events: a FIFO, fed by the test.
 
 It needs no phosfs: the reader's own behaviour (lines in pieces, blank

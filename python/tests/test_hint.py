@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-2.1-or-later
 """phos.hint(): -1 without phos, 0 under the tracer."""
 
 import os

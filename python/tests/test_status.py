@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: LGPL-2.1-or-later
 """phos.status(): status.json, or the status text read into the same shape."""
 
 import json

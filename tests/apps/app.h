@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * What the test programs run under phos share (tests/apps/): SIGUSR1
  * asks one to check its device memory, and a driver call that fails ends

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * cow_app: a deterministic CUDA program for checking that a checkpoint
  * holds exactly the device state at t1, whenever t1 falls.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * host_writer: a CUDA program whose host memory changes all the time, for
  * checking that a checkpoint saves the host memory of t1 when its pages

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * ipc_app: two CUDA processes that share device memory and an event
  * through legacy CUDA IPC, as torch.multiprocessing shares tensors.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * launch_app: a program that launches its kernels every way the driver
  * has, each after asking what lies at its buffers' addresses, as Triton's

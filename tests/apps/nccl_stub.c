@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * libnccl.so.2 for the tests: NCCL's API in name and ABI, with nothing
  * behind it. Communicators are created from a unique id, split and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * pair_app: two CUDA processes that block on each other, as the ranks of
  * an NCCL all-reduce do.

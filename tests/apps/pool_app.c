@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * pool_app: a program that keeps its device memory in one arena, as XLA
  * and PyTorch's caching allocator do, for the tests of the CoW shadow

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * The jobs of phosfs_tcp_connection_inside_a_tree_survives_restore:
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * two_gpu_app: one process using two GPUs, for checking that a checkpoint
  * brings each GPU's memory back to its own GPU.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 // A cuBLAS SGEMM program: C = A B for 1024x1024 matrices, checked against
 // a double-precision product on the host.
 #include <cmath>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 // A CUDA C program built on the build machine (static cudart, sm_90) runs
 // on the GPU machine and computes the right result.
 #include <cstdio>

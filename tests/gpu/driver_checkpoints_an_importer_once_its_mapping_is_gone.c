@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * What the driver allows for device memory one process exported and
  * another imported (as NCCL shares its buffers between the ranks of one

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * What the driver-API tests of tests/gpu/ share: a CUDA error's name, and
  * the driver's checkpoint cycle of another process (lock, checkpoint,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * What the driver needs to restore a process onto another GPU
  * (cuCheckpointProcessRestore with gpuPairs), on a machine with two GPUs,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * What the driver does with legacy CUDA IPC (cuIpcGetMemHandle and
  * cuIpcGetEventHandle, as torch.multiprocessing shares tensors and

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0-only
 # shellcheck shell=bash
 # The framework matrix: one program, run as people run it, against its own
 # untraced run, line for line. Sourced (not run) by the

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only
 # Two CUDA processes that block on each other on the GPU
 # (tests/apps/pair_app: kernel `meet` spins on a page both map until the
 # peer has published its step, as a collective does). With rank 1 held on

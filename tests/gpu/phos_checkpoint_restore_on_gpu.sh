@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only
 # The whole phos flow on a real GPU, with a real phosfs mount:
 #   1. a CUDA C program holding 16 GiB of device memory (examples/counter)
 #      is checkpointed with `stop` while `cp -r` copies the checkpoint,

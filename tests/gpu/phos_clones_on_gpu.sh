@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only
 # Clones beside a running original, on a real GPU, with a real phosfs
 # mount. A job of `phos run` lives in a pid namespace of its own (pid 2,
 # under phos-init), so its image restores while the original still runs,

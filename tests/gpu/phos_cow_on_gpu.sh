@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only
 # Copy-on-write checkpoints on a real GPU, with a real phosfs mount:
 #   1. tests/apps/cow_app (2 GiB of device memory in eight buffers, kernels
 #      that read one buffer and write another, a T** kernel, memsets, host

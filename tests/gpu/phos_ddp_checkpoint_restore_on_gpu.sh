@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only
 # A two-rank DDP job (torchrun, NCCL, examples/pytorch/train_ddp.py: a
 # small transformer), with default NCCL settings but for the multicast
 # variables, under a real phosfs mount, checkpointed and restored whole:

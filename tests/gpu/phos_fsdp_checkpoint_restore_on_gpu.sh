@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only
 # A two-rank FSDP job (torchrun, NCCL, examples/pytorch/train_fsdp.py:
 # the transformer of train_ddp.py sharded with fully_shard), with default
 # NCCL settings but for the multicast variables, under a real phosfs

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only
 # Host memory saved after the stall, on a real GPU: case 1 of
 # phos_cow_on_gpu with tests/apps/host_writer, whose thread rewrites 1 GiB
 # of host memory (plain, MADV_DONTFORK and MADV_WIPEONFORK mappings) while

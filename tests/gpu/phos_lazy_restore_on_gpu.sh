@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only
 # Lazy restore on a real GPU, against eager restore of the same image:
 #   1. a CUDA C program holding PHOS_GPU_GIB GiB (default 16) of device
 #      memory (examples/counter) is checkpointed with `stop` and killed;

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only
 # The framework matrix (tests/gpu/matrix.sh) for CuPy: its memory pool,
 # and a RawKernel compiled by NVRTC.
 b=${PHOS_BUNDLE:-gpu-bundle}

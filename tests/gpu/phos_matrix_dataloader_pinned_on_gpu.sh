@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only
 # The framework matrix (tests/gpu/matrix.sh) for PyTorch fed by a
 # DataLoader with two workers and pin_memory=True.
 b=${PHOS_BUNDLE:-gpu-bundle}

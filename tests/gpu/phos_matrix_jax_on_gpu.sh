@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only
 # The framework matrix (tests/gpu/matrix.sh) for JAX/XLA training with
 # optax, XLA's pool preallocated. Its fraction is JAX's default (0.75)
 # where the store can hold the matrix's three images of it, else as much

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only
 # The framework matrix (tests/gpu/matrix.sh) for managed memory (CuPy's
 # pool over cudaMallocManaged): phos runs it, refuses cow with the reason,
 # and stop works.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only
 # The framework matrix (tests/gpu/matrix.sh) for PyTorch with
 # PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync (stream-ordered memory
 # pools).

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only
 # The framework matrix (tests/gpu/matrix.sh) for torch.compile with
 # mode="reduce-overhead": Inductor's kernels replayed as CUDA graphs.
 b=${PHOS_BUNDLE:-gpu-bundle}

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only
 # The framework matrix (tests/gpu/matrix.sh) for torch.compile in its
 # default mode: Inductor's Triton kernels, launched by its static
 # launcher.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only
 # The framework matrix (tests/gpu/matrix.sh) for torch.multiprocessing
 # handing CUDA tensors and an interprocess event between two processes
 # (CUDA IPC).

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only
 # The framework matrix (tests/gpu/matrix.sh) for a Llama-architecture
 # model from transformers decoding with its KV cache.
 b=${PHOS_BUNDLE:-gpu-bundle}

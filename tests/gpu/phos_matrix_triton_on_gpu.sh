@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only
 # The framework matrix (tests/gpu/matrix.sh) for kernels written with
 # @triton.jit, launched by Triton's own launcher.
 b=${PHOS_BUNDLE:-gpu-bundle}

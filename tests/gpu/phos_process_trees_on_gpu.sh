@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only
 # Whole jobs on a real GPU, with a real phosfs mount and phos's CRIU plugin:
 #   1. PyTorch training fed by DataLoader(num_workers=2), whose workers are
 #      forked from the CUDA process, is checkpointed with `stop`, killed

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only
 # Preemption of a PyTorch training job on a real GPU, as a scheduler does
 # it: the job runs under
 #   phos run --name NAME --on-signal TERM=recopy-kill -- python3 train_mlp.py

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only
 # Two GPUs of one machine, with a real phosfs mount:
 #   1. tests/apps/two_gpu_app (a buffer on each GPU, peer copies both ways)
 #      is checkpointed with stop, cow and recopy; after each, killed,

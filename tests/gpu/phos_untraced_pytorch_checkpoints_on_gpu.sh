@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only
 # A PyTorch job that was not started traced (PHOS_TRACE=0: its CUDA goes
 # to the driver as it is) is checkpointed as cuda-checkpoint and CRIU do
 # it: with stop, the driver saving its device memory. PyTorch always has

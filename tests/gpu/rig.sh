@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0-only
 # shellcheck shell=bash
 # What the GPU tests share: a phosfs mount of their own, and the helpers
 # that drive jobs through it. Sourced (not run) by tests/gpu/*.sh, after

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * On a GPU: a process holding 16 GiB of device memory, run under the
  * tracer, parks (its memory handed to this test as fds, then released) and

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only
 # Under the tracer, CUDA programs run with correct results: the runtime
 # linked statically and shared, cuBLAS SGEMM, and a PyTorch training loop
 # whose losses are bit-identical to a run without the tracer. Each run

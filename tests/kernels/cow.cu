@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 // Kernels of the CoW harness (tests/apps/cow_app.c), whose effects the
 // harness computes on the host. Their C++ names carry the parameter types
 // that speculation reads: mix reads src and writes dst; scatter writes

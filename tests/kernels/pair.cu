@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 // The kernel of tests/apps/pair_app: two processes meet, as the ranks of
 // an all-reduce do, through memory both map. simcuda runs the host
 // implementation in pair_app.c; on a GPU the pointers would be mapped

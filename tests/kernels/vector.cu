@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 // Kernels for the simcuda tests. nvcc builds them into a cubin, a fatbin
 // and PTX; the tests register host implementations under the same names.
 

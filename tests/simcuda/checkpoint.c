@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * The driver's process-checkpoint API (cuCheckpointProcess*), as state
  * transitions on the target pid.

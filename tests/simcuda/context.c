@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /* Contexts: the primary context of each device, created contexts, and the
  * calling thread's context stack. simcuda has one address space, so a
  * context only scopes "is there a current context" and synchronisation. */

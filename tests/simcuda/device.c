@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /* Initialisation, version, device queries and error strings. Each device
  * looks like an H200 (compute capability 9.0, 132 SMs, 141 GiB).
  *

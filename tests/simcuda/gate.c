@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /* The API gate that cuCheckpointProcessLock closes. While it is closed,
  * every call that touches device state blocks at entry, as the driver's own
  * lock makes them do. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * simcuda internals shared by its source files. Not a public contract.
  */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * Legacy CUDA IPC: cuIpcGetMemHandle and cuIpcOpenMemHandle for cuMemAlloc
  * memory, and cuIpcGetEventHandle and cuIpcOpenEventHandle for events made

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /* Logging, and the answer to calls simcuda does not implement. */
 #include <stdarg.h>
 #include <stdio.h>

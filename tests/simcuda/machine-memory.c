@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * The machine's device memory, where $SIMCUDA_MEMORY_MIB is set: then,
  * as on a GPU, the device memory every process of the machine holds

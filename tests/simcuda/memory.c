@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * Device memory. Device addresses are host addresses:
  *  - a VA reservation is a PROT_NONE mapping;

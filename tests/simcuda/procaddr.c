@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * cuGetProcAddress: resolves a driver entry point by its base name and the
  * CUDA version the caller was built for, as the driver does (cuMemAlloc at

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * simcuda: a software CUDA driver (libcuda.so.1) that emulates an NVIDIA GPU
  * in host memory, so that phos can be tested on machines without a GPU.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * Streams and events. Each stream is a FIFO of tasks run by its own worker
  * thread. The default stream (0, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD)

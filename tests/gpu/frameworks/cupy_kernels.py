@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: GPL-2.0-only
 """CuPy as people use it: arrays from its memory pool (which keeps freed
 blocks for reuse) and a RawKernel compiled by NVRTC at run time.
 

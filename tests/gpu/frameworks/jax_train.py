@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: GPL-2.0-only
 """An MLP trained with JAX and optax, XLA's pool preallocated as JAX does
 by default (its fraction is XLA_PYTHON_CLIENT_MEM_FRACTION's, which the
 matrix sets to what its store can hold), with XLA's deterministic ops.

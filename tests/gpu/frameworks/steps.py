@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0-only
 """What the framework programs of the GPU matrix share: their options and
 how they print. Each program prints one line per step, exactly (repr of
 the floats), then a "params" line with a checksum of its state, so that

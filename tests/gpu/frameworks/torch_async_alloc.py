@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: GPL-2.0-only
 """PyTorch training with the stream-ordered allocator
 (PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync: cudaMallocAsync and
 the device's memory pool instead of PyTorch's caching allocator).

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: GPL-2.0-only
 """A small transformer trained through torch.compile, as the PyTorch
 tutorials train with it: the model compiled, its loss backpropagated and
 stepped by AdamW outside. Inductor makes Triton kernels of it, which its

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: GPL-2.0-only
 """CUDA tensors and events handed between processes by
 torch.multiprocessing (spawn), as RL frameworks, inference servers and
 data pipelines do: the parent makes each step's tensor on the GPU and

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: GPL-2.0-only
 """A Llama-architecture model from transformers (random weights from a
 fixed seed: nothing is downloaded) decoding greedily token after token
 with its KV cache; each step prints the token and its logit.

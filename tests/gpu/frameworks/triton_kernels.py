@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: GPL-2.0-only
 """Kernels written with @triton.jit and launched by Triton's own launcher:
 a fused update of a state vector, and a reduction of it each step.
 

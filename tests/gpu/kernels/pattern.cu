@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 // Fill and check a position-dependent pattern, so that bytes that moved
 // are found as well as bytes that changed.
 __device__ unsigned pattern(unsigned long long i, unsigned seed)
