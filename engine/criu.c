@@ -538,8 +538,10 @@ static void dump_argv(criu_dumper *d, char **argv, char spid[16], bool ahead)
 	argv[n++] = "-o";
 	argv[n++] = d->log;
 	argv[n++] = "-v2";
-	if (!d->kill)
+	if (d->leave == CRIU_LEAVE_RUNNING)
 		argv[n++] = "--leave-running";
+	else if (d->leave == CRIU_LEAVE_STOPPED)
+		argv[n++] = "--leave-stopped";
 	if (d->snapshot) {
 		/* implies --parallel-pages; fd 3 says when the tree runs on */
 		argv[n++] = "--snapshot-pages";
@@ -597,15 +599,15 @@ static int dump_spawn(criu_dumper *d, int go, perr *er)
 	return 0;
 }
 
-int criu_dump_ready(const char *criu, pid_t pid, const char *dir, bool kill, int timeout_s, const char *log,
+int criu_dump_ready(const char *criu, pid_t pid, const char *dir, int leave, int timeout_s, const char *log,
 		    bool tail, criu_dumper *d, perr *er)
 {
-	*d = (criu_dumper){ .root = pid, .kill = kill, .timeout_s = timeout_s, .go = -1, .status = -1 };
+	*d = (criu_dumper){ .root = pid, .leave = leave, .timeout_s = timeout_s, .go = -1, .status = -1 };
 	if (snprintf(d->criu, sizeof(d->criu), "%s", criu) >= (int)sizeof(d->criu) ||
 	    snprintf(d->dir, sizeof(d->dir), "%s", dir) >= (int)sizeof(d->dir) ||
 	    snprintf(d->log, sizeof(d->log), "%s", log) >= (int)sizeof(d->log))
 		return pr_err(er, -ENAMETOOLONG, "a path for CRIU's dump of %d is too long (%s)", (int)pid, dir);
-	d->snapshot = tail && !kill && criu_snapshot_pages(criu);
+	d->snapshot = tail && leave == CRIU_LEAVE_RUNNING && criu_snapshot_pages(criu);
 	if (!criu_start_fd(criu))
 		return 0; /* it starts at criu_dump_go */
 	/* A socket, not a pipe: a byte for a CRIU that died is EPIPE, never
@@ -689,11 +691,11 @@ void criu_dump_drop(criu_dumper *d)
 	d->pid = 0;
 }
 
-int criu_dump(const char *criu, pid_t pid, const char *dir, bool kill, int timeout_s, const char *log,
+int criu_dump(const char *criu, pid_t pid, const char *dir, int leave, int timeout_s, const char *log,
 	      criu_tail *tail, perr *er)
 {
 	criu_dumper d;
-	int e = criu_dump_ready(criu, pid, dir, kill, timeout_s, log, tail != NULL, &d, er);
+	int e = criu_dump_ready(criu, pid, dir, leave, timeout_s, log, tail != NULL, &d, er);
 	if (!e)
 		e = criu_dump_go(&d, tail, er);
 	criu_dump_drop(&d);

@@ -54,13 +54,19 @@ typedef struct criu_tail {
 	char dir[PATH_MAX];
 } criu_tail;
 
+/* What a dump leaves of its tree: running (--leave-running), nothing
+ * (CRIU kills it), or stopped (--leave-stopped: every task stays stopped
+ * until it is sent SIGCONT or SIGKILL). */
+enum { CRIU_LEAVE_RUNNING = 0, CRIU_LEAVE_KILLED = 1, CRIU_LEAVE_STOPPED = 2 };
+
 /* A dump made ready ahead of its tree's stall (criu_dump_ready). */
 typedef struct criu_dumper {
 	pid_t pid;  /* CRIU, when started; 0 otherwise */
 	int go;     /* its --start-fd's write end, or -1 */
 	int status; /* its --status-fd's read end, or -1 */
 	pid_t root;
-	bool kill, snapshot;
+	int leave; /* CRIU_LEAVE_* */
+	bool snapshot;
 	int timeout_s;
 	const atomic_bool *cancel; /* NULL, or criu_dump_cancel_on's */
 	char criu[PATH_MAX], dir[PATH_MAX], log[PATH_MAX];
@@ -73,7 +79,7 @@ typedef struct criu_dumper {
  * criu_dump_drop ends d either way. Errors: -ENAMETOOLONG, socketpair's,
  * pipe's and fork's, or CRIU's log that cannot be opened (er says
  * which). */
-int criu_dump_ready(const char *criu, pid_t pid, const char *dir, bool kill, int timeout_s, const char *log,
+int criu_dump_ready(const char *criu, pid_t pid, const char *dir, int leave, int timeout_s, const char *log,
 		    bool tail, criu_dumper *d, perr *er);
 
 /* Lets d's dump seize its tree (starting CRIU now where it did not start
@@ -95,14 +101,14 @@ void criu_dump_cancel_on(criu_dumper *d, const atomic_bool *cancel);
 void criu_dump_drop(criu_dumper *d);
 
 /* Runs `criu dump` of pid's tree into dir (with --parallel-pages where
- * criu has it), leaving it running unless kill; CRIU is stopped after
+ * criu has it), leaving it as leave says (CRIU_LEAVE_*); CRIU is stopped after
  * timeout_s seconds (0: never). CRIU's log goes to log. With tail, where
- * criu takes --snapshot-pages and not kill, it returns once the tree runs
+ * criu takes --snapshot-pages and the tree is left running, it returns once the tree runs
  * on, and *tail is what is left: criu_dump_wait ends it (tail->pid 0: the
  * dump is whole). Errors: -EIO (er gives CRIU's first real error, what
  * it names, and what to do), -ENOSPC (the store holding dir was full when
  * it failed), -ETIMEDOUT, -ECANCELED (criu_dump_cancel_on), pipe's. */
-int criu_dump(const char *criu, pid_t pid, const char *dir, bool kill, int timeout_s, const char *log,
+int criu_dump(const char *criu, pid_t pid, const char *dir, int leave, int timeout_s, const char *log,
 	      criu_tail *tail, perr *er);
 
 /* Waits, within the dump's deadline, until CRIU has written what tail

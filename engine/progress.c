@@ -12,7 +12,7 @@ const char *engine_step_name(int step)
 	static const char *const names[] = { "idle",   "park",    "driver-checkpoint", "criu-dump",
 					     "copy",   "driver-restore", "unpark", "publish",
 					     "fill",   "criu-restore",   "drain",  "track", "lazy-fill", "prepare",
-					     "pid-wait", "cut", "criu-pages", "done" };
+					     "pid-wait", "cut", "criu-pages", "hold", "done" };
 	return step >= 0 && step <= STEP_DONE ? names[step] : "?";
 }
 

@@ -39,8 +39,13 @@ enum engine_step {
 	STEP_PIDWAIT, /* restore: waiting for the image's pids to be free */
 	STEP_CUT,     /* checkpoint: an NCCL job's ranks run up to the cut */
 	STEP_PAGES,   /* checkpoint: CRIU writes the pages it saved, the tree running */
+	STEP_HOLD,    /* checkpoint with hold: published, the tree stopped until released */
 	STEP_DONE,
 };
+
+/* How a held tree is let go: it runs on, or it ends; where the hold's
+ * deadline passed, it ran on. */
+enum { ENGINE_RELEASE_RESUME = 1, ENGINE_RELEASE_KILL, ENGINE_RELEASE_DEADLINE };
 
 /* Name of a step, for status. */
 const char *engine_step_name(int step);
@@ -52,6 +57,10 @@ typedef struct engine_progress {
 	_Atomic uint64_t total;  /* bytes to copy */
 	_Atomic uint64_t stall_ns; /* the process was stopped this long */
 	_Atomic bool cancel;     /* asked to stop early */
+	/* A checkpoint with hold: how its tree is released (ENGINE_RELEASE_*,
+	 * 0 until phosfs says), and, once it was, how it was (the same, or
+	 * ENGINE_RELEASE_DEADLINE where nobody said in time). */
+	_Atomic int release, released;
 	/* Nanoseconds spent in each step so far, and when the current one
 	 * began (CLOCK_MONOTONIC); kept by engine_step. */
 	_Atomic uint64_t step_ns[STEP_DONE];

@@ -15,7 +15,9 @@
  *
  * Then, for all three: release the device memory, publish, free. A
  * checkpoint that kills the tree takes stop's sequence (recopy's, with
- * nothing protected).
+ * nothing protected). One that holds it takes the same, but CRIU leaves
+ * the tree stopped, and after publishing it waits for the release: the
+ * tree ends, or runs on (stall_hold); only then is the memory released.
  *
  * The cut of an NCCL job belongs to the stall: a step in stall_enter
  * before its members park, undone in stall_leave. Memory one member
@@ -239,16 +241,21 @@ int checkpoint_run(const checkpoint_args *a, perr *er)
 	/* A copy whose threads did not end leaves staging and the writer to
 	 * them: the job process ends at once (job/main.c), and phosfs clears
 	 * the half image. */
+	bool hold = a->hold_ms && k.dumped;
 	if (engine_copy_abandoned()) {
 		perr ignored = { 0 };
 		criu_dump_wait(&k.tail, &ignored); /* its snapshots end with it */
-		return e;
+		return hold ? stall_hold(&k, e ? e : -EIO, er) : e;
 	}
-	stall_release(&k);
+	/* A held tree's parked memory is what its unpark gives back. */
+	if (!hold)
+		stall_release(&k);
 	if (!e)
 		e = stall_pages(&k, er);
 	if (!e)
 		e = stall_publish(&k, er);
+	if (hold)
+		e = stall_hold(&k, e, er);
 	stall_free(&k);
 	return e;
 }

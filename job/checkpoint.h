@@ -19,6 +19,10 @@ typedef struct checkpoint_args {
 	const char *criu;  /* the criu binary */
 	const char *log;   /* CRIU's log file */
 	bool kill;         /* end the tree after the dump */
+	/* With kill: CRIU leaves the tree stopped instead, and once the image
+	 * is published it waits up to hold_ms for the release (prog->release):
+	 * kill ends it, resume (or no word in time) lets it run on. 0: none. */
+	uint32_t hold_ms;
 	/* The traced processes of the tree, which park; the rest of its CUDA
 	 * processes are checkpointed by the driver, which copies. */
 	const engine_traced *traced;

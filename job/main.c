@@ -318,6 +318,7 @@ static int run_checkpoint(const job_request *req, job_shared *sh, perr *er)
 			       .criu = req->criu,
 			       .log = req->log,
 			       .kill = cr->kill,
+			       .hold_ms = cr->hold_ms,
 			       .traced = traced,
 			       .ntraced = ntraced,
 			       .tracer = &t,

@@ -19,10 +19,11 @@
 #include "../engine/error.h"
 
 #define JOB_REQUEST_MAGIC 0x4a524850u /* "PHRJ" in memory, little-endian */
-#define JOB_REQUEST_VERSION 3
+#define JOB_REQUEST_VERSION 4
 #define JOB_MEMBERS_MAX 256 /* traced processes of one checkpointed tree */
 #define JOB_DEVICES_MAX 4096 /* the longest list of GPU moves, with its NUL */
 #define JOB_TIMEOUT_MAX_MS 3600000u /* the longest quiesce a checkpoint may wait */
+#define JOB_HOLD_MAX_MS 3600000u /* the longest a checkpoint may hold its tree stopped */
 #define JOB_DUMP_TIMEOUT_MAX_S 86400u /* the longest --dump-timeout: a day */
 
 enum job_kind { JOB_CHECKPOINT = 1, JOB_RESTORE };
@@ -44,6 +45,7 @@ typedef struct job_member {
 typedef struct job_checkpoint_req {
 	int32_t pid;          /* the root of the tree */
 	bool kill, cow, recopy;
+	uint32_t hold_ms;     /* with kill: the tree held stopped until released (checkpoint.h); 0: none */
 	uint64_t staging;     /* bytes of host staging */
 	int32_t staging_fd;   /* phosfs's staging memfd, or -1 */
 	uint32_t chunk;       /* bytes, a power of two */

@@ -86,14 +86,19 @@ static bool is_locked(const ckpt *k, uint32_t i)
 }
 
 /* Those to bring back live, and the checkpoint did not end them. */
+static bool ended(const ckpt *k)
+{
+	return k->dumped && k->a->kill && !k->resumed;
+}
+
 static bool to_unlock(const ckpt *k, uint32_t i)
 {
-	return k->ms[i].locked && engine_alive(k->m[i].pid) && !(k->dumped && k->a->kill);
+	return k->ms[i].locked && engine_alive(k->m[i].pid) && !ended(k);
 }
 
 static bool to_unpark(const ckpt *k, uint32_t i)
 {
-	return k->ms[i].parked && engine_alive(k->m[i].pid) && !(k->dumped && k->a->kill);
+	return k->ms[i].parked && engine_alive(k->m[i].pid) && !ended(k);
 }
 
 /* Runs fn on every member that want names, at once or (!together) one
@@ -235,6 +240,42 @@ static int members_of(const checkpoint_args *a, phosimg_member **mp, member_stat
 	*msp = ms;
 	*np = n;
 	return 0;
+}
+
+/* How the hold ends: the release phosfs was told, or the deadline's. */
+static int held(ckpt *k)
+{
+	engine_step(k->prog, STEP_HOLD);
+	uint64_t until = engine_now_ns() + (uint64_t)k->a->hold_ms * 1000000u;
+	while (engine_now_ns() < until && !atomic_load(&k->prog->cancel)) {
+		int r = atomic_load(&k->prog->release);
+		if (r)
+			return r;
+		struct timespec ts = { 0, 10000000 };
+		nanosleep(&ts, NULL);
+	}
+	return ENGINE_RELEASE_DEADLINE;
+}
+
+int stall_hold(ckpt *k, int e, perr *er)
+{
+	if (!k->a->hold_ms || !k->dumped)
+		return e;
+	int how = e ? ENGINE_RELEASE_RESUME : held(k);
+	bool end = how == ENGINE_RELEASE_KILL;
+	for (uint32_t i = 0; i < k->n; i++)
+		kill(k->m[i].pid, end ? SIGKILL : SIGCONT);
+	atomic_store(&k->prog->released, how);
+	if (end)
+		return e;
+	k->resumed = true;
+	perr err2 = { 0 };
+	int e2 = bring_back(k, NULL, &err2);
+	if (!e && e2) {
+		pr_copy(er, &err2);
+		return e2;
+	}
+	return e;
 }
 
 void stall_release(ckpt *k)
@@ -500,7 +541,8 @@ int stall_freeze(ckpt *k, perr *er)
 	/* CRIU readies itself (--start-fd) while the driver works: it seizes
 	 * the tree at criu_dump_go. */
 	criu_dumper d;
-	int e = criu_dump_ready(k->a->criu, k->a->pid, phosimg_writer_criu_dir(k->w), k->a->kill, k->dump_timeout_s,
+	int leave = k->a->hold_ms ? CRIU_LEAVE_STOPPED : k->a->kill ? CRIU_LEAVE_KILLED : CRIU_LEAVE_RUNNING;
+	int e = criu_dump_ready(k->a->criu, k->a->pid, phosimg_writer_criu_dir(k->w), leave, k->dump_timeout_s,
 				k->a->log, true, &d, er);
 	criu_dump_cancel_on(&d, &k->prog->cancel); /* ctl's cancel stops CRIU too */
 	/* Every CUDA member is locked at once, each within the checkpoint's

@@ -54,6 +54,7 @@ typedef struct ckpt {
 	bool recopy, cow;  /* the protocol, as it applies to this tree */
 	bool protect;      /* recopy: what is not off the GPU at unpark is CoW */
 	bool dumped;       /* CRIU dumped the tree (its pages may still be written: tail) */
+	bool resumed;      /* hold: the tree CRIU left stopped runs on again */
 	criu_tail tail;    /* a dump whose tree runs on while CRIU writes its pages */
 	uint32_t chunk;
 	int timeout_ms;     /* each member's quiesce and driver lock */
@@ -117,6 +118,14 @@ void cut_end(ckpt *k);
  * error, with its CoW table if the protocol made one. Returns the
  * checkpoint's result; *back says whether bringing them back worked. */
 int stall_leave(ckpt *k, int e, bool *back, perr *er);
+
+/* 10. hold (a->hold_ms, the tree dumped and left stopped): where the
+ * checkpoint failed (e), the tree runs on at once; else it waits, as
+ * stopped, for the release or the deadline, and then ends (SIGKILL) or
+ * runs on (SIGCONT, then driver restore, unlock and unpark). Call it
+ * before stall_release, which lets go of the parked memory. Returns e, or
+ * bring_back's error where the tree did not come back. */
+int stall_hold(ckpt *k, int e, perr *er);
 
 /* Lets go of the device memory, the tables and the staging pool (again:
  * nothing). */

@@ -154,8 +154,18 @@ static int parse_schedule(char **words, int n, ctl_cmd *out, perr *er)
 	return 0;
 }
 
-/* checkpoint [cow|recopy|stop] [name=NAME] [kill] [timeout=SECONDS], or
- * cancel, or schedule … */
+/* release kill|resume */
+static int parse_release(char **words, int n, ctl_cmd *out, perr *er)
+{
+	if (n != 2 || (strcmp(words[1], "kill") && strcmp(words[1], "resume")))
+		return pr_err(er, -EINVAL, "release needs one word: kill (the held processes end) or resume (they run on)");
+	out->verb = CTL_RELEASE;
+	out->release_kill = !strcmp(words[1], "kill");
+	return 0;
+}
+
+/* checkpoint [cow|recopy|stop] [name=NAME] [kill|hold=SECONDS]
+ * [timeout=SECONDS], or cancel, or release …, or schedule … */
 static int parse_checkpoint(char **words, int n, ctl_cmd *out, perr *er)
 {
 	if (!strcmp(words[0], "cancel")) {
@@ -166,8 +176,10 @@ static int parse_checkpoint(char **words, int n, ctl_cmd *out, perr *er)
 	}
 	if (!strcmp(words[0], "schedule"))
 		return parse_schedule(words, n, out, er);
+	if (!strcmp(words[0], "release"))
+		return parse_release(words, n, out, er);
 	if (strcmp(words[0], "checkpoint"))
-		return pr_err(er, -EINVAL, "unknown command '%.40s' (expected: checkpoint, cancel or schedule)",
+		return pr_err(er, -EINVAL, "unknown command '%.40s' (expected: checkpoint, cancel, release or schedule)",
 			      words[0]);
 	out->verb = CTL_CHECKPOINT;
 	bool named = false;
@@ -182,6 +194,11 @@ static int parse_checkpoint(char **words, int n, ctl_cmd *out, perr *er)
 			if (out->kill)
 				return pr_err(er, -EINVAL, "kill given twice");
 			out->kill = true;
+		} else if (!strncmp(w, "hold=", 5)) {
+			if (out->hold_ms)
+				return pr_err(er, -EINVAL, "hold given twice");
+			if (ctl_timeout(w + 5, &out->hold_ms, er))
+				return -EINVAL;
 		} else if (!strncmp(w, "timeout=", 8)) {
 			if (out->timeout_ms)
 				return pr_err(er, -EINVAL, "timeout given twice");
@@ -197,9 +214,13 @@ static int parse_checkpoint(char **words, int n, ctl_cmd *out, perr *er)
 			snprintf(out->name, sizeof(out->name), "%s", w + 5);
 			named = true;
 		} else {
-			return pr_err(er, -EINVAL, "unknown word '%.40s' (expected: cow, recopy, stop, name=NAME, kill, timeout=SECONDS)", w);
+			return pr_err(er, -EINVAL,
+				      "unknown word '%.40s' (expected: cow, recopy, stop, name=NAME, kill, hold=SECONDS, timeout=SECONDS)",
+				      w);
 		}
 	}
+	if (out->kill && out->hold_ms)
+		return pr_err(er, -EINVAL, "kill and hold= together: a held checkpoint's release says whether it ends (release kill)");
 	return 0;
 }
 

@@ -2,7 +2,8 @@
 /*
  * The ctl grammar (phosfs(8)):
  *
- *   /<pid>/ctl   checkpoint [cow|recopy|stop] [name=NAME] [kill]
+ *   /<pid>/ctl   checkpoint [cow|recopy|stop] [name=NAME] [kill|hold=SECONDS] [timeout=SECONDS]
+ *                release kill|resume
  *                cancel
  *                schedule every=DURATION|auto [mtbf=DURATION] [keep=N] [cow|recopy|stop]
  *                schedule off
@@ -26,7 +27,7 @@
 #define CTL_MAX 4096
 #define CTL_NAME_MAX 64
 
-enum ctl_verb { CTL_CHECKPOINT = 1, CTL_CANCEL, CTL_RESTORE, CTL_SCHEDULE };
+enum ctl_verb { CTL_CHECKPOINT = 1, CTL_CANCEL, CTL_RESTORE, CTL_SCHEDULE, CTL_RELEASE };
 enum ctl_proto { CTL_DEFAULT = 0, CTL_COW, CTL_RECOPY, CTL_STOP };
 
 typedef struct ctl_cmd {
@@ -35,6 +36,8 @@ typedef struct ctl_cmd {
 	bool kill;            /* checkpoint: end the process after it */
 	char name[CTL_NAME_MAX + 1]; /* checkpoint: "" = the next number */
 	uint32_t timeout_ms;  /* checkpoint: each process's quiesce; 0 = phosfs's */
+	uint32_t hold_ms;     /* checkpoint: the tree stays stopped after its dump, until released, up to this; 0 = no hold */
+	bool release_kill;    /* release: the held tree ends (else it runs on) */
 	bool lazy;            /* restore: lazy (the default) or eager */
 	bool lazy_pages;      /* restore: CPU pages too come back while it runs */
 	char dir[CTL_MAX];    /* restore */

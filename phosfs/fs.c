@@ -861,6 +861,8 @@ static int fs_write(const char *path, const char *buf, size_t size, off_t off, s
 		snprintf(proc_path, sizeof(proc_path), "/proc/%d", (int)t->pid);
 		if (c->verb == CTL_CANCEL)
 			e = job_cancel(t, &er);
+		else if (c->verb == CTL_RELEASE)
+			e = job_release(t, c->release_kill, &er);
 		else if (c->verb == CTL_SCHEDULE && (c->off || access(proc_path, F_OK) == 0))
 			e = schedule_set(t->pid, c, &er);
 		else if (access(proc_path, F_OK) != 0)

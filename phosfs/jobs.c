@@ -158,7 +158,9 @@ void target_error(target *t, const char *fmt, ...)
 /* Whether t's running job writes checkpoint name. Call with t->lock. */
 static bool writing(const target *t, const char *name)
 {
-	return t->busy && t->kind == CTL_CHECKPOINT && !strcmp(t->name, name);
+	/* A held checkpoint is written once it is published. */
+	return t->busy && t->kind == CTL_CHECKPOINT && !strcmp(t->name, name) &&
+	       !(t->sh && atomic_load(&t->sh->prog.publish_ns));
 }
 
 bool target_in_progress(target *t, const char *name)
@@ -525,7 +527,8 @@ static int checkpoint_request(job_request *req, const ctl_cmd *c, enum ctl_proto
 		return pr_err(er, -ENAMETOOLONG, "a path of the checkpoint of %d is too long", (int)root);
 	job_checkpoint_req *cr = &req->checkpoint;
 	cr->pid = root;
-	cr->kill = c->kill;
+	cr->kill = c->kill || c->hold_ms;
+	cr->hold_ms = c->hold_ms;
 	cr->cow = proto == CTL_COW;
 	cr->recopy = proto == CTL_RECOPY;
 	cr->chunk = (uint32_t)phosfs_chunk;
@@ -548,8 +551,10 @@ static void started(target *t, watch *w, const ctl_cmd *c, enum ctl_proto proto,
 	t->result = 0;
 	t->error[0] = 0;
 	t->traced = traced;
+	t->hold = c->hold_ms != 0;
 	snprintf(t->name, sizeof(t->name), "%s", name);
-	snprintf(t->job, sizeof(t->job), "checkpoint %s name=%s%s", proto_name(proto), name, c->kill ? " kill" : "");
+	snprintf(t->job, sizeof(t->job), "checkpoint %s name=%s%s%s", proto_name(proto), name, c->kill ? " kill" : "",
+		 c->hold_ms ? " hold" : "");
 	/* Before its watcher runs: its events come after this one. */
 	events_emit("checkpoint.started", t->pid, ckpt_fields(w, 0));
 	pthread_t th;
@@ -702,6 +707,22 @@ int job_checkpoint(target *t, const ctl_cmd *c, perr *er)
 			pthread_detach(th);
 		}
 	}
+	pthread_mutex_unlock(&t->lock);
+	return e;
+}
+
+int job_release(target *t, bool end, perr *er)
+{
+	pthread_mutex_lock(&t->lock);
+	int e = 0;
+	if (!t->busy || !t->sh || t->kind != CTL_CHECKPOINT || !t->hold)
+		e = pr_err(er, -EINVAL, "no checkpoint of process %d holds it: release is for one taken with hold=SECONDS",
+			   (int)t->pid);
+	else if (atomic_load(&t->sh->prog.step) != STEP_HOLD)
+		e = pr_err(er, -EBUSY, "the checkpoint of process %d is not published yet: release it once it is (step: hold)",
+			   (int)t->pid);
+	else
+		atomic_store(&t->sh->prog.release, end ? ENGINE_RELEASE_KILL : ENGINE_RELEASE_RESUME);
 	pthread_mutex_unlock(&t->lock);
 	return e;
 }

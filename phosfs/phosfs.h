@@ -98,6 +98,7 @@ typedef struct target {
 	pthread_cond_t done;        /* broadcast when a job ends */
 	uid_t uid;                  /* the process owner */
 	bool busy;                  /* a job runs */
+	bool hold;                  /* it is a checkpoint with hold= (job_release) */
 	bool traced;                /* the running job parks the process */
 	pid_t parked[64];           /* the traced processes the running job parks (while busy) */
 	int nparked;
@@ -149,6 +150,11 @@ int target_stream(target *t, const char *name, char *path, size_t len, uint64_t 
 int job_checkpoint(target *t, const ctl_cmd *c, perr *er);
 /* Asks the running job to stop early. Errors: -EINVAL (none runs). */
 int job_cancel(target *t, perr *er);
+
+/* Lets t's checkpoint with hold (published, its tree stopped) end the
+ * tree (end) or let it run on. Errors: -EINVAL (no such checkpoint runs),
+ * -EBUSY (it is not published yet), with er saying so. */
+int job_release(target *t, bool end, perr *er);
 
 /* spawn.c: a job process (`phosfs --job ARGS…`), and the memfd it shares. */
 typedef struct spawn {

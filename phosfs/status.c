@@ -48,6 +48,11 @@ static void copy_status(const engine_progress *p, text *out)
 		text_add(out, "off gpu at ms: %.1f\n", ms(atomic_load(&p->off_ns)));
 	if (atomic_load(&p->publish_ns))
 		text_add(out, "published at ms: %.1f\n", ms(atomic_load(&p->publish_ns)));
+	static const char *const released[] = { "", "resume (it ran on)", "kill (it ended)",
+						"none in time (it ran on)" };
+	int how = atomic_load(&p->released);
+	if (how > 0 && how <= ENGINE_RELEASE_DEADLINE)
+		text_add(out, "released: %s\n", released[how]);
 	if (proto == PHOSIMG_PROTO_RECOPY)
 		text_add(out, "recopy: %" PRIu64 " bytes from the copy while running, %" PRIu64 " dirty bytes in the final stall\n",
 		    atomic_load(&p->recopy_clean), atomic_load(&p->recopy_dirty));
@@ -145,7 +150,7 @@ static void job_status(pid_t pid, target *t, text *out)
 		if (*t->job && t->kind == CTL_CHECKPOINT) {
 			/* In the order the job goes through them. */
 			static const int ckpt[] = { STEP_CUT,    STEP_PARK,   STEP_LOCK,  STEP_DUMP,   STEP_COPY,
-						    STEP_UNLOCK, STEP_UNPARK, STEP_DRAIN, STEP_PAGES,  STEP_PUBLISH };
+						    STEP_UNLOCK, STEP_UNPARK, STEP_DRAIN, STEP_PAGES,  STEP_PUBLISH, STEP_HOLD };
 			text_add(out, "steps ms:");
 			for (size_t i = 0; i < sizeof(ckpt) / sizeof(*ckpt); i++)
 				if (t->last_step_ns[ckpt[i]])

@@ -105,7 +105,7 @@ int main(void)
 	mkdir(img, 0700);
 	perr er = { 0 };
 	criu_dumper d;
-	int e = criu_dump_ready(criu, app, img, false, 30, log, true, &d, &er);
+	int e = criu_dump_ready(criu, app, img, CRIU_LEAVE_RUNNING, 30, log, true, &d, &er);
 	ok(!e && d.pid > 0 && d.go >= 0, "with phos's CRIU, ready starts CRIU at once (%s)", e ? pr_msg(&er) : "started");
 	usleep(500000);
 	char st, cst;
@@ -129,7 +129,7 @@ int main(void)
 	snprintf(img2, sizeof(img2), "%s/img2", dir);
 	snprintf(log2, sizeof(log2), "%s/drop.log", dir);
 	mkdir(img2, 0700);
-	e = criu_dump_ready(criu, app, img2, false, 30, log2, true, &d, &er);
+	e = criu_dump_ready(criu, app, img2, CRIU_LEAVE_RUNNING, 30, log2, true, &d, &er);
 	pid_t c = d.pid;
 	usleep(200000);
 	struct timespec t0, t1;
@@ -154,7 +154,7 @@ int main(void)
 		old);
 	fclose(f);
 	chmod(old, 0755);
-	e = criu_dump_ready(old, app, img2, false, 30, log2, true, &d, &er);
+	e = criu_dump_ready(old, app, img2, CRIU_LEAVE_RUNNING, 30, log2, true, &d, &er);
 	bool late = !e && d.pid == 0;
 	e = e ? e : criu_dump_go(&d, NULL, &er);
 	criu_dump_drop(&d);

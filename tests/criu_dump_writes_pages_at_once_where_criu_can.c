@@ -80,13 +80,13 @@ int main(void)
 
 	perr er = { 0 };
 	bool has = criu_parallel_pages(old);
-	int e = criu_dump(old, getpid(), dir, false, 10, log, NULL, &er);
+	int e = criu_dump(old, getpid(), dir, CRIU_LEAVE_RUNNING, 10, log, NULL, &er);
 	args_of(old, args, sizeof(args));
 	ok(!has && !e && strstr(args, "dump -t") && !strstr(args, "--parallel-pages"),
 	   "a CRIU without --parallel-pages dumps as before, not given it (%s)", e ? pr_msg(&er) : "dumped");
 
 	has = criu_parallel_pages(patched);
-	e = criu_dump(patched, getpid(), dir, false, 10, log, NULL, &er);
+	e = criu_dump(patched, getpid(), dir, CRIU_LEAVE_RUNNING, 10, log, NULL, &er);
 	args_of(patched, args, sizeof(args));
 	ok(has && !e && strstr(args, "--parallel-pages"), "a CRIU that lists it is given it");
 

@@ -228,7 +228,7 @@ static void tree(const char *criu, const char *dir, bool own)
 	snprintf(log, sizeof(log), "%s/restore-%s.log", dir, what);
 	mkdir(img, 0700);
 	perr er = { 0 };
-	int e = criu_dump(criu, root, img, true, 60, dlog, NULL, &er);
+	int e = criu_dump(criu, root, img, CRIU_LEAVE_KILLED, 60, dlog, NULL, &er);
 	if (e)
 		bail("criu dump: %s", pr_msg(&er));
 	for (int t = 0; t < 100 && (kill(root, 0) == 0 || kill(pids[1], 0) == 0 || kill(pids[2], 0) == 0); t++)

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * The ctl grammar (phosfs/ctl.c), fuzzed in process: 200,000 mutations of
- * valid commands (checkpoint, cancel, schedule, restore) and random
+ * valid commands (checkpoint, cancel, release, schedule, restore) and random
  * bytes, for /<pid>/ctl and /ctl. Each is accepted or refused with
  * EINVAL and a message, never anything else, and what is accepted holds
  * only values in range. DURATION's forms are checked one by one.
@@ -17,11 +17,12 @@
 
 static const char *const seeds[] = {
 	"checkpoint stop name=a kill\n", "checkpoint cow timeout=0.5\n", "checkpoint recopy name=x.y-z\n", "cancel\n",
+	"checkpoint recopy hold=30 name=m\n", "release kill\n", "release resume\n",
 	"schedule every=30 keep=3 cow\n", "schedule every=auto mtbf=1d keep=2\n", "schedule off\n",
 	"schedule every=1.5h stop\n", "restore /tmp/x eager lazy-pages\n", "restore /a/b device=0=1,1=0\n",
 };
 static const char *const words[] = { "checkpoint", "schedule", "every=", "every=auto", "mtbf=", "keep=", "off",
-				     "cancel", "stop",	   "cow",      "recopy", "kill", "name=", "timeout=",
+				     "cancel", "stop",	   "cow",      "recopy", "kill", "name=", "timeout=", "hold=", "release", "resume",
 				     "restore",	   "lazy",     "eager",	   "1d",     "0",    "-5",    "1e999",
 				     "nan",	   " ",	       "\t",	   "=",	     "\n",   "99999999" };
 static const ctl_fuzz fuzz = { seeds, sizeof(seeds) / sizeof(*seeds), words, sizeof(words) / sizeof(*words),
@@ -34,7 +35,9 @@ static bool in_range(const ctl_cmd *c, bool root)
 		return c->verb == CTL_RESTORE && c->dir[0] == '/';
 	switch (c->verb) {
 	case CTL_CHECKPOINT:
-		return (!*c->name || ctl_name_ok(c->name)) && c->timeout_ms <= 86400000u;
+		return (!*c->name || ctl_name_ok(c->name)) && c->timeout_ms <= 86400000u && c->hold_ms <= 3600000u &&
+		       !(c->kill && c->hold_ms);
+	case CTL_RELEASE:
 	case CTL_CANCEL:
 		return true;
 	case CTL_SCHEDULE:
