@@ -19,8 +19,7 @@
  * own steps have deadlines: --restore-timeout). */
 #define RESUME_TIMEOUT_S 3600
 
-/* Checks every chunk and CRIU file of image. 0, or -errno with why. */
-static int verify(const char *image, char *why, size_t len)
+int cli_image_verify(const char *image, char *why, size_t len)
 {
 	phosimg *img = NULL;
 	int e = phosimg_open(image, &img);
@@ -32,9 +31,10 @@ static int verify(const char *image, char *why, size_t len)
 	return e;
 }
 
-/* Follows restore id until all its device memory is back: 0 with *pid,
- * or -EIO (it failed) or -ETIMEDOUT, with why. */
-static int follow(unsigned id, pid_t *pid, char *why, size_t len)
+/* Follows restore id until its tree runs (whole: until all its device
+ * memory is back too): 0 with *pid, or -EIO (it failed) or -ETIMEDOUT,
+ * with why. */
+static int follow(unsigned id, bool whole, pid_t *pid, char *why, size_t len)
 {
 	char path[PATH_MAX];
 	snprintf(path, sizeof(path), "%s/restores/%u", cli_mount(), id);
@@ -52,7 +52,7 @@ static int follow(unsigned id, pid_t *pid, char *why, size_t len)
 			snprintf(why, len, "%s", err);
 			return -EIO;
 		}
-		if (!strcmp(state, "done")) {
+		if (!strcmp(state, "done") || (!whole && !strcmp(state, "resumed"))) {
 			*pid = (pid_t)atoi(got);
 			return 0;
 		}
@@ -64,17 +64,14 @@ static int follow(unsigned id, pid_t *pid, char *why, size_t len)
 	}
 }
 
-/* Restores image through /phos/ctl and follows it. 0 with *pid; -EIO or
- * -ETIMEDOUT when it failed; -EACCES or -ENOTCONN (phosfs is not
- * mounted) when no image could be restored; why says which. */
-static int restore_one(const char *image, pid_t *pid, char *why, size_t len)
+int cli_restore_image(const char *image, const char *words, bool whole, pid_t *pid, char *why, size_t len)
 {
-	char abs[PATH_MAX], cmd[PATH_MAX + 32], ctl[PATH_MAX], reply[1200];
+	char abs[PATH_MAX], cmd[2 * PATH_MAX + 32], ctl[PATH_MAX], reply[1200];
 	if (!realpath(image, abs)) {
 		snprintf(why, len, "%s: %s", image, strerror(errno));
 		return -EIO;
 	}
-	snprintf(cmd, sizeof(cmd), "restore %s\n", abs);
+	snprintf(cmd, sizeof(cmd), "restore %s%s%.*s\n", abs, words && *words ? " " : "", PATH_MAX, words ? words : "");
 	snprintf(ctl, sizeof(ctl), "%s/ctl", cli_mount());
 	int e = cli_ctl(ctl, cmd, reply, sizeof(reply));
 	if (e == -EACCES || e == -EPERM) {
@@ -92,7 +89,7 @@ static int restore_one(const char *image, pid_t *pid, char *why, size_t len)
 		snprintf(why, len, "%s", !strncmp(reply, "error: ", 7) ? reply + 7 : strerror(-e));
 		return -EIO;
 	}
-	return follow(id, pid, why, len);
+	return follow(id, whole, pid, why, len);
 }
 
 int resume_newest(char **imgs, int n, pid_t *pid, char *used, size_t ulen)
@@ -101,10 +98,10 @@ int resume_newest(char **imgs, int n, pid_t *pid, char *used, size_t ulen)
 		char why[3 * PATH_MAX] = "", to[PATH_MAX] = "";
 		if (!realpath(imgs[i], to))
 			snprintf(to, sizeof(to), "%s", imgs[i]);
-		int e = verify(to, why, sizeof(why));
+		int e = cli_image_verify(to, why, sizeof(why));
 		const char *what = "is damaged";
 		if (!e) {
-			e = restore_one(to, pid, why, sizeof(why));
+			e = cli_restore_image(to, NULL, true, pid, why, sizeof(why));
 			what = "did not restore";
 		}
 		if (e == -EACCES || e == -ENOTCONN) {

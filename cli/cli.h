@@ -111,7 +111,17 @@ int job_images(const char *from, char ***out, int *n);
 /* Frees paths from job_images. */
 void cli_free_paths(char **paths, int n);
 
-/* ---- cli-resume.c: --restore-from ---- */
+/* ---- cli-resume.c: --restore-from, and restoring one image ---- */
+
+/* Checks every chunk and CRIU file of image. 0, or -errno with why. */
+int cli_image_verify(const char *image, char *why, size_t len);
+
+/* Restores image through the mount's ctl, with words after its path
+ * ("lazy device=0=1", or NULL), and follows it until its tree runs
+ * (whole: until all its device memory is back too). 0 with *pid; -EIO or
+ * -ETIMEDOUT when it failed; -EACCES or -ENOTCONN (phosfs is not
+ * mounted) when no image could be restored; why says which. */
+int cli_restore_image(const char *image, const char *words, bool whole, pid_t *pid, char *why, size_t len);
 
 /* Restores the first good image of imgs (newest first): each is verified
  * (every chunk and CRIU file), then restored through phosfs, and followed
@@ -161,6 +171,16 @@ int every_events_open(void);
  * checkpoint.published event of process job. Errors: -EPIPE (the file
  * ended: phosfs is gone). */
 int every_events_take(int fd, pid_t job, void (*published)(const char *image, void *arg), void *arg);
+
+/* ---- send.c, receive.c: a checkpoint image over a byte stream ---- */
+
+/* phos send PID [cow|recopy|stop] [--kill] [--name NAME] [--hold SECONDS]
+ * [-- COMMAND…]: phos's exit status. */
+int cmd_send(int argc, char **argv);
+
+/* phos receive [--dir DIR] [--no-restore] [eager|lazy] [--device MOVES]:
+ * phos's exit status. */
+int cmd_receive(int argc, char **argv);
 
 /* ---- cli-json.c: --json ---- */
 

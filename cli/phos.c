@@ -17,6 +17,12 @@
  *   phos checkpoint PID [cow|recopy|stop] [--name N] [--kill] [--timeout SECONDS] [--wait]
  *   phos restore DIR [eager|lazy] [--lazy-pages] [--device OLD=NEW[,OLD=NEW…]] [--wait]
  *   phos status [--json] PID
+ *   phos send PID [cow|recopy|stop] [--kill] [--name NAME] [--hold SECONDS] [-- COMMAND…]
+ *                                a checkpoint as a stream, to stdout or
+ *                                into COMMAND (send.c, stream.c)
+ *   phos receive [--dir DIR] [--no-restore] [eager|lazy] [--device OLD=NEW[,…]]
+ *                                that stream into an image, then restored
+ *                                (receive.c)
  */
 #include <dirent.h>
 #include <errno.h>
@@ -48,7 +54,9 @@ static int usage(FILE *f)
 		   "       phos ls [--json]\n"
 		   "       phos checkpoint PID [cow|recopy|stop] [--name NAME] [--kill] [--timeout SECONDS] [--wait]\n"
 		   "       phos restore DIR [eager|lazy] [--lazy-pages] [--device OLD=NEW[,OLD=NEW...]] [--wait]\n"
-		   "       phos status [--json] PID\n");
+		   "       phos status [--json] PID\n"
+		   "       phos send PID [cow|recopy|stop] [--kill] [--name NAME] [--hold SECONDS] [-- COMMAND...]\n"
+		   "       phos receive [--dir DIR] [--no-restore] [eager|lazy] [--device OLD=NEW[,OLD=NEW...]]\n");
 	return f == stdout ? 0 : 2;
 }
 
@@ -567,6 +575,10 @@ int main(int argc, char **argv)
 		return cmd_restore(argc - 1, argv + 1);
 	if (!strcmp(c, "status"))
 		return cmd_status(argc - 2, argv + 2);
+	if (!strcmp(c, "send"))
+		return cmd_send(argc - 1, argv + 1);
+	if (!strcmp(c, "receive"))
+		return cmd_receive(argc - 1, argv + 1);
 	if (!strcmp(c, "-h") || !strcmp(c, "--help") || !strcmp(c, "help"))
 		return usage(stdout);
 	fprintf(stderr, "phos: unknown command '%s'\n", c);
