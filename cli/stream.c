@@ -52,6 +52,17 @@ int stream_read_full(int fd, void *buf, size_t n)
 	return k < 0 ? (int)k : (size_t)k < n ? -ENODATA : 0;
 }
 
+/* Whether s is NAME: 1 to 128 of A-Z a-z 0-9 . _ -, not "." or "..". */
+static bool name_ok(const char *s, size_t n)
+{
+	if (n == 0 || n > 128 || (n == 1 && s[0] == '.') || (n == 2 && !strncmp(s, "..", 2)))
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if (!strchr("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-", s[i]) || !s[i])
+			return false;
+	return true;
+}
+
 int stream_write_head(int fd, pid_t pid, const char *name)
 {
 	unsigned char h[8 + 12 + STREAM_NAME_MAX];
@@ -96,6 +107,11 @@ int stream_read_head(int fd, pid_t *pid, char *name, char *why, size_t len)
 	if (e)
 		return e;
 	name[n] = 0;
+	if (name[0] == '.' || !name_ok(name, n)) {
+		snprintf(why, len, "the stream's checkpoint name is not one phosfs gives (1 to 64 of A-Z a-z 0-9 . _ -, "
+				   "not starting with '.')");
+		return -EPROTO;
+	}
 	*pid = (pid_t)le32toh(p);
 	return 0;
 }
@@ -142,17 +158,6 @@ int stream_read_rec(int fd, stream_rec *r)
 	int e = stream_read_full(fd, r->path, l);
 	r->path[e ? 0 : l] = 0;
 	return e;
-}
-
-/* Whether s is NAME: 1 to 128 of A-Z a-z 0-9 . _ -, not "." or "..". */
-static bool name_ok(const char *s, size_t n)
-{
-	if (n == 0 || n > 128 || (n == 1 && s[0] == '.') || (n == 2 && !strncmp(s, "..", 2)))
-		return false;
-	for (size_t i = 0; i < n; i++)
-		if (!strchr("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-", s[i]) || !s[i])
-			return false;
-	return true;
 }
 
 bool stream_path_ok(const char *path, bool dir)
