@@ -62,9 +62,12 @@ static int check_checkpoint(const job_request *r, perr *er)
 	if (c->chunk < (64u << 10) || c->chunk > (256u << 20) || (c->chunk & (c->chunk - 1)))
 		return pr_err(er, -EINVAL, "the job request's chunk size %u is not a power of two from 64 KiB to 256 MiB",
 			      c->chunk);
-	if (c->hold_ms > JOB_HOLD_MAX_MS || (c->hold_ms && !c->kill))
-		return pr_err(er, -EINVAL, "the job request's hold of %u ms is longer than %u ms, or without kill", c->hold_ms,
+	if (c->hold_ms > JOB_HOLD_MAX_MS)
+		return pr_err(er, -EINVAL, "the job request's hold of %u ms is longer than %u ms", c->hold_ms,
 			      JOB_HOLD_MAX_MS);
+	if (c->hold_ms && !c->kill)
+		return pr_err(er, -EINVAL, "the job request holds its tree (%u ms) without ending it after the dump (kill)",
+			      c->hold_ms);
 	if (c->timeout_ms > JOB_TIMEOUT_MAX_MS)
 		return pr_err(er, -EINVAL, "the job request's timeout of %u ms is longer than %u ms", c->timeout_ms,
 			      JOB_TIMEOUT_MAX_MS);

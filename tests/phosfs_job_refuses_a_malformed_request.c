@@ -76,7 +76,7 @@ int main(void)
 	if (access(phosfs, X_OK))
 		skip_all("phosfs is not built");
 	setenv("LD_LIBRARY_PATH", test_path("PHOS_SIMCUDA", "../simcuda"), 1);
-	plan(9);
+	plan(10);
 	int fd = memfd_create("phos-job-test", 0);
 	if (fd < 0 || ftruncate(fd, sizeof(job_shared)))
 		bail("memfd: %s", strerror(errno));
@@ -112,6 +112,12 @@ int main(void)
 						   .dump_timeout_s = 86401 };
 	ok(refused(sh, fd, "dump timeout of 86401 s is longer than a day", "dump timeout"),
 	   "a checkpoint with a dump timeout longer than a day is refused");
+
+	good_restore(sh);
+	sh->req.kind = JOB_CHECKPOINT;
+	sh->req.checkpoint = (job_checkpoint_req){ .pid = getpid(), .staging_fd = -1, .chunk = 4u << 20, .hold_ms = 1000 };
+	ok(refused(sh, fd, "holds its tree (1000 ms) without ending it", "hold"),
+	   "a checkpoint that holds its tree without kill is refused");
 
 	good_restore(sh);
 	sh->req.kind = JOB_CHECKPOINT;
