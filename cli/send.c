@@ -261,22 +261,31 @@ static void peer_answers(peer *p, int deadline_s, bool *received, char *restored
 	}
 }
 
+/* Whether the checkpoint whose status job line holds mine ("name=N ")
+ * still runs. */
+static bool running(const send_args *a, const char *mine)
+{
+	char *st = cli_slurp(a->status), job[200] = "";
+	bool on = st && cli_field(st, "job", job, sizeof(job) - 1) && strstr(strcat(job, " "), mine);
+	free(st);
+	return on;
+}
+
 /* Ends the held process (end), or lets it run on: a checkpoint still under
  * way is cancelled (the process runs on, nothing is published), a held
  * one released. Then waits for the job to end. */
 static int settle(const send_args *a, bool end)
 {
-	char reply[1200];
-	int e = cli_ctl(a->ctl, end ? "release kill\n" : "cancel\n", reply, sizeof(reply));
+	char reply[1200], mine[STREAM_NAME_MAX + 8];
+	snprintf(mine, sizeof(mine), "name=%s ", a->name);
+	/* Only this checkpoint is cancelled, never one started after it. */
+	int e = end ? cli_ctl(a->ctl, "release kill\n", reply, sizeof(reply))
+		    : running(a, mine) ? cli_ctl(a->ctl, "cancel\n", reply, sizeof(reply)) : 0;
 	for (int i = 0; end && e == -EBUSY && i < 200; i++, usleep(50000))
 		e = cli_ctl(a->ctl, "release kill\n", reply, sizeof(reply));
-	for (int i = 0; i < 6000; i++, usleep(50000)) {
-		char *st = cli_slurp(a->status), job[200] = "";
-		bool over = !st || (cli_field(st, "job", job, sizeof(job)) && !strcmp(job, "none"));
-		free(st);
-		if (over)
-			break;
-	}
+	/* Then the job ends: the process has ended, or runs again. */
+	for (int i = 0; i < 6000 && running(a, mine); i++)
+		usleep(50000);
 	return end ? e : 0;
 }
 
