@@ -31,10 +31,7 @@ int cli_image_verify(const char *image, char *why, size_t len)
 	return e;
 }
 
-/* Follows restore id until its tree runs (whole: until all its device
- * memory is back too): 0 with *pid, or -EIO (it failed) or -ETIMEDOUT,
- * with why. */
-static int follow(unsigned id, bool whole, pid_t *pid, char *why, size_t len)
+int cli_restore_follow(unsigned id, bool whole, pid_t *pid, char *why, size_t len)
 {
 	char path[PATH_MAX];
 	snprintf(path, sizeof(path), "%s/restores/%u", cli_mount(), id);
@@ -64,7 +61,8 @@ static int follow(unsigned id, bool whole, pid_t *pid, char *why, size_t len)
 	}
 }
 
-int cli_restore_image(const char *image, const char *words, bool whole, pid_t *pid, char *why, size_t len)
+int cli_restore_image(const char *image, const char *words, bool whole, pid_t *pid, unsigned *idp, char *why,
+		      size_t len)
 {
 	char abs[PATH_MAX], cmd[2 * PATH_MAX + 32], ctl[PATH_MAX], reply[1200];
 	if (!realpath(image, abs)) {
@@ -89,7 +87,9 @@ int cli_restore_image(const char *image, const char *words, bool whole, pid_t *p
 		snprintf(why, len, "%s", !strncmp(reply, "error: ", 7) ? reply + 7 : strerror(-e));
 		return -EIO;
 	}
-	return follow(id, whole, pid, why, len);
+	if (idp)
+		*idp = id;
+	return cli_restore_follow(id, whole, pid, why, len);
 }
 
 int resume_newest(char **imgs, int n, pid_t *pid, char *used, size_t ulen)
@@ -101,7 +101,7 @@ int resume_newest(char **imgs, int n, pid_t *pid, char *used, size_t ulen)
 		int e = cli_image_verify(to, why, sizeof(why));
 		const char *what = "is damaged";
 		if (!e) {
-			e = cli_restore_image(to, NULL, true, pid, why, sizeof(why));
+			e = cli_restore_image(to, NULL, true, pid, NULL, why, sizeof(why));
 			what = "did not restore";
 		}
 		if (e == -EACCES || e == -ENOTCONN) {

@@ -118,10 +118,17 @@ int cli_image_verify(const char *image, char *why, size_t len);
 
 /* Restores image through the mount's ctl, with words after its path
  * ("lazy device=0=1", or NULL), and follows it until its tree runs
- * (whole: until all its device memory is back too). 0 with *pid; -EIO or
- * -ETIMEDOUT when it failed; -EACCES or -ENOTCONN (phosfs is not
- * mounted) when no image could be restored; why says which. */
-int cli_restore_image(const char *image, const char *words, bool whole, pid_t *pid, char *why, size_t len);
+ * (whole: until all its device memory is back too). 0 with *pid (and the
+ * restore's id in *idp, unless NULL); -EIO or -ETIMEDOUT when it failed;
+ * -EACCES or -ENOTCONN (phosfs is not mounted) when no image could be
+ * restored; why says which. */
+int cli_restore_image(const char *image, const char *words, bool whole, pid_t *pid, unsigned *idp, char *why,
+		      size_t len);
+
+/* Follows restore id (/restores/ID) until its tree runs (whole: until all
+ * its device memory is back too): 0 with *pid, or -EIO (it failed) or
+ * -ETIMEDOUT, with why. */
+int cli_restore_follow(unsigned id, bool whole, pid_t *pid, char *why, size_t len);
 
 /* Restores the first good image of imgs (newest first): each is verified
  * (every chunk and CRIU file), then restored through phosfs, and followed

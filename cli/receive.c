@@ -15,6 +15,7 @@
 #include <dirent.h>
 #include <getopt.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +23,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../common/procstatus.h"
 #include "cli.h"
 #include "stream.h"
 
@@ -31,12 +33,17 @@ typedef struct recv_args {
 	bool restore;
 } recv_args;
 
-/* The file being written: its path in the image and fd. */
+/* The image being received: the file being written (its path in the
+ * image and fd), and the restore started from it (sink_meta). */
 typedef struct sink {
-	int dfd; /* the image's temporary folder */
+	const recv_args *a;
+	const char *tmp; /* the image's temporary folder */
+	int dfd;
 	char path[STREAM_PATH_MAX + 1];
 	int fd;
 	uint64_t bytes; /* of files, so far */
+	pid_t restored;  /* the tree restored while the rest of gpu.data comes, or 0 */
+	unsigned restore_id;
 } sink;
 
 /* Says why on stderr, and as the answer on stdout. Returns 1. */
@@ -119,6 +126,48 @@ static int sink_file(sink *s, const stream_rec *r, char *buf)
 	return 0;
 }
 
+/* What follows the image's path in its restore: the mode, growing (its
+ * data still comes), the moves of GPUs. */
+static void restore_words(const recv_args *a, bool growing, char *out, size_t len)
+{
+	snprintf(out, len, "%s%s%s%.*s", a->mode ? a->mode : "", growing ? " growing" : "", a->devices ? " device=" : "",
+		 PATH_MAX, a->devices ? a->devices : "");
+}
+
+/* META: all of the image but the rest of gpu.data is here. Unless told
+ * not to, it is restored now, from where it is written: its reads of
+ * gpu.data wait for the bytes still to come. */
+static int sink_meta(sink *s, char *why, size_t len)
+{
+	if (!s->a->restore || s->restored)
+		return 0;
+	char words[PATH_MAX + 64], rwhy[3 * PATH_MAX] = "";
+	restore_words(s->a, true, words, sizeof(words));
+	if (cli_restore_image(s->tmp, words, false, &s->restored, &s->restore_id, rwhy, sizeof(rwhy)))
+		return snprintf(why, len, "the image did not restore: %.2000s", rwhy), -EIO;
+	printf("restored %d\n", (int)s->restored);
+	fflush(stdout);
+	fprintf(stderr, "phos receive: restored as process %d, while the rest of its device memory comes\n",
+		(int)s->restored);
+	return 0;
+}
+
+/* Ends a tree restored from an image that never came whole: pid, and its
+ * init where it has one of its own (phos run --pid-ns). */
+static void end_restored(pid_t pid)
+{
+	char pp[32], comm[64] = "", path[64];
+	if (!proc_status_field(pid, "PPid", pp, sizeof(pp))) {
+		snprintf(path, sizeof(path), "/proc/%.20s/comm", pp);
+		FILE *f = fopen(path, "re");
+		if (f && fgets(comm, sizeof(comm), f) && !strcmp(comm, "phos-init\n"))
+			kill((pid_t)atoi(pp), SIGKILL);
+		if (f)
+			fclose(f);
+	}
+	kill(pid, SIGKILL);
+}
+
 /* Reads records until END (0) or a failure, with why. */
 static int sink_all(sink *s, char *why, size_t len)
 {
@@ -134,6 +183,8 @@ static int sink_all(sink *s, char *why, size_t len)
 			e = !stream_path_ok(r.path, true) ? -EPROTO : mkdirat(s->dfd, r.path, 0700) ? -errno : 0;
 		else if (r.type == STREAM_END)
 			e = r.offset == s->bytes ? 0 : -EPROTO;
+		else if (r.type == STREAM_META)
+			e = sink_meta(s, why, len);
 		if (e || r.type == STREAM_END)
 			break;
 		if (r.type == STREAM_ABORT) {
@@ -150,7 +201,7 @@ static int sink_all(sink *s, char *why, size_t len)
 	else if (e == -EPROTO)
 		snprintf(why, len, "the stream is damaged (a record this phos does not know, or an END that "
 				   "does not count %llu bytes)", (unsigned long long)s->bytes);
-	else if (e)
+	else if (e && !*why)
 		snprintf(why, len, "writing %s: %s", s->path, strerror(-e));
 	int c = sink_close(s);
 	if (!e && c)
@@ -192,34 +243,49 @@ static int make_dirs(const char *dir)
 	}
 }
 
-/* The stream on stdin into final (through tmp), made durable and checked.
- * 0, or 1 with the failure said. */
-static int take(const char *dir, const char *tmp, const char *final)
+/* The rest once the stream is whole: the image made durable and checked,
+ * and a restore started from it followed until all its memory is back
+ * (it reads the image where it is). 0, or -errno with why. */
+static int settle(sink *s, char *why, size_t len)
+{
+	int c = openat(s->dfd, "criu", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (c >= 0)
+		fsync(c), close(c);
+	fsync(s->dfd);
+	int e = cli_image_verify(s->tmp, why, len);
+	char rwhy[3 * PATH_MAX] = "";
+	pid_t pid = 0;
+	if (!e && s->restored && cli_restore_follow(s->restore_id, true, &pid, rwhy, sizeof(rwhy)))
+		e = -EIO, snprintf(why, len, "its restore failed: %.2000s", rwhy);
+	return e;
+}
+
+/* The stream on stdin into final (through tmp), made durable and checked;
+ * restored while it comes (s->restored) unless told not to. 0, or 1 with
+ * the failure said. */
+static int take(const char *dir, const char *final, sink *s)
 {
 	int e = make_dirs(dir);
 	if (e)
 		return fail("%s: %s", dir, strerror(-e));
 	if (access(final, F_OK) == 0)
 		return fail("%s is there already: nothing is written over it", final);
-	if (mkdir(tmp, 0700))
-		return fail("%s: %s", tmp, strerror(errno));
-	sink s = { .dfd = open(tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC), .fd = -1 };
+	if (mkdir(s->tmp, 0700))
+		return fail("%s: %s", s->tmp, strerror(errno));
+	s->dfd = open(s->tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	char why[2 * PATH_MAX] = "";
-	e = s.dfd < 0 ? (snprintf(why, sizeof(why), "%s: %s", tmp, strerror(errno)), -EIO) : sink_all(&s, why, sizeof(why));
-	if (!e) {
-		int c = openat(s.dfd, "criu", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-		if (c >= 0)
-			fsync(c), close(c);
-		fsync(s.dfd);
-		e = cli_image_verify(tmp, why, sizeof(why));
-	}
-	if (s.dfd >= 0)
-		close(s.dfd);
-	if (!e && renameat2(AT_FDCWD, tmp, AT_FDCWD, final, RENAME_NOREPLACE))
-		e = -errno, snprintf(why, sizeof(why), "renaming %.3000s to %.3000s: %s", tmp, final, strerror(errno));
+	e = s->dfd < 0 ? (snprintf(why, sizeof(why), "%s: %s", s->tmp, strerror(errno)), -EIO) : sink_all(s, why, sizeof(why));
+	if (!e)
+		e = settle(s, why, sizeof(why));
+	if (s->dfd >= 0)
+		close(s->dfd);
+	if (!e && renameat2(AT_FDCWD, s->tmp, AT_FDCWD, final, RENAME_NOREPLACE))
+		e = -errno, snprintf(why, sizeof(why), "renaming %.3000s to %.3000s: %s", s->tmp, final, strerror(errno));
 	if (e) {
-		remove_image(tmp);
-		return fail("nothing is kept: %s", why);
+		if (s->restored)
+			end_restored(s->restored);
+		remove_image(s->tmp);
+		return fail("nothing is kept%s: %s", s->restored ? ", and the process restored from it is ended" : "", why);
 	}
 	int d = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (d >= 0)
@@ -247,19 +313,19 @@ int cmd_receive(int argc, char **argv)
 	char final[PATH_MAX], tmp[PATH_MAX];
 	snprintf(final, sizeof(final), "%.3900s/%d-%s", dir, (int)src, name);
 	snprintf(tmp, sizeof(tmp), "%.3900s/.%d-%s.tmp-%d.0", dir, (int)src, name, (int)getpid());
-	if (take(dir, tmp, final))
+	sink s = { .a = &a, .tmp = tmp, .dfd = -1, .fd = -1 };
+	if (take(dir, final, &s))
 		return 1;
 	printf("received %s\n", final);
 	fflush(stdout);
 	fprintf(stderr, "phos receive: checkpoint %s of process %d is whole in %s\n", name, (int)src, final);
-	if (!a.restore)
+	if (!a.restore || s.restored)
 		return 0;
-	char words[PATH_MAX + 32];
-	snprintf(words, sizeof(words), "%s%s%.*s", a.mode ? a.mode : "", a.devices ? " device=" : "", PATH_MAX,
-		 a.devices ? a.devices : "");
+	char words[PATH_MAX + 64];
+	restore_words(&a, false, words, sizeof(words));
 	pid_t pid = 0;
 	char rwhy[3 * PATH_MAX] = "";
-	if (cli_restore_image(final, words, false, &pid, rwhy, sizeof(rwhy)))
+	if (cli_restore_image(final, words, false, &pid, NULL, rwhy, sizeof(rwhy)))
 		return fail("the image %s did not restore: %s", final, rwhy);
 	printf("restored %d\n", (int)pid);
 	fflush(stdout);

@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -30,6 +31,7 @@
 #include "stream.h"
 
 #define SEND_HOLD_S 600 /* how long the process waits, stopped, by default */
+#define SEND_PIECE (1u << 20) /* bytes of gpu.data a record carries */
 
 typedef struct send_args {
 	long pid;
@@ -39,6 +41,7 @@ typedef struct send_args {
 	char **cmd; /* COMMAND, or NULL: stdout */
 	char name[STREAM_NAME_MAX + 1];
 	char ctl[PATH_MAX], status[PATH_MAX], image[PATH_MAX];
+	char stored[PATH_MAX]; /* the image in phosfs's store, once published; "" if unknown */
 } send_args;
 
 /* The command at the other end: its stdin is the stream, its stdout the
@@ -121,6 +124,9 @@ static int send_parse(int argc, char **argv, send_args *a)
 	snprintf(a->ctl, sizeof(a->ctl), "%s/%ld/ctl", cli_mount(), a->pid);
 	snprintf(a->status, sizeof(a->status), "%s/%ld/status", cli_mount(), a->pid);
 	snprintf(a->image, sizeof(a->image), "%s/%ld/checkpoints/%s", cli_mount(), a->pid, a->name);
+	char store[PATH_MAX];
+	if (!cli_store(store, sizeof(store)))
+		snprintf(a->stored, sizeof(a->stored), "%.4000s/%ld/%s", store, a->pid, a->name);
 	return 0;
 }
 
@@ -154,8 +160,22 @@ static int peer_start(char **cmd, peer *p)
 	return p->answers ? 0 : -ENOMEM;
 }
 
-/* Sends one file of the image (rel: its path in it) whole. */
-static int send_file(const send_args *a, int out, const char *rel, char *buf, uint64_t *total, char *why, size_t len)
+static int send_meta(const send_args *a, int out, char *buf, uint64_t *total, char *why, size_t len);
+
+/* Whether the image is published: its manifest is in the store. */
+static bool published(const send_args *a)
+{
+	char path[PATH_MAX + 16];
+	snprintf(path, sizeof(path), "%s/manifest.phos", a->stored);
+	return *a->stored && access(path, F_OK) == 0;
+}
+
+/* Sends one file of the image (rel: its path in it) whole. With meta (for
+ * gpu.data), once the image is published, the rest of it goes (send_meta)
+ * before the bytes of gpu.data not sent yet: the other end can restore
+ * while they come. */
+static int send_file(const send_args *a, int out, const char *rel, char *buf, uint64_t *total, bool *meta, char *why,
+		     size_t len)
 {
 	char path[PATH_MAX];
 	snprintf(path, sizeof(path), "%.3800s/%.255s", a->image, rel);
@@ -165,7 +185,14 @@ static int send_file(const send_args *a, int out, const char *rel, char *buf, ui
 	int e = 0;
 	uint64_t off = 0;
 	for (;;) {
-		ssize_t n = read(fd, buf, STREAM_DATA_MAX);
+		if (meta && !*meta && published(a)) {
+			*meta = true;
+			if ((e = send_meta(a, out, buf, total, why, len)))
+				break;
+		}
+		/* gpu.data in pieces of 1 MiB: publication is seen between
+		 * them, however slowly the stream drains. */
+		ssize_t n = read(fd, buf, meta ? SEND_PIECE : STREAM_DATA_MAX);
 		if (n < 0 && errno == EINTR)
 			continue; /* the mount gave up a wait: it goes on */
 		if (n <= 0) {
@@ -199,7 +226,7 @@ static int send_folder(const send_args *a, int out, const char *sub, char *buf, 
 							!strcmp(de->d_name, "manifest.phos"))))
 			continue;
 		snprintf(rel, sizeof(rel), "%.4s%s%.200s", sub, *sub ? "/" : "", de->d_name);
-		e = send_file(a, out, rel, buf, total, why, len);
+		e = send_file(a, out, rel, buf, total, NULL, why, len);
 	}
 	closedir(d);
 	return e;
@@ -216,23 +243,40 @@ static void status_error(const send_args *a, char *why, size_t len)
 	free(st);
 }
 
-/* The image, as it is written: gpu.data first, each byte once it is final,
- * then, once it is published, the CRIU files, the other data files, the
- * index, and the manifest last. */
+/* All of the image but gpu.data, once it is published: the CRIU files,
+ * the other data files, the index, the manifest; then META, with
+ * gpu.data's size. */
+static int send_meta(const send_args *a, int out, char *buf, uint64_t *total, char *why, size_t len)
+{
+	int e = send_folder(a, out, "criu", buf, total, why, len);
+	if (!e)
+		e = send_folder(a, out, "", buf, total, why, len);
+	if (!e)
+		e = send_file(a, out, "manifest.phos", buf, total, NULL, why, len);
+	/* Its size in the store (the mount may still show 0 from before). */
+	char path[PATH_MAX], shown[PATH_MAX];
+	snprintf(path, sizeof(path), "%.4000s/gpu.data", a->stored);
+	snprintf(shown, sizeof(shown), "%.4000s/gpu.data", a->image);
+	struct stat st;
+	if (!e && (!*a->stored || stat(path, &st)) && stat(shown, &st))
+		e = -EIO, snprintf(why, len, "%.1500s: %s", shown, strerror(errno));
+	return e ? e : stream_write_rec(out, STREAM_META, "", (uint64_t)st.st_size, NULL, 0);
+}
+
+/* The image, as it is written: gpu.data, each byte once it is final; once
+ * the image is published, the rest of it (send_meta), then what is left
+ * of gpu.data; END. */
 static int send_image(const send_args *a, int out, uint64_t *total, char *why, size_t len)
 {
 	char *buf = malloc(STREAM_DATA_MAX);
 	if (!buf)
 		return snprintf(why, len, "out of memory"), -ENOMEM;
-	int e = send_file(a, out, "gpu.data", buf, total, why, len);
+	bool meta = false;
+	int e = send_file(a, out, "gpu.data", buf, total, &meta, why, len);
 	if (e == -EIO && access(a->image, F_OK) != 0)
 		status_error(a, why, len);
-	if (!e)
-		e = send_folder(a, out, "criu", buf, total, why, len);
-	if (!e)
-		e = send_folder(a, out, "", buf, total, why, len);
-	if (!e)
-		e = send_file(a, out, "manifest.phos", buf, total, why, len);
+	if (!e && !meta)
+		e = send_meta(a, out, buf, total, why, len);
 	if (!e)
 		e = stream_write_rec(out, STREAM_END, "", *total, NULL, 0);
 	free(buf);

@@ -151,9 +151,9 @@ int stream_read_rec(int fd, stream_rec *r)
 	r->offset = le64toh(o);
 	r->len = le64toh(n);
 	l = le32toh(l);
-	if (r->type < STREAM_FILE || r->type > STREAM_ABORT || l > STREAM_PATH_MAX ||
+	if (r->type < STREAM_FILE || r->type > STREAM_META || l > STREAM_PATH_MAX ||
 	    r->len > (r->type == STREAM_ABORT ? STREAM_REASON_MAX : STREAM_DATA_MAX) ||
-	    (r->type == STREAM_DIR && r->len) || r->offset > (1ull << 50))
+	    ((r->type == STREAM_DIR || r->type == STREAM_META) && r->len) || r->offset > (1ull << 50))
 		return -EPROTO;
 	int e = stream_read_full(fd, r->path, l);
 	r->path[e ? 0 : l] = 0;

@@ -24,6 +24,7 @@ enum stream_type {
 	STREAM_DIR = 2,   /* a folder of the image (criu) */
 	STREAM_END = 3,   /* the image is whole: offset is the bytes of files sent */
 	STREAM_ABORT = 4, /* the sender gives up: the data is its reason */
+	STREAM_META = 5,  /* all but the rest of gpu.data has come: offset is gpu.data's size */
 };
 
 typedef struct stream_rec {

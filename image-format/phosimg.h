@@ -304,6 +304,14 @@ typedef struct phosimg_chunk {
  * -ELOOP (the parent chain is a cycle or deeper than PHOSIMG_DEPTH_MAX). */
 int phosimg_open(const char *path, phosimg **out);
 
+/* phosimg_open of an image whose data files are still being written in
+ * order, as phos receive writes one (its manifest, index and CRIU files
+ * whole): a file shorter than the manifest says is no error, and a read
+ * of bytes not there yet waits for them, failing as a short file does
+ * (-EBADMSG) once the file has not grown for 30 s. Errors: as
+ * phosimg_open's. */
+int phosimg_open_growing(const char *path, phosimg **out);
+
 void phosimg_close(phosimg *img);
 
 const phosimg_info *phosimg_get_info(const phosimg *img);

@@ -41,7 +41,33 @@ struct phosimg {
 	phosimg *parent;
 	pthread_mutex_t lock; /* guards pool */
 	scratch *pool;
+	bool growing; /* its data files may still be written (phosimg_open_growing) */
 };
+
+/* How long a read of a growing image waits for its data file to grow. */
+#define GROW_WAIT_MS 30000
+
+/* Waits until data file fd of img holds its first end bytes, where img is
+ * growing (at once otherwise): 0, or -ENODATA once it has not grown for
+ * GROW_WAIT_MS (the writer is gone), as a short file reads. */
+static int data_wait(const phosimg *img, int fd, uint64_t end)
+{
+	if (!img->growing)
+		return 0;
+	uint64_t last = 0;
+	for (int still = 0; still < GROW_WAIT_MS / 2;) {
+		struct stat st;
+		if (fstat(fd, &st) != 0)
+			return -errno;
+		if ((uint64_t)st.st_size >= end)
+			return 0;
+		still = (uint64_t)st.st_size == last ? still + 1 : 0;
+		last = (uint64_t)st.st_size;
+		struct timespec ts = { 0, 2000000 };
+		nanosleep(&ts, NULL);
+	}
+	return -ENODATA;
+}
 
 static uint64_t chunks_of(uint64_t size, uint32_t chunk)
 {
@@ -189,11 +215,15 @@ static int open_data(phosimg *img, uint32_t f, const char *shown)
 		return fmt_fail(-errno, "%s: cannot stat: %m", shown);
 	if (!S_ISREG(st.st_mode))
 		return fmt_fail(-EBADMSG, "%s: not a regular file", shown);
-	if ((uint64_t)st.st_size != m->file_size[f])
+	/* A growing image's file may be shorter: what is not there yet is
+	 * waited for. */
+	if ((uint64_t)st.st_size != m->file_size[f] && !(img->growing && (uint64_t)st.st_size < m->file_size[f]))
 		return fmt_fail(-EBADMSG, "%s: %lld bytes, the manifest says %llu", shown, (long long)st.st_size,
 				(unsigned long long)m->file_size[f]);
 	uint8_t hdr[DATA_HEADER_SIZE];
-	int e = fmt_read_all(img->fds[f], hdr, sizeof(hdr), 0);
+	int e = data_wait(img, img->fds[f], sizeof(hdr));
+	if (!e)
+		e = fmt_read_all(img->fds[f], hdr, sizeof(hdr), 0);
 	if (e)
 		return fmt_fail(e == -ENODATA ? -EBADMSG : e, "%s: offset 0: cannot read the header", shown);
 	if (get32(hdr) != DATA_MAGIC || get16(hdr + 4) != PHOSIMG_VERSION_MAJOR ||
@@ -291,11 +321,12 @@ void phosimg_close(phosimg *img)
 	}
 }
 
-static int open_one(const char *path, phosimg **out)
+static int open_one(const char *path, bool growing, phosimg **out)
 {
 	phosimg *img = calloc(1, sizeof(*img));
 	if (!img)
 		return -ENOMEM;
+	img->growing = growing;
 	img->dirfd = -1;
 	for (int f = 0; f < PHOSIMG_STRIPES_MAX; f++)
 		img->fds[f] = -1;
@@ -371,13 +402,14 @@ static int check_parent_refs(phosimg *img)
 	return 0;
 }
 
-int phosimg_open(const char *path, phosimg **out)
+/* phosimg_open, or with growing, phosimg_open_growing. */
+static int open_image(const char *path, bool growing, phosimg **out)
 {
 	if (!path || !out)
 		return -EINVAL;
 	fmt_clear_error();
 	phosimg *head = NULL, *img = NULL;
-	int e = open_one(path, &head);
+	int e = open_one(path, growing, &head);
 	if (e)
 		return e;
 	img = head;
@@ -392,7 +424,7 @@ int phosimg_open(const char *path, phosimg **out)
 			e = -ENOMEM;
 			break;
 		}
-		e = open_one(pp, &img->parent);
+		e = open_one(pp, false, &img->parent);
 		if (e == -ENOENT)
 			fmt_fail(e, "%s: parent image %s is missing", img->path, pp);
 		free(pp);
@@ -420,6 +452,16 @@ int phosimg_open(const char *path, phosimg **out)
 		img->m.info.depth = depth--;
 	*out = head;
 	return 0;
+}
+
+int phosimg_open(const char *path, phosimg **out)
+{
+	return open_image(path, false, out);
+}
+
+int phosimg_open_growing(const char *path, phosimg **out)
+{
+	return open_image(path, true, out);
 }
 
 const phosimg_info *phosimg_get_info(const phosimg *img)
@@ -501,9 +543,10 @@ static int read_chunk(phosimg *img, const entry *e, uint8_t *out)
 	uint32_t f = (e->flags & ENTRY_STRIPE_MASK) >> ENTRY_STRIPE_SHIFT; /* checked at open */
 	int fd = img->fds[f];
 	uint8_t h[16];
-	if (lz4) {
+	err = data_wait(img, fd, e->location + padded);
+	if (!err && lz4) {
 		err = fmt_read_all(fd, s->p, padded, e->location);
-	} else {
+	} else if (!err) {
 		err = fmt_read_hashed(fd, out, e->stored_len, e->location, h);
 		if (!err)
 			err = fmt_read_all(fd, s->p, padded - e->stored_len, e->location + e->stored_len);
@@ -647,7 +690,9 @@ int phosimg_stream_read(phosimg_stream *s, void *buf, size_t len)
 	if (!s->e || (!buf && len) || len > s->e->stored_len - s->done)
 		return -EINVAL;
 	uint64_t at = s->e->location + s->done;
-	int err = fmt_read_hashing(s->owner->fds[s->f], buf, len, &at, s->hash);
+	int err = data_wait(s->owner, s->owner->fds[s->f], at + len);
+	if (!err)
+		err = fmt_read_hashing(s->owner->fds[s->f], buf, len, &at, s->hash);
 	s->done = at - s->e->location;
 	return err ? stream_fail(s, err == -ENODATA ? -EBADMSG : err, at, "cannot read") : 0;
 }
@@ -663,7 +708,9 @@ int phosimg_stream_end(phosimg_stream *s)
 		goto out;
 	}
 	uint64_t padding = align_up(e->stored_len, DATA_ALIGN) - e->stored_len;
-	err = fmt_read_all(s->owner->fds[s->f], s->pad, padding, e->location + e->stored_len);
+	err = data_wait(s->owner, s->owner->fds[s->f], e->location + e->stored_len + padding);
+	if (!err)
+		err = fmt_read_all(s->owner->fds[s->f], s->pad, padding, e->location + e->stored_len);
 	if (err) {
 		err = stream_fail(s, err == -ENODATA ? -EBADMSG : err, e->location + e->stored_len,
 				  "cannot read its padding");

@@ -364,6 +364,7 @@ static int run_restore(const job_request *req, job_shared *sh, perr *er)
 			   .log = req->log,
 			   .lazy = rr->lazy,
 			   .lazy_pages = rr->lazy_pages,
+			   .growing = rr->growing,
 			   .fill_threads = rr->fill_threads,
 			   .timeout_s = rr->timeout_s,
 			   .cgroups = rr->cgroups,

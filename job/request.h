@@ -62,6 +62,7 @@ typedef struct job_restore_req {
 	int32_t fill_threads;  /* 0: the default */
 	int32_t timeout_s;     /* each step's deadline; 0: none */
 	bool lazy, lazy_pages;
+	bool growing; /* the image's data files are still being written (phosimg_open_growing) */
 	/* The cgroups the tree goes into, as /proc/PID/cgroup says them
 	 * (those of the process that asked); "": the image's. */
 	char cgroups[ENGINE_CGROUPS_TEXT_MAX];

@@ -111,7 +111,7 @@ static int restore_begin(const restore_args *a, restore_ctx *c, perr *er)
 {
 	memset(c, 0, sizeof(*c));
 	engine_step(a->prog, STEP_PREPARE);
-	int e = phosimg_open(a->image, &c->img);
+	int e = a->growing ? phosimg_open_growing(a->image, &c->img) : phosimg_open(a->image, &c->img);
 	if (e)
 		return pr_err(er, e, "%s", *phosimg_last_error() ? phosimg_last_error() : strerror(-e));
 	c->in = phosimg_get_info(c->img);

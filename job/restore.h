@@ -26,6 +26,9 @@ typedef struct restore_args {
 	/* CPU pages come back while the tree runs (CRIU's lazy-pages daemon,
 	 * userfaultfd); the restore ends once the last page is back. */
 	bool lazy_pages;
+	/* The image's data files are still being written, in order (phos
+	 * receive): reads wait for bytes not there yet (phosimg_open_growing). */
+	bool growing;
 	int fill_threads; /* threads that fill device memory (0: engine_filler_start's default) */
 	int timeout_s;    /* a step's deadline (the job's watchdog); CRIU waits at its gate this long at most */
 	/* The cgroups the tree goes into, as /proc/PID/cgroup says them;

@@ -48,7 +48,7 @@ static int split(const char *buf, size_t len, char *line, char **words, int *n, 
 	return *n ? 0 : pr_err(er, -EINVAL, "empty command");
 }
 
-/* restore DIR [eager|lazy] [lazy-pages] [device=OLD=NEW,…] */
+/* restore DIR [eager|lazy] [lazy-pages] [growing] [device=OLD=NEW,…] */
 static int parse_restore(char **words, int n, ctl_cmd *out, perr *er)
 {
 	if (strcmp(words[0], "restore"))
@@ -68,6 +68,10 @@ static int parse_restore(char **words, int n, ctl_cmd *out, perr *er)
 				return pr_err(er, -EINVAL, "more than one restore mode");
 			mode = true;
 			out->lazy = !strcmp(w, "lazy");
+		} else if (!strcmp(w, "growing")) {
+			if (out->growing)
+				return pr_err(er, -EINVAL, "growing given twice");
+			out->growing = true;
 		} else if (!strcmp(w, "lazy-pages")) {
 			if (out->lazy_pages)
 				return pr_err(er, -EINVAL, "lazy-pages given twice");
@@ -80,7 +84,7 @@ static int parse_restore(char **words, int n, ctl_cmd *out, perr *er)
 			snprintf(out->devices, sizeof(out->devices), "%s", w + 7);
 		} else {
 			return pr_err(er, -EINVAL,
-				      "unknown word '%.40s' after restore DIR (expected: eager, lazy, lazy-pages, device=OLD=NEW,…)",
+				      "unknown word '%.40s' after restore DIR (expected: eager, lazy, lazy-pages, growing, device=OLD=NEW,…)",
 				      w);
 		}
 	}

@@ -7,7 +7,7 @@
  *                cancel
  *                schedule every=DURATION|auto [mtbf=DURATION] [keep=N] [cow|recopy|stop]
  *                schedule off
- *   /ctl         restore DIR [eager|lazy] [lazy-pages] [device=OLD=NEW[,OLD=NEW…]]
+ *   /ctl         restore DIR [eager|lazy] [lazy-pages] [growing] [device=OLD=NEW[,OLD=NEW…]]
  *
  * One command per write, words separated by blanks, one trailing newline
  * allowed. NAME is 1 to 64 of [A-Za-z0-9._-], not starting with '.', and
@@ -40,6 +40,7 @@ typedef struct ctl_cmd {
 	bool release_kill;    /* release: the held tree ends (else it runs on) */
 	bool lazy;            /* restore: lazy (the default) or eager */
 	bool lazy_pages;      /* restore: CPU pages too come back while it runs */
+	bool growing;         /* restore: the image's data is still being written (phos receive) */
 	char dir[CTL_MAX];    /* restore */
 	char devices[CTL_MAX]; /* restore: the moves of GPUs, "" for none */
 	/* schedule: every `every_s` seconds, or (every_s 0) at Young and

@@ -183,6 +183,7 @@ static void run(restore_job *j)
 		rr->timeout_s = phosfs_restore_timeout;
 		rr->lazy = c->lazy;
 		rr->lazy_pages = c->lazy_pages;
+		rr->growing = c->growing;
 	}
 	if (!e)
 		e = spawn_job(req, &s, &er);
@@ -299,8 +300,8 @@ int restore_submit(const ctl_cmd *c, const char *cgroups, unsigned *id, perr *er
 		return pr_err(er, -ENOMEM, "out of memory");
 	j->cmd = *c;
 	snprintf(j->cgroups, sizeof(j->cgroups), "%s", cgroups);
-	snprintf(j->v.job, sizeof(j->v.job), "restore %.80s%s%s", c->dir, c->lazy ? " lazy" : " eager",
-		 c->lazy_pages ? " lazy-pages" : "");
+	snprintf(j->v.job, sizeof(j->v.job), "restore %.80s%s%s%s", c->dir, c->lazy ? " lazy" : " eager",
+		 c->lazy_pages ? " lazy-pages" : "", c->growing ? " growing" : "");
 	char logs[PATH_MAX];
 	snprintf(logs, sizeof(logs), "%s/.logs", phosfs_store);
 	pthread_mutex_lock(&lock);

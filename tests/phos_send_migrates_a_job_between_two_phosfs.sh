@@ -15,7 +15,12 @@
 #   3. what is no stream of phos send is refused, and nothing is kept;
 #   4. without --kill, through a plain pipe: B has the image, not
 #      restored (--no-restore), and the job on A runs on;
-#   5. --kill without a command that can answer is refused.
+#   5. --kill without a command that can answer is refused;
+#   6. through a slow link (3 MB/s), B restores the job as soon as all
+#      but the rest of gpu.data has come, and the job runs there while it
+#      comes, its device memory exact, no count twice;
+#   7. the slow link cut once B has restored the job: B ends it and keeps
+#      nothing, and the job on A runs on, exact.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=tests/phos_run_rig.bash
@@ -132,9 +137,59 @@ check 'grep -q "^received $work/b/store/received/$pid-copy\$" "$work/recv.4.out"
 	"$pimg" verify "$work/b/store/received/$pid-copy" >/dev/null' \
 	"through a plain pipe, without --kill: B has the image, and the job on A runs on"
 
+# The receiving end through a slow link: a copy at 3 MB/s, whose pid is
+# in $work/slow.pid.
+cat >"$work/slow.py" <<'EOF'
+import os, sys, time
+open(sys.argv[2], "w").write(str(os.getpid()))
+rate, src, dst = int(sys.argv[1]), sys.stdin.buffer, sys.stdout.buffer
+while True:
+    b = src.read1(65536)
+    if not b:
+        break
+    dst.write(b)
+    dst.flush()
+    time.sleep(len(b) / rate)
+EOF
+slow=(sh -c 'w=$1 r=$2; shift 2; python3 "$w/slow.py" "$r" "$w/slow.pid" | "$@"' _ "$work" 3000000 "${receive[@]}")
+
 # 5. --kill needs the other end's answer.
 on a "$phos" send "$pid" recopy --kill >/dev/null 2>"$work/send.5.err"
 rc=$?
 check '[ "$rc" = 2 ] && grep -q "give the command that reaches it" "$work/send.5.err" && alive "$pid"' \
 	"--kill without a command is refused, and the job runs on"
+
+# 6. Through a slow link: B runs the job while its memory comes.
+on a "$phos" send "$pid" recopy --kill --name slow -- "${slow[@]}" 2>"$work/send.6.err"
+rc=$?
+back=$(sed -n 's/.*restored there as \([0-9]*\).*/\1/p' "$work/send.6.err")
+note "$back"
+check '[ "$rc" = 0 ] && grep -q "restored as process $back, while the rest of its device memory comes" "$work/send.6.err" &&
+	wait_gone "$pid" 10' \
+	"through a slow link, B restored the job before the rest of gpu.data came, then A's job ended"
+c=$(last_count "$out")
+kill -USR1 "$back"
+check 'wait_line "$out" "^verify ok count" 20 && wait_line "$out" "^count $((c + 20))\$" 20 && counts_go_on "$out"' \
+	"it runs on B, its device memory exact, no count twice"
+
+# 7. The slow link cut once B runs the job.
+start 7
+rm -f "$work/slow.pid"
+slow[5]=500000 # 500 kB/s: the cut comes while most of gpu.data is still on its way
+t0=$(date +%s.%N)
+on a "$phos" send "$pid" recopy --kill --name cut -- "${slow[@]}" 2>"$work/send.7.err" &
+sender=$!
+wait_line "$work/send.7.err" "while the rest of its device memory comes" 30
+early=$(sed -n 's/.*restored as process \([0-9]*\), while.*/\1/p' "$work/send.7.err")
+echo "# B ran the job $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN {printf "%.1f", b - a}') s after phos send began"
+kill "$(cat "$work/slow.pid")"
+wait "$sender"
+rc=$?
+c=$(last_count "$out")
+kill -USR1 "$pid"
+check '[ "$rc" = 1 ] && [ -n "$early" ] && wait_gone "$early" 10 && grep -q "process $pid runs on" "$work/send.7.err"' \
+	"the link cut once B ran the job: B ended it (it was $early), and phos send says A's job runs on"
+check 'alive "$pid" && wait_line "$out" "^count $((c + 20))\$" 20 && [ "$(grep -c "^verify ok" "$out")" = 1 ] &&
+	[ ! -e "$work/b/store/received/$pid-cut" ] && [ -z "$(ls -A "$work/b/store/received" | grep "^\.")" ]' \
+	"and it does, exact; B keeps nothing of it"
 done_testing

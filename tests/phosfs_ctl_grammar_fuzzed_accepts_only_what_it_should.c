@@ -19,11 +19,11 @@ static const char *const seeds[] = {
 	"checkpoint stop name=a kill\n", "checkpoint cow timeout=0.5\n", "checkpoint recopy name=x.y-z\n", "cancel\n",
 	"checkpoint recopy hold=30 name=m\n", "release kill\n", "release resume\n",
 	"schedule every=30 keep=3 cow\n", "schedule every=auto mtbf=1d keep=2\n", "schedule off\n",
-	"schedule every=1.5h stop\n", "restore /tmp/x eager lazy-pages\n", "restore /a/b device=0=1,1=0\n",
+	"schedule every=1.5h stop\n", "restore /tmp/x eager lazy-pages\n", "restore /tmp/y lazy growing\n", "restore /a/b device=0=1,1=0\n",
 };
 static const char *const words[] = { "checkpoint", "schedule", "every=", "every=auto", "mtbf=", "keep=", "off",
 				     "cancel", "stop",	   "cow",      "recopy", "kill", "name=", "timeout=", "hold=", "release", "resume",
-				     "restore",	   "lazy",     "eager",	   "1d",     "0",    "-5",    "1e999",
+				     "restore",	   "lazy", "growing",     "eager",	   "1d",     "0",    "-5",    "1e999",
 				     "nan",	   " ",	       "\t",	   "=",	     "\n",   "99999999" };
 static const ctl_fuzz fuzz = { seeds, sizeof(seeds) / sizeof(*seeds), words, sizeof(words) / sizeof(*words),
 				80, true };
