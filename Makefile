@@ -489,7 +489,7 @@ gpu-bundle: $(GPU_BIN) $(GPU_KERNELS) $(GPU_BENCH) $(PHOS_IMAGE) $(BUILD)/bench/
 		bin:$(BUILD)/bench/page-restore bin:$(BUILD)/bench/fill bin:$(BUILD)/bench/read-path lib:$(LIBPHOS) \
 		bin:$(PHOSFS) bin:$(PHOS_CLI) \
 		$(addprefix test:,$(GPU_SH)) share:tests/gpu/rig.sh:gpu-rig.sh share:tests/gpu/matrix.sh:gpu-matrix.sh \
-		share:tests/procs.bash:procs.bash
+		share:tests/procs.bash:procs.bash share:tests/nodes.bash:nodes.bash
 	install -d $(BUNDLE)/criu-plugins
 	install -m 0644 $(CRIU_PLUGIN) $(BUNDLE)/criu-plugins/
 	@du -sh $(BUNDLE)

@@ -25,11 +25,12 @@ set -u
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=tests/phos_run_rig.bash
 . "${PHOS_SRCDIR:-$here/../..}/tests/phos_run_rig.bash"
+# shellcheck source=tests/nodes.bash
+. "${PHOS_SRCDIR:-$here/../..}/tests/nodes.bash"
 rig_require
 command -v unshare >/dev/null && command -v nsenter >/dev/null || rig_skip "no unshare or nsenter (util-linux)"
 
 work=$(mktemp -d /tmp/phos-send-test.XXXXXX)
-mkdir -p "$work/run" "$work/a/mnt" "$work/b/mnt"
 : >"$work/pids"
 export PHOS_SOCKET=$work/run/sock
 export PHOS_LIBPHOS=${PHOS_LIBPHOS:-$(dirname "$phos")/libphos.so}
@@ -38,35 +39,8 @@ export ASAN_OPTIONS=verify_asan_link_order=0:detect_leaks=0
 plugins=()
 [ -n "${PHOS_CRIU_PLUGINS:-}" ] && plugins=(--criu-plugins "$PHOS_CRIU_PLUGINS")
 
-# node NAME: a phosfs in a mount namespace of its own, whose $work/run is
-# a tmpfs of its own (its socket). Its pid (the namespace's) in $work/NAME.pid.
-node() {
-	unshare -m --propagation private bash -c 'mount -t tmpfs none "$1" && shift && exec "$@"' _ \
-		"$work/run" "$rig_phosfs" --socket "$PHOS_SOCKET" --store "$work/$1/store" --criu "$rig_criu" \
-		"${plugins[@]}" -f "$work/$1/mnt" </dev/null >/dev/null 2>"$work/$1.log" &
-	echo $! >"$work/$1.pid"
-	for _ in $(seq 100); do
-		nsenter -t "$(cat "$work/$1.pid")" -m test -e "$work/$1/mnt/version" && return 0
-		sleep 0.05
-	done
-	echo "Bail out! phosfs of node $1 did not mount (its log follows)"
-	sed 's/^/# /' "$work/$1.log"
-	exit 1
-}
-# on NODE CMD…: runs CMD in NODE's mount namespace, with its mount.
-on() {
-	local n=$1
-	shift
-	nsenter -t "$(cat "$work/$n.pid")" -m -- env PHOS_MOUNT="$work/$n/mnt" "$@"
-}
 cleanup() {
-	local p init
-	for p in $(cat "$work/pids" 2>/dev/null); do
-		init=$(job_init "$p") && kill -9 "$init" 2>/dev/null
-		kill -9 "$p" 2>/dev/null
-	done
-	for n in a b; do kill "$(cat "$work/$n.pid" 2>/dev/null)" 2>/dev/null; done
-	wait 2>/dev/null
+	nodes_end
 	if [ "$rig_failed" != 0 ]; then
 		for f in "$work"/a.log "$work"/b.log "$work"/*.err; do
 			[ -s "$f" ] && tail -n 15 "$f" | sed "s|^|# $(basename "$f"): |" >&2
@@ -75,8 +49,12 @@ cleanup() {
 	rm -rf "$work"
 }
 trap cleanup EXIT
-node a
-node b
+for n in a b; do
+	node "$n" "$rig_phosfs" "$rig_criu" "${plugins[@]}" && continue
+	echo "Bail out! phosfs of node $n did not mount (its log follows)"
+	sed 's/^/# /' "$work/$n.log"
+	exit 1
+done
 
 # Starts examples/counter on node A; its pid into $pid, its output $out.
 start() {

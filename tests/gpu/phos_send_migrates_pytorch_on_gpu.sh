@@ -28,41 +28,20 @@ command -v unshare >/dev/null && command -v nsenter >/dev/null || skip "no unsha
 python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null ||
 	skip "no PyTorch with CUDA"
 . "$b/share/gpu-rig.sh"
+. "$b/share/nodes.bash"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 phos=$b/bin/phos
 work=$(mktemp -d /dev/shm/phos-send.XXXXXX)
-mkdir -p "$work/run" "$work/a/mnt" "$work/b/mnt"
 export PHOS_SOCKET=$work/run/sock PHOS_LIBPHOS=$b/lib/libphos.so
 
-node() {
-	unshare -m --propagation private bash -c 'mount -t tmpfs none "$1" && shift && exec "$@"' _ "$work/run" \
-		"$b/bin/phosfs" --socket "$PHOS_SOCKET" --store "$work/$1/store" --criu "$b/bin/criu" \
-		--criu-plugins "$b/criu-plugins" -f "$work/$1/mnt" </dev/null >/dev/null 2>"$work/$1.log" &
-	echo $! >"$work/$1.pid"
-	for _ in $(seq 100); do
-		nsenter -t "$(cat "$work/$1.pid")" -m test -e "$work/$1/mnt/version" && return 0
-		sleep 0.1
-	done
-	return 1
-}
-on() {
-	local n=$1
-	shift
-	nsenter -t "$(cat "$work/$n.pid")" -m -- env PHOS_MOUNT="$work/$n/mnt" "$@"
-}
 cleanup() {
-	local p init
-	for p in $(cat "$work/pids" 2>/dev/null); do
-		init=$(job_init "$p") && kill -9 "$init" 2>/dev/null
-		kill -9 "$p" 2>/dev/null
-	done
-	for n in a b; do kill "$(cat "$work/$n.pid" 2>/dev/null)" 2>/dev/null; done
-	wait 2>/dev/null
+	nodes_end
 	for n in a b; do tail -n 10 "$work/$n.log" 2>/dev/null | sed "s/^/# phosfs $n: /"; done
 	rm -rf "$work"
 }
 trap cleanup EXIT
-if ! node a || ! node b; then
+if ! node a "$b/bin/phosfs" "$b/bin/criu" --criu-plugins "$b/criu-plugins" ||
+	! node b "$b/bin/phosfs" "$b/bin/criu" --criu-plugins "$b/criu-plugins"; then
 	for i in 1 2 3 4; do echo "not ok $i - a phosfs did not mount (bundle $b)"; done
 	exit 1
 fi
