@@ -558,7 +558,7 @@ static void started(target *t, watch *w, const ctl_cmd *c, enum ctl_proto proto,
 	/* Before its watcher runs: its events come after this one. */
 	events_emit("checkpoint.started", t->pid, ckpt_fields(w, 0));
 	pthread_t th;
-	if (pthread_create(&th, NULL, watch_main, w) != 0)
+	if (phosfs_thread(&th, watch_main, w) != 0)
 		*here = w; /* without a watcher, the caller waits */
 	else
 		pthread_detach(th);
@@ -699,7 +699,7 @@ int job_checkpoint(target *t, const ctl_cmd *c, perr *er)
 		t->error[0] = 0;
 		snprintf(t->job, sizeof(t->job), "checkpoint%s%s (waiting for the restore of its tree to end)",
 			 c->proto ? " " : "", c->proto ? proto_name(c->proto) : "");
-		if (pthread_create(&th, NULL, deferred_main, d) != 0) {
+		if (phosfs_thread(&th, deferred_main, d) != 0) {
 			t->busy = false;
 			free(d);
 			e = pr_err(er, -EAGAIN, "cannot start a thread to wait for the restore");

@@ -411,6 +411,8 @@ static int serve(struct fuse_args *args, const char *mnt, bool foreground, const
 	struct fuse_operations ops = phosfs_ops;
 	ops.init = init;
 	int rc = 1;
+	/* Every thread from here on leaves them to the signal thread. */
+	phosfs_signals_block();
 	struct fuse *f = fuse_new(args, &ops, sizeof(ops), NULL);
 	if (!f)
 		return 1;
@@ -420,15 +422,20 @@ static int serve(struct fuse_args *args, const char *mnt, bool foreground, const
 	}
 	if (fuse_daemonize(foreground) != 0)
 		goto out_unmount;
-	/* After daemonizing: the registry's thread must be the daemon's. */
-	int e = registry_start(sock);
+	/* After daemonizing: the threads must be the daemon's. */
+	char real[PATH_MAX];
+	int e = phosfs_signals_start(fuse_get_session(f), realpath(mnt, real) ? real : mnt);
+	if (e) {
+		fprintf(stderr, "phosfs: cannot start its signal thread: %s\n", strerror(e));
+		goto out_unmount;
+	}
+	e = registry_start(sock);
 	if (e) {
 		fprintf(stderr, "phosfs: cannot listen on %s: %s\n", sock, strerror(-e));
 		goto out_unmount;
 	}
 	/* Its jobs know its mount (to tell it from a FUSE mount that holds
 	 * them: engine/fuse-wait.h). */
-	char real[PATH_MAX];
 	setenv("PHOS_MOUNT", realpath(mnt, real) ? real : mnt, 1);
 	/* After daemonizing too: its jobs are the daemon's children. */
 	if (pool_start(phosfs_job_pool))
@@ -437,19 +444,14 @@ static int serve(struct fuse_args *args, const char *mnt, bool foreground, const
 		fprintf(stderr, "phosfs: --metrics-textfile %s: %s\n", phosfs_metrics_textfile, strerror(-e));
 		syslog(LOG_ERR, "--metrics-textfile %s: %s", phosfs_metrics_textfile, strerror(-e));
 	}
-	struct fuse_session *se = fuse_get_session(f);
-	if (fuse_set_signal_handlers(se) != 0)
-		goto out_registry;
 	struct fuse_loop_config *cfg = fuse_loop_cfg_create();
 	fuse_loop_cfg_set_max_threads(cfg, 16);
 	int res = fuse_loop_mt(f, cfg);
 	fuse_loop_cfg_destroy(cfg);
-	fuse_remove_signal_handlers(se);
-	/* The loop ends with the number of the signal that asked it to. */
-	rc = res == 0 || res == SIGTERM || res == SIGINT || res == SIGHUP ? 0 : 1;
+	/* Ended by a signal, or by an unmount (0), it ended well. */
+	rc = phosfs_signals_stop() || res == 0 ? 0 : 1;
 	if (rc)
 		fprintf(stderr, "phosfs: the file system failed: %s\n", strerror(res < 0 ? -res : EIO));
-out_registry:
 	schedule_stop_all();
 	metrics_textfile_stop();
 	pool_stop();

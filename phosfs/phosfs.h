@@ -313,4 +313,25 @@ void schedule_clear_pruned(const char *dir);
  * files beyond the newest LOGS_KEEP - 1: room for one more log. */
 void logs_make_room(const char *dir);
 
+/* thread.c: phosfs's threads, and the signals that end it. */
+struct fuse_session;
+
+/* pthread_create of one of phosfs's own threads, with SIGTERM, SIGINT
+ * and SIGHUP blocked in it. Errors: pthread_create's (a positive errno,
+ * as it returns). */
+int phosfs_thread(pthread_t *t, void *(*fn)(void *), void *arg);
+
+/* Blocks SIGTERM, SIGINT and SIGHUP in the calling thread (and so in every
+ * thread it starts), and ignores SIGPIPE. Call before any thread starts. */
+void phosfs_signals_block(void);
+
+/* Starts the thread that takes those signals: it ends session se and
+ * wakes its loop with a request to mount mnt. Errors: pthread_create's
+ * (a positive errno). */
+int phosfs_signals_start(struct fuse_session *se, const char *mnt);
+
+/* Ends that thread (at once where no signal came); the signal that ended
+ * phosfs, or 0. */
+int phosfs_signals_stop(void);
+
 #endif

@@ -61,6 +61,11 @@ static void start_one(pooled *p)
 		/* Its own session, as every job's: signals meant for phosfs's
 		 * group do not end a restore it took. */
 		setsid();
+		/* No signal blocked: the thread that forks may be one of
+		 * phosfs's own (phosfs_thread). */
+		sigset_t none;
+		sigemptyset(&none);
+		sigprocmask(SIG_SETMASK, &none, NULL);
 		fcntl(sfd, F_SETFD, 0);
 		fcntl(w[0], F_SETFD, 0);
 		execv(phosfs_self, argv);

@@ -4,6 +4,7 @@
  * memfd it shares with phosfs.
  */
 #include <errno.h>
+#include <signal.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -62,6 +63,11 @@ int spawn_job(const job_request *req, spawn *s, perr *er)
 	if (s->child == 0) {
 		/* Its own session: signals meant for phosfs's group do not end it. */
 		setsid();
+		/* No signal blocked: the thread that forks may be one of
+		 * phosfs's own (phosfs_thread). */
+		sigset_t none;
+		sigemptyset(&none);
+		sigprocmask(SIG_SETMASK, &none, NULL);
 		fcntl(sfd, F_SETFD, 0);
 		const job_checkpoint_req *cr = &req->checkpoint;
 		for (uint32_t i = 0; req->kind == JOB_CHECKPOINT && i < cr->nmembers && i < JOB_MEMBERS_MAX; i++)
