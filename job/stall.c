@@ -85,12 +85,14 @@ static bool is_locked(const ckpt *k, uint32_t i)
 	return k->ms[i].locked;
 }
 
-/* Those to bring back live, and the checkpoint did not end them. */
+/* Whether the checkpoint ended the tree: CRIU killed it, or holds it
+ * stopped and no release has let it run on yet. */
 static bool ended(const ckpt *k)
 {
 	return k->dumped && k->a->kill && !k->resumed;
 }
 
+/* Those to bring back live, and the checkpoint did not end them. */
 static bool to_unlock(const ckpt *k, uint32_t i)
 {
 	return k->ms[i].locked && engine_alive(k->m[i].pid) && !ended(k);

@@ -551,14 +551,13 @@ static void started(target *t, watch *w, const ctl_cmd *c, enum ctl_proto proto,
 	t->result = 0;
 	t->error[0] = 0;
 	t->traced = traced;
-	t->hold = c->hold_ms != 0;
 	snprintf(t->name, sizeof(t->name), "%s", name);
 	snprintf(t->job, sizeof(t->job), "checkpoint %s name=%s%s%s", proto_name(proto), name, c->kill ? " kill" : "",
 		 c->hold_ms ? " hold" : "");
 	/* Before its watcher runs: its events come after this one. */
 	events_emit("checkpoint.started", t->pid, ckpt_fields(w, 0));
 	pthread_t th;
-	if (phosfs_thread(&th, watch_main, w) != 0)
+	if (pthread_create(&th, NULL, watch_main, w) != 0)
 		*here = w; /* without a watcher, the caller waits */
 	else
 		pthread_detach(th);
@@ -699,7 +698,7 @@ int job_checkpoint(target *t, const ctl_cmd *c, perr *er)
 		t->error[0] = 0;
 		snprintf(t->job, sizeof(t->job), "checkpoint%s%s (waiting for the restore of its tree to end)",
 			 c->proto ? " " : "", c->proto ? proto_name(c->proto) : "");
-		if (phosfs_thread(&th, deferred_main, d) != 0) {
+		if (pthread_create(&th, NULL, deferred_main, d) != 0) {
 			t->busy = false;
 			free(d);
 			e = pr_err(er, -EAGAIN, "cannot start a thread to wait for the restore");
@@ -715,7 +714,7 @@ int job_release(target *t, bool end, perr *er)
 {
 	pthread_mutex_lock(&t->lock);
 	int e = 0;
-	if (!t->busy || !t->sh || t->kind != CTL_CHECKPOINT || !t->hold)
+	if (!t->busy || !t->sh || t->kind != CTL_CHECKPOINT || !t->sh->req.checkpoint.hold_ms)
 		e = pr_err(er, -EINVAL, "no checkpoint of process %d holds it: release is for one taken with hold=SECONDS",
 			   (int)t->pid);
 	else if (atomic_load(&t->sh->prog.step) != STEP_HOLD)

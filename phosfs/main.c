@@ -424,7 +424,8 @@ static int serve(struct fuse_args *args, const char *mnt, bool foreground, const
 		goto out_unmount;
 	/* After daemonizing: the threads must be the daemon's. */
 	char real[PATH_MAX];
-	int e = phosfs_signals_start(fuse_get_session(f), realpath(mnt, real) ? real : mnt);
+	const char *at = realpath(mnt, real) ? real : mnt;
+	int e = phosfs_signals_start(fuse_get_session(f), at);
 	if (e) {
 		fprintf(stderr, "phosfs: cannot start its signal thread: %s\n", strerror(e));
 		goto out_unmount;
@@ -436,7 +437,7 @@ static int serve(struct fuse_args *args, const char *mnt, bool foreground, const
 	}
 	/* Its jobs know its mount (to tell it from a FUSE mount that holds
 	 * them: engine/fuse-wait.h). */
-	setenv("PHOS_MOUNT", realpath(mnt, real) ? real : mnt, 1);
+	setenv("PHOS_MOUNT", at, 1);
 	/* After daemonizing too: its jobs are the daemon's children. */
 	if (pool_start(phosfs_job_pool))
 		fprintf(stderr, "phosfs: no job pool: out of memory\n");

@@ -76,7 +76,7 @@ int metrics_textfile_start(const char *path)
 	int e = write_once();
 	if (e)
 		return e;
-	e = -phosfs_thread(&writer, writer_main, NULL);
+	e = -pthread_create(&writer, NULL, writer_main, NULL);
 	started = !e;
 	return e;
 }

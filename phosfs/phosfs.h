@@ -98,7 +98,6 @@ typedef struct target {
 	pthread_cond_t done;        /* broadcast when a job ends */
 	uid_t uid;                  /* the process owner */
 	bool busy;                  /* a job runs */
-	bool hold;                  /* it is a checkpoint with hold= (job_release) */
 	bool traced;                /* the running job parks the process */
 	pid_t parked[64];           /* the traced processes the running job parks (while busy) */
 	int nparked;
@@ -313,13 +312,8 @@ void schedule_clear_pruned(const char *dir);
  * files beyond the newest LOGS_KEEP - 1: room for one more log. */
 void logs_make_room(const char *dir);
 
-/* thread.c: phosfs's threads, and the signals that end it. */
+/* thread.c: the signals that end phosfs. */
 struct fuse_session;
-
-/* pthread_create of one of phosfs's own threads, with SIGTERM, SIGINT
- * and SIGHUP blocked in it. Errors: pthread_create's (a positive errno,
- * as it returns). */
-int phosfs_thread(pthread_t *t, void *(*fn)(void *), void *arg);
 
 /* Blocks SIGTERM, SIGINT and SIGHUP in the calling thread (and so in every
  * thread it starts), and ignores SIGPIPE. Call before any thread starts. */

@@ -61,8 +61,8 @@ static void start_one(pooled *p)
 		/* Its own session, as every job's: signals meant for phosfs's
 		 * group do not end a restore it took. */
 		setsid();
-		/* No signal blocked: the thread that forks may be one of
-		 * phosfs's own (phosfs_thread). */
+		/* No signal blocked: phosfs blocks those that end it in
+		 * every thread (phosfs_signals_block). */
 		sigset_t none;
 		sigemptyset(&none);
 		sigprocmask(SIG_SETMASK, &none, NULL);

@@ -143,7 +143,7 @@ int registry_start(const char *path)
 		listen_fd = -1;
 		return e;
 	}
-	if (phosfs_thread(&thread, registry_main, NULL) != 0)
+	if (pthread_create(&thread, NULL, registry_main, NULL) != 0)
 		return -EAGAIN;
 	return 0;
 }

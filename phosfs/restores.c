@@ -327,7 +327,7 @@ int restore_submit(const ctl_cmd *c, const char *cgroups, unsigned *id, perr *er
 	j->next = list;
 	list = j;
 	pthread_t th;
-	int e = phosfs_thread(&th, restore_main, j);
+	int e = pthread_create(&th, NULL, restore_main, j);
 	if (e) {
 		list = j->next;
 		running -= now;

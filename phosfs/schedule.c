@@ -270,7 +270,7 @@ int schedule_set(pid_t pid, const ctl_cmd *c, perr *er)
 	interval_locked(s);
 	s->due_ns = engine_now_ns() + (uint64_t)(s->interval_s * 1e9);
 	pthread_t th;
-	int e = phosfs_thread(&th, sched_main, s);
+	int e = pthread_create(&th, NULL, sched_main, s);
 	if (e) {
 		pthread_mutex_unlock(&lock);
 		free(s);

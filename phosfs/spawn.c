@@ -63,8 +63,8 @@ int spawn_job(const job_request *req, spawn *s, perr *er)
 	if (s->child == 0) {
 		/* Its own session: signals meant for phosfs's group do not end it. */
 		setsid();
-		/* No signal blocked: the thread that forks may be one of
-		 * phosfs's own (phosfs_thread). */
+		/* No signal blocked: phosfs blocks those that end it in
+		 * every thread (phosfs_signals_block). */
 		sigset_t none;
 		sigemptyset(&none);
 		sigprocmask(SIG_SETMASK, &none, NULL);

@@ -1,16 +1,18 @@
 /* SPDX-License-Identifier: GPL-2.0-only */
 /*
- * phosfs's threads and the signals that end it (phosfs.h).
+ * The signals that end phosfs (phosfs.h).
  *
- * SIGTERM, SIGINT and SIGHUP are blocked in every thread of phosfs and
- * taken by one thread of their own (ender_main), which ends the FUSE
- * session and then asks the mount for a name that is not there: a loop
- * thread reads that request, sees the session ended, and the loop ends
- * (the request is never answered: the unmount ends it). With libfuse's own handlers the signal could land just
- * before the loop's main thread went back to waiting for its workers, or
- * on one of phosfs's own threads: the session was marked ended, no
- * thread woke, and phosfs ran on until its mount's next request (as
- * after SIGCONT, then SIGTERM, to a phosfs that was stopped).
+ * SIGTERM, SIGINT and SIGHUP are blocked in every thread of phosfs (the
+ * main thread blocks them before any other starts, and each inherits
+ * that) and taken by one thread of their own (ender_main), which ends
+ * the FUSE session and then asks the mount for a name that is not there:
+ * a loop thread reads that request, sees the session ended, and the loop
+ * ends (the request is never answered: the unmount ends it). With
+ * libfuse's own handlers the signal could land just before the loop's
+ * main thread went back to waiting for its workers, or on one of
+ * phosfs's own threads: the session was marked ended, no thread woke,
+ * and phosfs ran on until its mount's next request (as after SIGCONT,
+ * then SIGTERM, to a phosfs that was stopped).
  */
 #define FUSE_USE_VERSION 31
 #include <errno.h>
@@ -32,27 +34,12 @@ static struct fuse_session *session;
 static char mount_at[PATH_MAX];
 static volatile sig_atomic_t ended_by; /* the signal, once taken */
 
-static void ending_set(void)
+void phosfs_signals_block(void)
 {
 	sigemptyset(&ending);
 	sigaddset(&ending, SIGTERM);
 	sigaddset(&ending, SIGINT);
 	sigaddset(&ending, SIGHUP);
-}
-
-int phosfs_thread(pthread_t *t, void *(*fn)(void *), void *arg)
-{
-	sigset_t was;
-	ending_set();
-	pthread_sigmask(SIG_BLOCK, &ending, &was);
-	int e = pthread_create(t, NULL, fn, arg);
-	pthread_sigmask(SIG_SETMASK, &was, NULL);
-	return e;
-}
-
-void phosfs_signals_block(void)
-{
-	ending_set();
 	pthread_sigmask(SIG_BLOCK, &ending, NULL);
 	signal(SIGPIPE, SIG_IGN);
 }
@@ -87,7 +74,8 @@ int phosfs_signals_start(struct fuse_session *se, const char *mnt)
 
 int phosfs_signals_stop(void)
 {
-	if (ender_up && ended_by) {
+	int by = ended_by;
+	if (ender_up && by) {
 		/* Its request is answered by no one once the loop has ended: it
 		 * ends at the unmount, or with the process. */
 		pthread_detach(ender);
@@ -96,5 +84,5 @@ int phosfs_signals_stop(void)
 		pthread_join(ender, NULL);
 	}
 	ender_up = false;
-	return ended_by;
+	return by;
 }
